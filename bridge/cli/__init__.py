@@ -1,0 +1,1 @@
+"""The ``bridge`` command: one typer app, one module per sub-command group."""

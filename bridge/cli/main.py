@@ -1,0 +1,31 @@
+"""Entry point of the ``bridge`` command.
+
+Each sub-command lives in its own module under ``bridge.cli`` and is registered here; a command loads the
+settings once (``bridge.settings.load_settings``), turns a ``ConfigurationError`` into one clear line on
+stderr and exit code 2, and hands the validated settings to the wiring code.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from bridge.cli import pending
+
+app = typer.Typer(
+    name="bridge",
+    help="Service Bus bridge: durable local sends to Azure Service Bus with namespace replication.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+pending.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""A private ``redis-server`` process: own port, own data directory, AOF on.
+
+Never touches a Redis someone else runs (e.g. the shared one on 6379). ``restart()`` keeps the data
+directory, so tests can prove that acknowledged writes survive a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from bridge.embedded.ports import free_port, wait_listening
+from bridge.errors import EmulatorError
+
+
+def redis_server_binary() -> str:
+    """Path of ``redis-server``, or a clear error telling how to install it."""
+    path = shutil.which("redis-server")
+    if path is None:
+        raise EmulatorError("redis-server is not installed (Debian: sudo apt-get install -y redis-server)")
+    return path
+
+
+class RedisServer:
+    """One redis-server child process.
+
+    ``appendfsync`` is ``always`` by default here so a test's acknowledged write is on disk before the
+    process can be killed; production deployments choose their own policy (see README, Durability).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        appendfsync: str = "always",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="bridge-redis-"))
+        self.port = port or free_port()
+        self.appendfsync = appendfsync
+        self.extra_args = extra_args
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start (or restart) the server on the same port and data directory."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--daemonize", "no",
+            "--logfile", str(self.data_dir / "redis.log"),
+            "--protected-mode", "yes",
+            *self.extra_args,
+        ]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_listening("127.0.0.1", self.port, timeout):
+            self.stop()
+            raise EmulatorError(f"redis-server did not listen on port {self.port} within {timeout}s")
+        self._wait_loaded(timeout)
+        return self
+
+    def _wait_loaded(self, timeout: float) -> None:
+        """Wait until the AOF is replayed (PING answers LOADING until then)."""
+        import redis
+
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.exceptions.BusyLoadingError:
+                    if time.monotonic() > deadline:
+                        raise EmulatorError("redis-server still loading its AOF") from None
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """``kill -9``: what a crash looks like."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait(10)
+
+    def stop(self) -> None:
+        """Stop gracefully (SIGTERM), then force."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+        self._proc = None
+
+    def restart(self, hard: bool = False) -> None:
+        """Stop (or kill) and start again on the same port with the same data."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop and remove the data directory if this object created it."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,105 @@
+"""The bridge's one exception tree.
+
+Every error that leaves an adapter is one of these; driver exceptions (redis, azure, proton, pyspark) are
+translated at the adapter edge with ``raise X(...) from None`` so callers never import a driver to catch
+something. Each class says whether retrying the same operation can help (``retryable``); the send workers'
+error *classes* (transient / outage / message-permanent / configuration) are decided in
+``bridge.core`` from these types, never by string matching.
+
+Messages never contain secrets: adapters build them from names and codes, not from connection strings.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigurationError(BridgeError):
+    """Settings are missing or invalid; start-up stops with a message naming the field."""
+
+
+class InvalidMessageError(BridgeError):
+    """A message broke a validation rule; nothing was stored.
+
+    ``code`` is a stable machine-readable rule name (e.g. ``message_id_too_long``), ``field`` the envelope
+    field at fault (``None`` when the message as a whole is at fault), ``index`` the position in a batch.
+    """
+
+    def __init__(self, code: str, message: str, field: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.index = index
+
+    @property
+    def detail(self) -> str:
+        """The human-readable reason, without the code."""
+        return str(self.args[0])
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A message body or encoded message exceeds the entity's size limit."""
+
+
+class UnknownEntityError(BridgeError):
+    """An entity is not configured (or not allowed for the caller)."""
+
+
+class AuthenticationError(BridgeError):
+    """A caller presented no credentials or wrong ones."""
+
+
+class BackpressureError(BridgeError):
+    """The outbox is at its configured bound; try again after ``retry_after`` seconds."""
+
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class OutboxUnavailableError(BridgeError):
+    """Redis did not accept the write (down, read-only, or WAIT not satisfied); nothing was acknowledged."""
+
+    retryable = True
+
+
+class NamespaceError(BridgeError):
+    """A Service Bus namespace failed an operation; subclasses carry the failure class."""
+
+    retryable = True
+
+    def __init__(self, message: str, namespace: str | None = None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+
+
+class TransientNamespaceError(NamespaceError):
+    """A brief failure (server busy, a timeout under load); retry the same namespace."""
+
+
+class NamespaceOutageError(NamespaceError):
+    """The namespace is unreachable or failing as a whole; fail over."""
+
+
+class AttemptDeadlineExceeded(NamespaceOutageError):
+    """An attempt overran the bridge's hard deadline (e.g. a blackholed endpoint); the client is discarded."""
+
+
+class NamespaceConfigurationError(NamespaceError):
+    """Authentication failed or the entity does not exist; alert loudly and treat as unavailable."""
+
+
+class MessagePermanentError(NamespaceError):
+    """The namespace will never accept this message (e.g. too large); dead-letter it locally."""
+
+    retryable = False
+
+
+class EmulatorError(BridgeError):
+    """The local Service Bus could not start or answer its control interface."""
