@@ -103,3 +103,99 @@ class MessagePermanentError(NamespaceError):
 
 class EmulatorError(BridgeError):
     """The local Service Bus could not start or answer its control interface."""
+
+
+class BrokerError(EmulatorError):
+    """The local Service Bus refuses an operation the way Azure does.
+
+    ``condition`` is the AMQP error condition the SDK maps to its own exception class (see
+    ``azure.servicebus._transport._pyamqp_transport._ERROR_CODE_TO_ERROR_MAPPING``); ``http_status`` is what
+    the management endpoint answers.
+    """
+
+    condition: str = "amqp:internal-error"
+    http_status: int = 500
+
+
+class EntityNotFoundError(BrokerError):
+    """The entity (queue, topic, subscription, rule) does not exist."""
+
+    condition = "amqp:not-found"
+    http_status = 404
+
+
+class EntityAlreadyExistsError(BrokerError):
+    """An entity with that path exists already."""
+
+    condition = "com.microsoft:entity-already-exists"
+    http_status = 409
+
+
+class BrokerMessageSizeExceededError(BrokerError):
+    """A message (or batch) exceeds the entity's maximum message size."""
+
+    condition = "amqp:link:message-size-exceeded"
+    http_status = 413
+
+
+class BrokerQuotaExceededError(BrokerError):
+    """The entity is at MaxSizeInMegabytes."""
+
+    condition = "amqp:resource-limit-exceeded"
+    http_status = 403
+
+
+class BrokerInvalidOperationError(BrokerError):
+    """The operation is not allowed in this state (e.g. no SessionId on a session entity)."""
+
+    condition = "amqp:not-allowed"
+    http_status = 400
+
+
+class BrokerArgumentError(BrokerError):
+    """An argument is malformed."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
+
+
+class MessageLockLostBrokerError(BrokerError):
+    """The lock token is unknown or its lock expired."""
+
+    condition = "com.microsoft:message-lock-lost"
+    http_status = 410
+
+
+class SessionLockLostBrokerError(BrokerError):
+    """The session lock expired or belongs to another receiver."""
+
+    condition = "com.microsoft:session-lock-lost"
+    http_status = 410
+
+
+class SessionCannotBeLockedBrokerError(BrokerError):
+    """The session is locked by another receiver, or no session is available."""
+
+    condition = "com.microsoft:session-cannot-be-locked"
+    http_status = 409
+
+
+class MessageNotFoundBrokerError(BrokerError):
+    """No message with that sequence number (deferred or scheduled) exists."""
+
+    condition = "com.microsoft:message-not-found"
+    http_status = 404
+
+
+class ServerBusyBrokerError(BrokerError):
+    """The namespace is throttling (fault control ``busy``)."""
+
+    condition = "com.microsoft:server-busy"
+    http_status = 503
+
+
+class BrokerUnauthorizedError(BrokerError):
+    """A SAS token is missing, expired, signed with a wrong key or scoped to another entity."""
+
+    condition = "amqp:unauthorized-access"
+    http_status = 401
