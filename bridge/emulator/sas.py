@@ -1,0 +1,104 @@
+"""Shared Access Signature tokens: create them and check them the way Service Bus does.
+
+A token reads ``SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<key name>`` with every
+value URL-encoded. The signature is ``base64(HMAC-SHA256(key, "<url-encoded resource>\\n<expiry>"))``.
+``azure-servicebus`` 7.15 builds it in ``_pyamqp/utils.py:generate_sas_token``:
+
+- the resource is signed as ``quote_plus(audience)``, which is also how ``urlencode`` writes ``sr``, so the
+  raw ``sr`` text of the token is exactly the signed string;
+- ``skn`` is ``quote_plus``-ed twice (once by hand, once by ``urlencode``), so a key name with reserved
+  characters arrives still encoded once; the key name is looked up as sent, then once more decoded;
+- the AMQP client asks for ``sb://<host:port>/<entity>`` (CBS ``put-token``); the administration client
+  signs ``https://<host:port>`` (``management/_shared_key_policy.py``), one token for the whole namespace.
+
+Audience rule (``covers``): a token whose ``sr`` is R grants access to resource X when, after dropping
+the scheme (``sb``, ``amqps``, ``amqp``, ``https``, ``http``), lower-casing and trimming trailing slashes,
+X equals R or X starts with R followed by ``/``. So ``sb://h/q1`` covers ``amqps://h/Q1/$management`` but not
+``sb://h/q10``, and a namespace token ``https://h`` covers every entity of ``h``. Host and port take part in
+the comparison, as on Azure.
+
+Errors never contain a key or a signature: only the key *name*, the audience and the expiry, which the
+caller sent in clear anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+from urllib.parse import quote_plus, unquote_plus, urlencode
+
+from bridge.errors import BrokerUnauthorizedError
+
+PREFIX = "SharedAccessSignature "
+_SCHEMES = ("sb://", "amqps://", "amqp://", "https://", "http://")
+_FIELDS = frozenset({"sr", "sig", "se", "skn"})
+
+
+def generate(resource: str, key_name: str, key: str, expiry: int) -> str:
+    """A token for ``resource`` valid until ``expiry`` (epoch seconds), encoded as the SDK encodes it."""
+    signature = _sign(key, quote_plus(resource), expiry)
+    return PREFIX + urlencode({"sr": resource, "sig": signature, "se": str(expiry), "skn": key_name})
+
+
+def covers(audience: str, resource: str) -> bool:
+    """True when a token for ``audience`` grants access to ``resource`` (see the module docstring)."""
+    granted = _normalize(audience)
+    wanted = _normalize(resource)
+    return wanted == granted or wanted.startswith(granted + "/")
+
+
+def validate(token: str, keys: Mapping[str, str], resource: str, now: float) -> None:
+    """Accept ``token`` for ``resource`` at time ``now`` or raise ``BrokerUnauthorizedError`` saying why."""
+    raw = _parse(token)
+    audience = unquote_plus(raw["sr"])
+    key_name = unquote_plus(raw["skn"])
+    key = keys.get(key_name)
+    if key is None:
+        key_name = unquote_plus(key_name)
+        key = keys.get(key_name)
+    if key is None:
+        raise BrokerUnauthorizedError(f"unknown shared access key name {key_name!r}")
+    try:
+        expiry = int(unquote_plus(raw["se"]))
+    except ValueError:
+        raise BrokerUnauthorizedError("malformed token: se is not an integer") from None
+    presented = unquote_plus(raw["sig"]).encode("ascii", "replace")
+    candidates = {raw["sr"], quote_plus(audience)}
+    if not any(hmac.compare_digest(presented, _sign(key, signed, expiry).encode()) for signed in candidates):
+        raise BrokerUnauthorizedError(f"signature does not match key {key_name!r}")
+    if expiry < now:
+        raise BrokerUnauthorizedError(f"token expired at {expiry}")
+    if not covers(audience, resource):
+        raise BrokerUnauthorizedError(f"token audience {audience!r} does not cover {resource!r}")
+
+
+def _parse(token: str) -> dict[str, str]:
+    """The four fields of a token, still URL-encoded (the signature is computed over encoded text)."""
+    if not token.startswith(PREFIX):
+        raise BrokerUnauthorizedError("not a SharedAccessSignature token")
+    fields: dict[str, str] = {}
+    for part in token[len(PREFIX):].strip().split("&"):
+        name, sep, value = part.partition("=")
+        if not sep or name not in _FIELDS or name in fields:
+            raise BrokerUnauthorizedError(f"malformed token: unexpected or repeated field {name[:20]!r}")
+        fields[name] = value
+    missing = sorted(_FIELDS - fields.keys())
+    if missing:
+        raise BrokerUnauthorizedError(f"malformed token: missing {', '.join(missing)}")
+    return fields
+
+
+def _sign(key: str, encoded_resource: str, expiry: int) -> str:
+    digest = hmac.new(key.encode(), f"{encoded_resource}\n{expiry}".encode(), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _normalize(uri: str) -> str:
+    lowered = uri.strip().lower()
+    for scheme in _SCHEMES:
+        if lowered.startswith(scheme):
+            lowered = lowered[len(scheme):]
+            break
+    return lowered.rstrip("/")
