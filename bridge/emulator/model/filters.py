@@ -1,0 +1,214 @@
+"""Subscription rule filters: correlation filters and a SQL subset.
+
+The SQL subset covers what routing rules use in practice: ``1=1``/``1=0``/``TRUE``/``FALSE``, comparisons
+(``= <> != < > <= >=``) of a property with a literal (string in single quotes, number, TRUE/FALSE),
+``IS [NOT] NULL``, ``AND``/``OR``/``NOT`` and parentheses. Identifiers are ``sys.<Name>`` (system
+properties such as ``sys.Label``, ``sys.CorrelationId``), ``user.<name>`` or a bare ``<name>`` (both user
+properties), optionally in ``[brackets]``. Anything else is refused when the rule is created, with the
+reason, rather than silently matching everything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bridge.emulator.model.descriptions import CorrelationRuleFilter, RuleFilter, SqlRuleFilter
+from bridge.errors import BrokerArgumentError
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><>|!=|<=|>=|=|<|>|\(|\))"
+    r"|(?P<ident>\[[^\]]+\]|[A-Za-z_][A-Za-z0-9_.$-]*))"
+)
+_KEYWORDS = {"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}
+_MISSING = object()
+
+# Correlation filter fields → the system property they compare.
+_CORRELATION_FIELDS = {
+    "correlation_id": "sys.CorrelationId",
+    "message_id": "sys.MessageId",
+    "to": "sys.To",
+    "reply_to": "sys.ReplyTo",
+    "label": "sys.Label",
+    "session_id": "sys.SessionId",
+    "reply_to_session_id": "sys.ReplyToSessionId",
+    "content_type": "sys.ContentType",
+}
+
+
+def compile_filter(rule_filter: RuleFilter) -> Predicate:
+    """A predicate over a message's filter properties; raises BrokerArgumentError for unsupported SQL."""
+    if isinstance(rule_filter, CorrelationRuleFilter):
+        return _correlation(rule_filter)
+    if isinstance(rule_filter, SqlRuleFilter):
+        return _SqlParser(rule_filter.sql_expression).parse()
+    raise BrokerArgumentError(f"unsupported filter type {type(rule_filter).__name__}")
+
+
+def _correlation(flt: CorrelationRuleFilter) -> Predicate:
+    wanted: dict[str, Any] = {}
+    for attr, name in _CORRELATION_FIELDS.items():
+        value = getattr(flt, attr)
+        if value is not None:
+            wanted[name] = value
+    wanted.update(flt.properties)
+
+    def predicate(props: Mapping[str, Any]) -> bool:
+        return all(props.get(name, _MISSING) == value for name, value in wanted.items())
+
+    return predicate
+
+
+class _SqlParser:
+    """Recursive descent: or_expr := and_expr (OR and_expr)*; and_expr := not_expr (AND not_expr)*."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = self._tokenize(text)
+        self.pos = 0
+
+    def _tokenize(self, text: str) -> list[tuple[str, str]]:
+        tokens: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = _TOKEN.match(text, pos)
+            if not match:
+                raise BrokerArgumentError(f"SQL filter {text!r}: cannot parse near {text[pos:pos + 20]!r}")
+            kind = match.lastgroup or ""
+            value = match.group(kind)
+            if kind == "ident" and value.upper() in _KEYWORDS:
+                kind, value = "kw", value.upper()
+            tokens.append((kind, value))
+            pos = match.end()
+        return tokens
+
+    def _peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _take(self) -> tuple[str, str]:
+        tok = self._peek()
+        if tok is None:
+            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected end")
+        self.pos += 1
+        return tok
+
+    def _accept(self, kind: str, value: str) -> bool:
+        tok = self._peek()
+        if tok == (kind, value):
+            self.pos += 1
+            return True
+        return False
+
+    def parse(self) -> Predicate:
+        if not self.tokens:
+            raise BrokerArgumentError("SQL filter is empty")
+        pred = self._or()
+        if self._peek() is not None:
+            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {self._peek()[1]!r}")  # type: ignore[index]
+        return pred
+
+    def _or(self) -> Predicate:
+        parts = [self._and()]
+        while self._accept("kw", "OR"):
+            parts.append(self._and())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda props: any(p(props) for p in parts)
+
+    def _and(self) -> Predicate:
+        parts = [self._not()]
+        while self._accept("kw", "AND"):
+            parts.append(self._not())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda props: all(p(props) for p in parts)
+
+    def _not(self) -> Predicate:
+        if self._accept("kw", "NOT"):
+            inner = self._not()
+            return lambda props: not inner(props)
+        return self._atom()
+
+    def _atom(self) -> Predicate:
+        if self._accept("op", "("):
+            inner = self._or()
+            if not self._accept("op", ")"):
+                raise BrokerArgumentError(f"SQL filter {self.text!r}: missing ')'")
+            return inner
+        left = self._operand()
+        if self._accept("kw", "IS"):
+            negate = self._accept("kw", "NOT")
+            if not self._accept("kw", "NULL"):
+                raise BrokerArgumentError(f"SQL filter {self.text!r}: IS must be followed by [NOT] NULL")
+            return lambda props: (left(props) is _MISSING or left(props) is None) != negate
+        kind, op = self._take()
+        if kind != "op" or op in "()":
+            raise BrokerArgumentError(f"SQL filter {self.text!r}: expected a comparison, got {op!r}")
+        right = self._operand()
+        return _comparison(left, op, right)
+
+    def _operand(self) -> Callable[[Mapping[str, Any]], Any]:
+        kind, value = self._take()
+        if kind == "num":
+            number: Any = float(value) if "." in value else int(value)
+            return lambda _props: number
+        if kind == "str":
+            text = value[1:-1].replace("''", "'")
+            return lambda _props: text
+        if kind == "kw" and value in ("TRUE", "FALSE"):
+            flag = value == "TRUE"
+            return lambda _props: flag
+        if kind == "kw" and value == "NULL":
+            return lambda _props: None
+        if kind == "ident":
+            name = _property_name(value)
+            return lambda props: props.get(name, _MISSING)
+        raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {value!r}")
+
+
+def _property_name(ident: str) -> str:
+    if ident.startswith("["):
+        ident = ident[1:-1]
+    lowered = ident.lower()
+    if lowered.startswith("sys."):
+        return "sys." + _system_name(ident[4:])
+    if lowered.startswith("user."):
+        return ident[5:]
+    return ident
+
+
+def _system_name(name: str) -> str:
+    for canonical in _CORRELATION_FIELDS.values():
+        if canonical[4:].lower() == name.lower():
+            return canonical[4:]
+    return name
+
+
+def _comparison(
+    left: Callable[[Mapping[str, Any]], Any], op: str, right: Callable[[Mapping[str, Any]], Any]
+) -> Predicate:
+    def predicate(props: Mapping[str, Any]) -> bool:
+        a, b = left(props), right(props)
+        if a is _MISSING or b is _MISSING or a is None or b is None:
+            return False  # SQL: comparisons with NULL are unknown, i.e. not a match
+        try:
+            if op == "=":
+                return bool(a == b)
+            if op in ("<>", "!="):
+                return bool(a != b)
+            if op == "<":
+                return bool(a < b)
+            if op == ">":
+                return bool(a > b)
+            if op == "<=":
+                return bool(a <= b)
+            return bool(a >= b)
+        except TypeError:
+            return False
+
+    return predicate

@@ -1,0 +1,452 @@
+"""One namespace of the local Service Bus: its entities (the catalog), sends, and the write-ahead journal.
+
+The protocol adapters call in with decoded requests and ``now``; this module decides and mutates, and
+reports every durable change to ``journal`` before the adapter acknowledges anything (the adapter flushes
+the log before it writes its answers). ``apply`` replays those records after a restart; ``snapshot``
+writes the live state as records so the log can be compacted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from bridge.emulator.model.descriptions import (
+    EntityDescription,
+    EntityKind,
+    QueueDescription,
+    RuleDescription,
+    RuntimeCounts,
+    SubscriptionDescription,
+    TopicDescription,
+)
+from bridge.emulator.model.entities import Queue, Rule, Subscription, Topic
+from bridge.emulator.model.filters import compile_filter
+from bridge.emulator.model.messages import IncomingMessage, StoredMessage
+from bridge.emulator.model.records import description_from_dict, description_to_dict
+from bridge.emulator.model.store import Journal, MessageStore, TokenFactory
+from bridge.errors import (
+    BrokerArgumentError,
+    BrokerInvalidOperationError,
+    BrokerMessageSizeExceededError,
+    BrokerQuotaExceededError,
+    EntityAlreadyExistsError,
+    EntityNotFoundError,
+)
+
+DLQ_SUFFIX = "/$deadletterqueue"
+Record = tuple[str, dict[str, Any], list[bytes]]
+
+
+def _key(name: str) -> str:
+    return name.strip("/").lower()
+
+
+class Namespace:
+    """Entities and messages of one namespace; implements the ``Catalog`` protocol."""
+
+    def __init__(self, name: str, auto_create: bool = False, token_factory: TokenFactory = uuid.uuid4) -> None:
+        self.name = name
+        self.auto_create = auto_create
+        self.token_factory = token_factory
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, Topic] = {}
+        self._journal: Journal | None = None
+
+    # ---- journal ---------------------------------------------------------------------------------
+    def set_journal(self, journal: Journal | None) -> None:
+        """Attach the write-ahead log (None while replaying)."""
+        self._journal = journal
+        for store in self.stores():
+            store.set_journal(journal)
+
+    def _log(self, kind: str, fields: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        if self._journal is not None:
+            self._journal(kind, fields, blobs or [])
+
+    def stores(self) -> Iterator[MessageStore]:
+        """Every queue's and subscription's store."""
+        for queue in self.queues.values():
+            yield queue.store
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                yield sub.store
+
+    # ---- catalog ---------------------------------------------------------------------------------
+    def create(self, desc: EntityDescription, now: float) -> EntityDescription:
+        """Create an entity; raises EntityAlreadyExists, or EntityNotFound for a missing parent."""
+        self._check_name(desc)
+        if isinstance(desc, QueueDescription | TopicDescription) and (
+            _key(desc.name) in self.queues or _key(desc.name) in self.topics
+        ):
+            raise EntityAlreadyExistsError(f"The messaging entity '{desc.name}' already exists.")
+        self._put(desc, now, create=True)
+        self._log("put", {"d": description_to_dict(desc), "now": now, "new": True})
+        return self.get(_kind_of(desc), _path_of(desc))
+
+    def update(self, desc: EntityDescription, now: float) -> EntityDescription:
+        """Replace an entity's description; raises EntityNotFound."""
+        self.get(_kind_of(desc), _path_of(desc))
+        self._put(desc, now, create=False)
+        self._log("put", {"d": description_to_dict(desc), "now": now, "new": False})
+        return self.get(_kind_of(desc), _path_of(desc))
+
+    def _check_name(self, desc: EntityDescription) -> None:
+        name = desc.name
+        if not name or len(name) > 260 or name.startswith("$") and not isinstance(desc, RuleDescription):
+            raise BrokerArgumentError(f"Invalid entity name {name!r}.")
+
+    def _put(self, desc: EntityDescription, now: float, create: bool) -> None:
+        if isinstance(desc, QueueDescription):
+            if create:
+                queue = Queue.create(desc, now, self.token_factory)
+                queue.store.set_journal(self._journal)
+                self.queues[_key(desc.name)] = queue
+            else:
+                self.queues[_key(desc.name)].redescribe(desc, now)
+        elif isinstance(desc, TopicDescription):
+            if create:
+                self.topics[_key(desc.name)] = Topic.create(desc, now)
+            else:
+                topic = self.topics[_key(desc.name)]
+                topic.desc, topic.updated_at = desc, now
+        elif isinstance(desc, SubscriptionDescription):
+            topic = self._topic(desc.topic_name)
+            if create:
+                if _key(desc.name) in topic.subscriptions:
+                    raise EntityAlreadyExistsError(f"The subscription '{desc.name}' already exists.")
+                sub = Subscription.create(desc, now, self.token_factory)
+                sub.store.set_journal(self._journal)
+                topic.subscriptions[_key(desc.name)] = sub
+            else:
+                topic.subscriptions[_key(desc.name)].redescribe(desc, now)
+        else:
+            sub = self._subscription(desc.topic_name, desc.subscription_name)
+            if create and _key(desc.name) in sub.rules:
+                raise EntityAlreadyExistsError(f"The rule '{desc.name}' already exists.")
+            sub.rules[_key(desc.name)] = Rule(desc, compile_filter(desc.filter))
+
+    def get(self, kind: EntityKind, path: str) -> EntityDescription:
+        """The description of one entity of that kind."""
+        parts = path.strip("/").split("/")
+        if kind is EntityKind.QUEUE:
+            queue = self.queues.get(_key(path))
+            if queue is None:
+                raise EntityNotFoundError(f"The messaging entity '{path}' could not be found.")
+            return queue.desc
+        if kind is EntityKind.TOPIC:
+            return self._topic(path).desc
+        if kind is EntityKind.SUBSCRIPTION and len(parts) == 3:
+            return self._subscription(parts[0], parts[2]).desc
+        if kind is EntityKind.RULE and len(parts) == 5:
+            rule = self._subscription(parts[0], parts[2]).rules.get(_key(parts[4]))
+            if rule is None:
+                raise EntityNotFoundError(f"The rule '{path}' could not be found.")
+            return rule.desc
+        raise EntityNotFoundError(f"The messaging entity '{path}' could not be found.")
+
+    def lookup(self, path: str) -> EntityDescription:
+        """Whatever the path names."""
+        parts = path.strip("/").split("/")
+        if len(parts) == 3 and parts[1].lower() == "subscriptions":
+            return self.get(EntityKind.SUBSCRIPTION, path)
+        if len(parts) == 5 and parts[3].lower() == "rules":
+            return self.get(EntityKind.RULE, path)
+        if _key(path) in self.topics:
+            return self.topics[_key(path)].desc
+        return self.get(EntityKind.QUEUE, path)
+
+    def delete(self, kind: EntityKind, path: str) -> None:
+        """Delete an entity and everything under it."""
+        self.get(kind, path)
+        self._delete(kind, path)
+        self._log("del", {"k": kind.value, "p": path})
+
+    def _delete(self, kind: EntityKind, path: str) -> None:
+        parts = path.strip("/").split("/")
+        if kind is EntityKind.QUEUE:
+            del self.queues[_key(path)]
+        elif kind is EntityKind.TOPIC:
+            del self.topics[_key(path)]
+        elif kind is EntityKind.SUBSCRIPTION:
+            del self._topic(parts[0]).subscriptions[_key(parts[2])]
+        else:
+            del self._subscription(parts[0], parts[2]).rules[_key(parts[4])]
+
+    def list(self, kind: EntityKind, parent: str | None = None) -> list[EntityDescription]:
+        """Entities of a kind sorted by name (subscriptions of a topic, rules of a subscription path)."""
+        items: list[EntityDescription]
+        if kind is EntityKind.QUEUE:
+            items = [q.desc for q in self.queues.values()]
+        elif kind is EntityKind.TOPIC:
+            items = [t.desc for t in self.topics.values()]
+        elif kind is EntityKind.SUBSCRIPTION:
+            items = [s.desc for s in self._topic(parent or "").subscriptions.values()]
+        else:
+            parts = (parent or "").strip("/").split("/")
+            if len(parts) != 3:
+                raise EntityNotFoundError(f"The subscription '{parent}' could not be found.")
+            items = [r.desc for r in self._subscription(parts[0], parts[2]).rules.values()]
+        return sorted(items, key=lambda d: d.name.lower())
+
+    def runtime(self, kind: EntityKind, path: str) -> RuntimeCounts:
+        """Counts of a queue, topic or subscription."""
+        self.get(kind, path)
+        parts = path.strip("/").split("/")
+        if kind is EntityKind.TOPIC:
+            topic = self.topics[_key(path)]
+            return RuntimeCounts(subscription_count=len(topic.subscriptions),
+                                 size_in_bytes=sum(s.store.size_bytes for s in topic.subscriptions.values()),
+                                 created_at=topic.created_at, updated_at=topic.updated_at,
+                                 accessed_at=topic.accessed_at)
+        if kind is EntityKind.QUEUE:
+            queue = self.queues[_key(path)]
+            store, created, updated = queue.store, queue.created_at, queue.updated_at
+        else:
+            sub = self._subscription(parts[0], parts[2])
+            store, created, updated = sub.store, sub.created_at, sub.updated_at
+        active, scheduled, dead = store.counts()
+        return RuntimeCounts(
+            active_message_count=active, scheduled_message_count=scheduled, dead_letter_message_count=dead,
+            total_message_count=active + scheduled + dead, size_in_bytes=store.size_bytes,
+            created_at=created, updated_at=updated, accessed_at=updated,
+        )
+
+    def _topic(self, name: str) -> Topic:
+        topic = self.topics.get(_key(name))
+        if topic is None:
+            raise EntityNotFoundError(f"The messaging entity '{name}' could not be found.")
+        return topic
+
+    def _subscription(self, topic: str, name: str) -> Subscription:
+        sub = self._topic(topic).subscriptions.get(_key(name))
+        if sub is None:
+            raise EntityNotFoundError(f"The messaging entity '{topic}/Subscriptions/{name}' could not be found.")
+        return sub
+
+    # ---- messages --------------------------------------------------------------------------------
+    def store(self, path: str, now: float | None = None) -> MessageStore:
+        """The store a receiver reads: a queue, ``topic/Subscriptions/sub``, or their ``$deadletterqueue``."""
+        clean = path.strip("/")
+        dead = clean.lower().endswith(DLQ_SUFFIX)
+        if dead:
+            clean = clean[: -len(DLQ_SUFFIX)]
+        parts = clean.split("/")
+        if len(parts) == 3 and parts[1].lower() == "subscriptions":
+            store = self._subscription(parts[0], parts[2]).store
+        else:
+            queue = self.queues.get(_key(clean))
+            if queue is None:
+                if not (self.auto_create and now is not None and _key(clean) not in self.topics):
+                    raise EntityNotFoundError(f"The messaging entity '{clean}' could not be found.")
+                self.create(QueueDescription(name=clean), now)
+                queue = self.queues[_key(clean)]
+            store = queue.store
+        if dead:
+            assert store.dlq is not None
+            return store.dlq
+        return store
+
+    def is_topic(self, path: str) -> bool:
+        """True if ``path`` names a topic (its messages need filter properties)."""
+        return _key(path) in self.topics
+
+    def max_message_size(self, path: str) -> int:
+        """Largest accepted encoded message, in bytes."""
+        target = self.topics.get(_key(path)) or self.queues.get(_key(path))
+        if target is None:
+            return 256 * 1024
+        return target.desc.max_message_size_in_kilobytes * 1024
+
+    def send(self, path: str, messages: list[IncomingMessage], now: float) -> list[int]:
+        """Enqueue messages all-or-nothing; returns their sequence numbers (0 for a dropped duplicate)."""
+        target = self.topics.get(_key(path)) or self.queues.get(_key(path))
+        if target is None:
+            if not self.auto_create or path.strip("/").lower().endswith(DLQ_SUFFIX) or "/" in path.strip("/"):
+                raise EntityNotFoundError(f"The messaging entity '{path}' could not be found.")
+            self.create(QueueDescription(name=path.strip("/")), now)
+            target = self.queues[_key(path)]
+        limit = target.desc.max_message_size_in_kilobytes * 1024
+        for msg in messages:
+            if msg.size > limit:
+                raise BrokerMessageSizeExceededError(
+                    f"The received message (size {msg.size} bytes) exceeds the limit ({limit} bytes) "
+                    f"of entity '{target.desc.name}'."
+                )
+        if isinstance(target, Queue):
+            quota = target.desc.max_size_in_megabytes * 1024 * 1024
+            if target.store.size_bytes + sum(m.size for m in messages) > quota:
+                raise BrokerQuotaExceededError(f"The entity '{target.desc.name}' is at its maximum size.")
+            if target.desc.requires_session and any(not m.session_id for m in messages):
+                raise BrokerInvalidOperationError(
+                    "The SessionId was not set on a message, and it cannot be sent to the entity. Entities "
+                    "that have session support enabled can only receive messages that have the SessionId set."
+                )
+        seqs = self._enqueue(target, messages, now)
+        self._log("send", {"p": path, "now": now, "m": [_incoming_fields(m) for m in messages]},
+                  [m.raw for m in messages])
+        return seqs
+
+    def _enqueue(self, target: Queue | Topic, messages: list[IncomingMessage], now: float) -> list[int]:
+        window = target.desc.duplicate_detection_history_time_window.total_seconds()
+        dedup = target.desc.requires_duplicate_detection
+        target.accessed_at = now
+        seqs: list[int] = []
+        for msg in messages:
+            if dedup and msg.message_id is not None:
+                if target.dedup.is_duplicate(msg.message_id, now, window):
+                    seqs.append(0)
+                    continue
+                target.dedup.remember(msg.message_id, now)
+            seq = target.next_seq()
+            seqs.append(seq)
+            if isinstance(target, Queue):
+                target.store.insert(_stored(msg, seq, now), now)
+                continue
+            props = msg.properties or {}
+            for sub in target.subscriptions.values():
+                if any(rule.predicate(props) for rule in sub.rules.values()):
+                    sub.store.insert(_stored(msg, seq, now), now)
+        return seqs
+
+    def tick(self, now: float) -> list[MessageStore]:
+        """Advance time; the stores (and DLQs) in which messages became ready."""
+        woke: list[MessageStore] = []
+        for store in self.stores():
+            if store.tick(now):
+                woke.append(store)
+                if store.dlq is not None:
+                    woke.append(store.dlq)
+        return woke
+
+    def next_deadline(self) -> float | None:
+        """The earliest time ``tick`` has work."""
+        deadlines = [d for d in (s.next_deadline() for s in self.stores()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def disaster(self) -> None:
+        """Lose every entity and message, as a destroyed datacenter would."""
+        self.queues.clear()
+        self.topics.clear()
+        self._log("wipe", {})
+
+    # ---- persistence -----------------------------------------------------------------------------
+    def apply(self, kind: str, fields: dict[str, Any], blobs: list[bytes]) -> None:
+        """Replay one journal or snapshot record (the journal must be detached)."""
+        if kind == "put":
+            desc = description_from_dict(fields["d"])
+            self._put(desc, fields["now"], create=bool(fields["new"]))
+        elif kind == "del":
+            self._delete(EntityKind(fields["k"]), fields["p"])
+        elif kind == "send":
+            target = self.topics.get(_key(fields["p"])) or self.queues.get(_key(fields["p"]))
+            if target is not None:
+                msgs = [_incoming_from(f, raw) for f, raw in zip(fields["m"], blobs, strict=True)]
+                self._enqueue(target, msgs, fields["now"])
+        elif kind == "wipe":
+            self.queues.clear()
+            self.topics.clear()
+        elif kind == "seq":
+            target = self.topics.get(_key(fields["p"])) or self.queues.get(_key(fields["p"]))
+            if target is not None:
+                target.last_seq = fields["n"]
+                for mid, at in fields.get("dd", {}).items():
+                    target.dedup.remember(mid, at)
+        else:
+            self._apply_store_record(kind, fields, blobs)
+
+    def _apply_store_record(self, kind: str, fields: dict[str, Any], blobs: list[bytes]) -> None:
+        try:
+            store = self.store(fields["p"])
+        except EntityNotFoundError:
+            return  # the entity was deleted later in the log
+        if kind == "msg":
+            msg = StoredMessage.from_record(fields["m"], blobs[0])
+            store._place(msg)
+        elif kind == "ss":
+            store.session_state[fields["sid"]] = blobs[0] if blobs else b""
+            if not blobs:
+                store.session_state.pop(fields["sid"], None)
+        else:
+            found = store.messages.get(fields["s"])
+            if found is None:
+                return
+            if kind == "rm":
+                store._remove(found.seq)
+            elif kind == "dl":
+                store.move_to_dead_letter(found, fields.get("r"), fields.get("d"), journal=False)
+            elif kind == "dc":
+                found.delivery_count = fields["dc"]
+            elif kind == "st":
+                store._remove(found.seq)
+                found.state = type(found.state)(fields["st"])
+                store._place(found)
+
+    def snapshot(self) -> Iterator[Record]:
+        """The live state as records that ``apply`` rebuilds it from."""
+        for queue in self.queues.values():
+            yield "put", {"d": description_to_dict(queue.desc), "now": queue.created_at, "new": True}, []
+        for topic in self.topics.values():
+            yield "put", {"d": description_to_dict(topic.desc), "now": topic.created_at, "new": True}, []
+            for sub in topic.subscriptions.values():
+                yield "put", {"d": description_to_dict(sub.desc), "now": sub.created_at, "new": True}, []
+                for key, rule in sub.rules.items():
+                    if key != "$default":
+                        yield "put", {"d": description_to_dict(rule.desc), "now": sub.created_at, "new": True}, []
+                if "$default" not in sub.rules:
+                    default = RuleDescription(sub.desc.topic_name, sub.desc.name)
+                    yield "del", {"k": "rule", "p": _path_of(default)}, []
+        for target in [*self.queues.values(), *self.topics.values()]:
+            yield "seq", {"p": target.desc.name, "n": target.last_seq, "dd": dict(target.dedup.seen)}, []
+        for store in self.stores():
+            for sub_store in (store, store.dlq):
+                if sub_store is None:
+                    continue
+                for msg in sub_store.messages.values():
+                    yield "msg", {"p": sub_store.path, "m": msg.to_record()}, [msg.raw]
+            for sid, state in store.session_state.items():
+                yield "ss", {"p": store.path, "sid": sid}, [state]
+
+
+def _kind_of(desc: EntityDescription) -> EntityKind:
+    if isinstance(desc, QueueDescription):
+        return EntityKind.QUEUE
+    if isinstance(desc, TopicDescription):
+        return EntityKind.TOPIC
+    if isinstance(desc, SubscriptionDescription):
+        return EntityKind.SUBSCRIPTION
+    return EntityKind.RULE
+
+
+def _path_of(desc: EntityDescription) -> str:
+    if isinstance(desc, SubscriptionDescription):
+        return f"{desc.topic_name}/Subscriptions/{desc.name}"
+    if isinstance(desc, RuleDescription):
+        return f"{desc.topic_name}/Subscriptions/{desc.subscription_name}/Rules/{desc.name}"
+    return desc.name
+
+
+def _stored(msg: IncomingMessage, seq: int, now: float) -> StoredMessage:
+    return StoredMessage(
+        seq=seq, raw=msg.raw, enqueued_at=now, message_id=msg.message_id, session_id=msg.session_id,
+        partition_key=msg.partition_key, time_to_live=msg.time_to_live, scheduled_at=msg.scheduled_at,
+    )
+
+
+def _incoming_fields(msg: IncomingMessage) -> dict[str, Any]:
+    props = dict(msg.properties) if msg.properties else None
+    return {"mid": msg.message_id, "sid": msg.session_id, "pk": msg.partition_key, "ttl": msg.time_to_live,
+            "sch": msg.scheduled_at, "pr": _jsonable(props)}
+
+
+def _jsonable(props: dict[str, Any] | None) -> dict[str, Any] | None:
+    if props is None:
+        return None
+    return {k: v for k, v in props.items() if isinstance(v, str | int | float | bool) or v is None}
+
+
+def _incoming_from(fields: dict[str, Any], raw: bytes) -> IncomingMessage:
+    return IncomingMessage(raw=raw, message_id=fields.get("mid"), session_id=fields.get("sid"),
+                           partition_key=fields.get("pk"), time_to_live=fields.get("ttl"),
+                           scheduled_at=fields.get("sch"), properties=fields.get("pr"))
