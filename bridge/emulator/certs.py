@@ -64,14 +64,16 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise EmulatorError(f"cannot load the management certificate {cert}: {exc.__class__.__name__}") from None
+        reason = exc.__class__.__name__
+        raise EmulatorError(f"cannot load the management certificate {cert}: {reason}") from None
     context.set_alpn_protocols(["http/1.1"])
     return context
 
 
 def subject_names(host: str) -> list[x509.GeneralName]:
     """The SAN entries: ``localhost``, ``127.0.0.1`` and ``host`` (as an IP when it is one)."""
-    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    loopback = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+    names: list[x509.GeneralName] = [x509.DNSName("localhost"), loopback]
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -105,9 +107,9 @@ def _self_signed(key: ec.EllipticCurvePrivateKey, host: str, now: dt.datetime) -
         .add_extension(x509.SubjectAlternativeName(subject_names(host)), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=False, content_commitment=False,
-                          key_encipherment=False, data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False),
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=False,
+                          content_commitment=False, key_encipherment=False, data_encipherment=False,
+                          key_agreement=False, encipher_only=False, decipher_only=False),
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -124,9 +126,8 @@ def _reusable(files: CertificateFiles, host: str, now: dt.datetime) -> bool:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (OSError, ValueError, TypeError, x509.ExtensionNotFound):
         return False
-    same_key = key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    ) == cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der, spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    same_key = key.public_key().public_bytes(der, spki) == cert.public_key().public_bytes(der, spki)
     fresh = cert.not_valid_before_utc <= now and cert.not_valid_after_utc - RENEW_BEFORE > now
     return same_key and fresh and all(name in san for name in subject_names(host))
 
