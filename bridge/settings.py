@@ -24,6 +24,7 @@ Secrets are ``SecretStr`` so they never show in a repr, a log line or an error.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -34,6 +35,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -43,6 +45,7 @@ CONFIG_ENV = "BRIDGE_CONFIG"
 Replication = Literal["passive", "active", "paired", "none"]
 
 _ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}$")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class NamespaceSettings(BaseModel):
@@ -59,12 +62,20 @@ class NamespaceSettings(BaseModel):
 
     @field_validator("connection_string")
     @classmethod
-    def _has_endpoint(cls, value: SecretStr) -> SecretStr:
+    def _well_formed(cls, value: SecretStr) -> SecretStr:
+        # Messages name the missing part only; the value itself is never echoed (it holds the key).
         parts = parse_connection_string(value.get_secret_value())
         if "endpoint" not in parts:
             raise ValueError("connection string has no Endpoint=sb://... part")
         if not parts["endpoint"].startswith("sb://"):
             raise ValueError("connection string Endpoint must start with sb://")
+        if not parts["endpoint"].removeprefix("sb://").strip("/"):
+            raise ValueError("connection string Endpoint has no host")
+        has_key = "sharedaccesskeyname" in parts and "sharedaccesskey" in parts
+        if not has_key and "sharedaccesssignature" not in parts:
+            raise ValueError(
+                "connection string needs SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature"
+            )
         return value
 
     @property
@@ -75,10 +86,19 @@ class NamespaceSettings(BaseModel):
 
     @property
     def namespace_name(self) -> str:
-        """The configured name, else the endpoint host's first label (``ns1`` of ``ns1.servicebus...``)."""
+        """The configured name, else derived from the endpoint host.
+
+        A DNS host gives its first label (``ns1`` of ``ns1.servicebus.windows.net``). A loopback or IP
+        endpoint (the local Service Bus) has no such label, and two namespaces on one machine differ only
+        by port, so the name is host and port with separators as dashes (``127-0-0-1-5671``); set ``name``
+        explicitly when the port is not stable.
+        """
         if self.name:
             return self.name
-        return self.endpoint_host.split(":", 1)[0].split(".", 1)[0]
+        host, port = _split_host_port(self.endpoint_host)
+        if host == "localhost" or _is_ip(host):
+            return re.sub(r"[^A-Za-z0-9]+", "-", f"{host}-{port}" if port else host).strip("-")
+        return host.split(".", 1)[0]
 
 
 class EntitySettings(BaseModel):
@@ -88,6 +108,50 @@ class EntitySettings(BaseModel):
 
     replication: Replication = "passive"
     max_message_size: int = Field(default=256 * 1024, gt=0, le=100 * 1024 * 1024)
+    outbox_shards: int = Field(
+        default=1, ge=1, le=256, description="Outbox streams; order is kept per partition key within one."
+    )
+    requires_session: bool = False
+    requires_duplicate_detection: bool = False
+    max_pending_messages: int = Field(default=1_000_000, gt=0, description="Backpressure bound (messages).")
+    max_pending_bytes: int = Field(default=1024**3, gt=0, description="Backpressure bound (bytes).")
+
+
+class ApiKeySettings(BaseModel):
+    """One API key of the HTTP ingress, stored as the SHA-256 hex digest of the key (never the key itself).
+
+    Produce the digest with ``printf %s "$KEY" | sha256sum`` or
+    ``python -c 'import hashlib,sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())' "$KEY"``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Shown in logs instead of the key.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    entities: list[str] | None = Field(default=None, description="Allow-list; None allows every entity.")
+
+
+class IngressSettings(BaseModel):
+    """The three ingress doors and the outbox they write to (README: HTTP API, Durability, Auth)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idempotency_window: float = Field(default=600.0, gt=0, description="Seconds a MessageId is remembered.")
+    max_total_messages: int = Field(default=10_000_000, gt=0)
+    max_total_bytes: int = Field(default=4 * 1024**3, gt=0)
+    retry_after: float = Field(default=1.0, gt=0, description="Retry-After seconds when the outbox is full.")
+    max_batch_messages: int = Field(default=1000, gt=0)
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    require_appendfsync: Literal["always", "everysec"] | None = Field(
+        default=None, description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter)."
+    )
+    wait_replicas: int = Field(default=0, ge=0, description="Acknowledge only after WAIT saw this many.")
+    wait_timeout: float = Field(default=0.5, gt=0)
+    only_configured_entities: bool = False
+    api_keys: list[ApiKeySettings] = Field(default_factory=list)
+    require_api_key: bool = Field(default=False, description="Also on loopback (always when not loopback).")
+    sas_key_name: str | None = None
+    sas_key: SecretStr | None = None
 
 
 class Settings(BaseSettings):
@@ -106,6 +170,15 @@ class Settings(BaseSettings):
     entities: dict[str, EntitySettings] = Field(default_factory=dict)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
+    ingress: IngressSettings = Field(default_factory=IngressSettings)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: SecretStr) -> SecretStr:
+        # The URL may carry a password, so the message names the accepted schemes, not the value.
+        if not value.get_secret_value().startswith(_REDIS_SCHEMES):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
 
     @field_validator("entities")
     @classmethod
@@ -148,6 +221,23 @@ def parse_connection_string(value: str) -> dict[str, str]:
     return parts
 
 
+def _split_host_port(endpoint_host: str) -> tuple[str, str]:
+    """``("host", "port")`` of ``host[:port]``, IPv6 brackets removed; port is ``""`` when absent."""
+    if endpoint_host.startswith("["):
+        host, _, rest = endpoint_host[1:].partition("]")
+        return host, rest.removeprefix(":")
+    host, _, port = endpoint_host.partition(":")
+    return host, port
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build and validate the settings, or raise ``ConfigurationError`` naming the first bad field.
 
@@ -157,13 +247,21 @@ def load_settings(**overrides: Any) -> Settings:
     config_file = os.environ.get(CONFIG_ENV)
     if config_file and not Path(config_file).is_file():
         raise ConfigurationError(f"{CONFIG_ENV} names {config_file!r}, which is not a readable file")
+    # The error is raised after the ``except`` block so it carries no ``__context__``: pydantic's
+    # ValidationError holds the input values, and error reporters (Sentry, rich tracebacks) may walk the
+    # exception chain.
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_input=False, include_url=False):
             field = ".".join(str(part) for part in err["loc"]) or "(settings)"
-            problems.append(f"invalid setting {field!r}: {err['msg']}")
-        raise ConfigurationError("; ".join(problems)) from None
-    except ValueError as exc:  # a TOML syntax error surfaces as a ValueError subclass
-        raise ConfigurationError(f"cannot read {CONFIG_ENV} file {config_file!r}: {exc}") from None
+            reason = err["msg"].removeprefix("Value error, ")
+            problems.append(f"invalid setting {field!r}: {reason}")
+        message = "; ".join(problems)
+    except SettingsError as exc:
+        # e.g. BRIDGE_ENTITIES='{not json'; pydantic-settings names the field and source, not the value.
+        message = f"invalid setting: {exc}"
+    except (ValueError, OSError) as exc:  # tomllib.TOMLDecodeError is a ValueError; unreadable file: OSError
+        message = f"cannot read {CONFIG_ENV} file {config_file!r}: {exc}"
+    raise ConfigurationError(message)

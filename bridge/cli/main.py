@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from bridge.cli import pending
+from bridge.cli import check_config, pending
 
 app = typer.Typer(
     name="bridge",
@@ -20,6 +20,7 @@ app = typer.Typer(
 )
 
 pending.register(app)
+check_config.register(app)
 
 
 def main() -> None:

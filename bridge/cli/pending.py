@@ -7,6 +7,8 @@ is removed from here when its module lands.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import typer
 
 PENDING: dict[str, str] = {
@@ -25,14 +27,14 @@ PENDING: dict[str, str] = {
 
 def register(app: typer.Typer) -> None:
     """Add a placeholder command for every name still in ``PENDING``."""
+    # Extra arguments are accepted so that scripts written against the final command line get the
+    # "not available yet" message rather than a usage error.
+    context_settings = {"allow_extra_args": True, "ignore_unknown_options": True}
     for name, help_text in PENDING.items():
-        app.command(name=name, help=help_text, context_settings={"allow_extra_args": True,
-                                                                  "ignore_unknown_options": True})(
-            _placeholder(name)
-        )
+        app.command(name=name, help=help_text, context_settings=context_settings)(_placeholder(name))
 
 
-def _placeholder(name: str):  # type: ignore[no-untyped-def]
+def _placeholder(name: str) -> Callable[[], None]:
     def command() -> None:
         typer.echo(f"bridge {name}: not available in this version yet", err=True)
         raise typer.Exit(2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -14,8 +15,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def wait_listening(host: str, port: int, timeout: float) -> bool:
     """True once a TCP connect to ``host:port`` succeeds, False after ``timeout`` seconds."""
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

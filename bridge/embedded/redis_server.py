@@ -6,7 +6,6 @@ directory, so tests can prove that acknowledged writes survive a restart.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -14,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+import redis
 
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.errors import EmulatorError
@@ -53,8 +54,15 @@ class RedisServer:
         """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def running(self) -> bool:
+        """True while the child process this object started is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
     def start(self, timeout: float = 10.0) -> RedisServer:
-        """Start (or restart) the server on the same port and data directory."""
+        """Start (or restart) the server on the same port and data directory; no-op while running."""
+        if self.running:
+            return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             redis_server_binary(),
@@ -70,27 +78,37 @@ class RedisServer:
             *self.extra_args,
         ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_listening("127.0.0.1", self.port, timeout):
+        try:
+            if not wait_listening("127.0.0.1", self.port, timeout):
+                raise EmulatorError(f"redis-server did not listen on port {self.port} within {timeout}s")
+            self._wait_loaded(self._proc.pid, timeout)
+        except BaseException:
             self.stop()
-            raise EmulatorError(f"redis-server did not listen on port {self.port} within {timeout}s")
-        self._wait_loaded(timeout)
+            raise
         return self
 
-    def _wait_loaded(self, timeout: float) -> None:
-        """Wait until the AOF is replayed (PING answers LOADING until then)."""
-        import redis
+    def _wait_loaded(self, pid: int, timeout: float) -> None:
+        """Wait until the AOF is replayed (PING answers LOADING until then).
 
+        Also checks that the server answering is our child: if another process took the port between
+        ``free_port()`` and the start, ours exits and a test must not go on writing (or FLUSHALL-ing) there.
+        """
         client = redis.Redis(port=self.port, socket_timeout=1)
         deadline = time.monotonic() + timeout
         try:
             while True:
                 try:
                     client.ping()
-                    return
+                    break
                 except redis.exceptions.BusyLoadingError:
                     if time.monotonic() > deadline:
                         raise EmulatorError("redis-server still loading its AOF") from None
                     time.sleep(0.02)
+            if int(client.info("server")["process_id"]) != pid:
+                raise EmulatorError(f"port {self.port} is served by another process, not our redis-server")
+        except redis.exceptions.RedisError as exc:
+            reason = type(exc).__name__
+            raise EmulatorError(f"redis-server on port {self.port} did not answer: {reason}") from None
         finally:
             client.close()
 
@@ -132,12 +150,3 @@ class RedisServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True

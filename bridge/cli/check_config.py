@@ -1,0 +1,24 @@
+"""``bridge check-config``: validate the settings and print them with secrets masked.
+
+Hidden from ``bridge --help`` (the listed surface is the one SPEC §8 names); operators and scripts use it
+to find a bad setting before starting a process.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from bridge.cli.context import settings_or_exit
+
+
+def register(app: typer.Typer) -> None:
+    """Add the hidden ``check-config`` command."""
+    app.command(
+        name="check-config", hidden=True, help="Validate the settings and print them (secrets masked)."
+    )(check_config)
+
+
+def check_config() -> None:
+    """Load the settings like every command does; print them, secrets as ``**********``."""
+    settings = settings_or_exit()
+    typer.echo(settings.model_dump_json(indent=2))

@@ -1,0 +1,145 @@
+"""The ``bridge`` command surface and how every command reports invalid settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from bridge.cli import pending
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.cli.main import app
+
+COMMANDS = ["serve", "worker", "beat", "provision", "status", "send", "receive", "report", "emulator", "demo"]
+SECRET = "TOPSECRETkey0123456789abcdef+/="
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("BRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def bridge_executable() -> str:
+    """The ``bridge`` console script installed next to the interpreter running the tests."""
+    path = Path(sys.executable).parent / "bridge"
+    assert path.exists(), f"console script missing: {path} (pip install -e .)"
+    return str(path)
+
+
+def listed_commands(help_text: str) -> set[str]:
+    words = {line.strip(" │").split(" ", 1)[0] for line in help_text.splitlines()}
+    return words & {*COMMANDS, "check-config"}
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    assert listed_commands(result.output) == set(COMMANDS)
+
+
+def test_installed_entry_point_lists_every_command() -> None:
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [bridge_executable(), "--help"], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert listed_commands(proc.stdout) == set(COMMANDS)
+
+
+def test_no_arguments_shows_usage() -> None:
+    result = CliRunner().invoke(app, [])
+    assert "Usage" in result.output
+    assert result.exit_code != 0
+
+
+@pytest.mark.parametrize("name", sorted(pending.PENDING))
+def test_pending_commands_say_so_and_exit_2(name: str) -> None:
+    result = CliRunner().invoke(app, [name, "--some-future-option", "x"])
+    assert result.exit_code == 2
+    assert f"bridge {name}: not available" in result.stderr
+
+
+# --- invalid settings -------------------------------------------------------------------------------------
+
+
+def test_settings_or_exit_returns_the_validated_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_ENTITIES__ORDERS__REPLICATION", "active")
+    assert settings_or_exit().entity("orders").replication == "active"
+
+
+def test_settings_or_exit_prints_one_line_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BRIDGE_ENTITIES__ORDERS__REPLICATION", "bogus")
+    monkeypatch.setenv("BRIDGE_LOG_LEVEL", "LOUD")
+    with pytest.raises(typer.Exit) as info:
+        settings_or_exit()
+    assert info.value.exit_code == CONFIGURATION_EXIT_CODE == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("bridge: configuration error: ")
+    assert "entities.orders.replication" in lines[0]
+    assert "log_level" in lines[0]
+
+
+def test_command_with_invalid_settings_names_the_field_and_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_ENTITIES__ORDERS__REPLICATION", "bogus")
+    result = CliRunner().invoke(app, ["check-config"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert "'entities.orders.replication'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_command_never_prints_a_malformed_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_PRIMARY__CONNECTION_STRING", f"Endpoint=http://x/;SharedAccessKey={SECRET}")
+    result = CliRunner().invoke(app, ["check-config"])
+    assert result.exit_code == 2
+    assert "primary.connection_string" in result.stderr
+    assert SECRET not in result.output
+
+
+def test_installed_entry_point_reports_invalid_settings(tmp_path: Path) -> None:
+    config = tmp_path / "bridge.toml"
+    config.write_text(f'[primary]\nconnection_string = "{SECRET}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("BRIDGE_")}
+    env["BRIDGE_CONFIG"] = str(config)
+    proc = subprocess.run(
+        [bridge_executable(), "check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1
+    assert "primary.connection_string" in proc.stderr
+    assert SECRET not in proc.stderr
+
+
+def test_check_config_prints_valid_settings_with_secrets_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "BRIDGE_PRIMARY__CONNECTION_STRING",
+        f"Endpoint=sb://ns1.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey={SECRET}",
+    )
+    monkeypatch.setenv("BRIDGE_ENTITIES__ORDERS__REPLICATION", "paired")
+    result = CliRunner().invoke(app, ["check-config"])
+    assert result.exit_code == 0, result.stderr
+    assert SECRET not in result.output
+    shown = json.loads(result.stdout)
+    assert shown["primary"]["connection_string"] == "**********"
+    assert shown["entities"]["orders"]["replication"] == "paired"
