@@ -1,0 +1,67 @@
+"""Capped exponential backoff with full jitter, as a pure function.
+
+Workers that cannot deliver an outbox entry leave it where it is and come back after ``compute_backoff``
+seconds. Full jitter (a uniform draw between 0 and the capped exponential) spreads the retries of many
+workers that failed at the same moment, so a namespace coming back is not hit by all of them at once.
+
+The parameter names follow azure-servicebus's ``retry_backoff_factor`` (the first delay) and
+``retry_backoff_max`` (the cap); the random source is passed in so tests are exact and nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Rand = Callable[[], float]
+"""A source of floats in [0, 1), e.g. ``random.Random(seed).random``."""
+
+
+def backoff_ceiling(attempt: int, base: float, factor: float, cap: float) -> float:
+    """The largest delay for ``attempt`` (0 = first retry): ``min(cap, base * factor**attempt)``.
+
+    Non-decreasing in ``attempt`` for ``factor >= 1`` and never above ``cap``, even for attempts so large
+    that the power would overflow a float.
+    """
+    if attempt < 0:
+        raise ValueError("attempt must not be negative")
+    if base < 0 or cap < 0:
+        raise ValueError("base and cap must not be negative")
+    if factor < 1:
+        raise ValueError("factor must be at least 1")
+    try:
+        raw = base * float(factor) ** attempt
+    except OverflowError:
+        return cap
+    return min(cap, raw)
+
+
+def compute_backoff(attempt: int, base: float, factor: float, cap: float, rand: Rand) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): a uniform draw in [0, ceiling].
+
+    ``rand()`` must return a float in [0, 1]; values outside are clamped so a bad source cannot produce a
+    negative delay or one above the cap.
+    """
+    ceiling = backoff_ceiling(attempt, base, factor, cap)
+    draw = min(1.0, max(0.0, rand()))
+    return ceiling * draw
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Backoff settings bundled for the decision functions (names as in azure-servicebus)."""
+
+    retry_backoff_factor: float = 0.5
+    retry_backoff_max: float = 30.0
+    factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        backoff_ceiling(0, self.retry_backoff_factor, self.factor, self.retry_backoff_max)
+
+    def delay(self, attempt: int, rand: Rand) -> float:
+        """``compute_backoff`` with this policy's parameters."""
+        return compute_backoff(attempt, self.retry_backoff_factor, self.factor, self.retry_backoff_max, rand)
+
+    def ceiling(self, attempt: int) -> float:
+        """The largest delay this policy can give for ``attempt``."""
+        return backoff_ceiling(attempt, self.retry_backoff_factor, self.factor, self.retry_backoff_max)

@@ -1,0 +1,107 @@
+"""A tally of billable Service Bus operations, so the cost of replication is visible (seed 001, SPEC §4).
+
+Every send, ping and syphon receive call is a billed operation on Service Bus. A message that goes
+through a backlog queue costs four operations end to end instead of two (send to backlog, receive from
+backlog, send to primary, receive from primary), and an idle syphon still pays for its polls: with 10
+backlog queues and a 15-minute long poll that is 40 receive calls an hour.
+
+``CostTally`` is an immutable value: workers add to a local one and the adapter flushes it to a Redis hash
+with HINCRBY per field (``to_fields``); ``bridge status`` and the ledger read it back with ``from_fields``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from typing import Literal
+
+from bridge.core.hash_fields import FieldMap, decode_fields
+
+DeliveryPath = Literal["direct", "backup", "backlog"]
+
+OPERATIONS_PER_MESSAGE: dict[DeliveryPath, int] = {"direct": 2, "backup": 2, "backlog": 4}
+"""Billable operations for one message from first send to the application's receive, by path."""
+
+
+class Operation(StrEnum):
+    """A kind of billable operation; the value is the ``CostTally`` field and Redis hash field."""
+
+    PRIMARY_SEND = "primary_sends"
+    BACKUP_SEND = "backup_sends"
+    BACKLOG_SEND = "backlog_sends"
+    PING = "pings"
+    SYPHON_RECEIVE = "syphon_receives"
+    SYPHON_SEND = "syphon_sends"
+
+
+@dataclass(frozen=True)
+class CostTally:
+    """Counts of billable operations.
+
+    ``syphon_receives`` counts receive *calls* (an empty long poll is billed too), not messages received.
+    A batch send counts one operation per message, as Service Bus bills it.
+    """
+
+    primary_sends: int = 0
+    backup_sends: int = 0
+    backlog_sends: int = 0
+    pings: int = 0
+    syphon_receives: int = 0
+    syphon_sends: int = 0
+
+    def add(self, operation: Operation, count: int = 1) -> CostTally:
+        """A tally with ``count`` more of ``operation``."""
+        if count < 0:
+            raise ValueError("count must not be negative")
+        name = operation.value
+        return replace(self, **{name: getattr(self, name) + count})
+
+    def __add__(self, other: CostTally) -> CostTally:
+        return CostTally(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def total(self) -> int:
+        """All billable operations the bridge itself performed."""
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    @property
+    def failed_over_messages(self) -> int:
+        """Messages that went through a backlog queue (each one backlog send)."""
+        return self.backlog_sends
+
+    def end_to_end_operations(self) -> int:
+        """Billable operations end to end for the messages counted, including the receives they imply.
+
+        Two per message sent straight to the primary or the backup (send, the application's receive); four
+        per failed-over message (backlog send, syphon receive, syphon send to the primary, the application's
+        receive); plus every ping. The syphon counters are not added again: they are the middle two of the
+        four, and ``syphon_receives`` counts calls, several messages each or none.
+        """
+        return (
+            OPERATIONS_PER_MESSAGE["direct"] * self.primary_sends
+            + OPERATIONS_PER_MESSAGE["backup"] * self.backup_sends
+            + OPERATIONS_PER_MESSAGE["backlog"] * self.backlog_sends
+            + self.pings
+        )
+
+    def to_fields(self) -> dict[str, str]:
+        """Every counter as a string (HINCRBY deltas or a full HSET)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_fields(cls, data: FieldMap) -> CostTally:
+        """Inverse of ``to_fields``; unknown fields are ignored, missing ones are 0."""
+        decoded = decode_fields(data)
+        return cls(**{f.name: int(decoded.get(f.name, "0")) for f in fields(cls)})
+
+
+def operations_per_message(path: DeliveryPath) -> int:
+    """Billable operations one message costs end to end on ``path`` (a failed-over one: four)."""
+    return OPERATIONS_PER_MESSAGE[path]
+
+
+def idle_syphon_receives(backlog_queue_count: int, receive_wait: float, seconds: float) -> int:
+    """Receive calls an idle syphon makes in ``seconds``: one per queue per long poll (seed: 40 per hour)."""
+    if receive_wait <= 0:
+        raise ValueError("receive_wait must be positive")
+    return int(backlog_queue_count * (seconds // receive_wait))

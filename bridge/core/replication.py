@@ -1,0 +1,284 @@
+"""Replication per entity (SPEC §3, §4): where a message goes and what its outcomes mean for the outbox.
+
+A worker loop for one outbox entry, whatever the mode::
+
+    decision = plan(...)                       # SendNext: the first targets
+    while isinstance(decision, SendNext):
+        outcomes = send to decision.targets    # each failure classified and escalated first
+        decision = decide_<mode>(..., outcomes)
+    apply decision.changes to Redis; then Ack / DeadLetter / Retry the outbox entry
+
+Modes:
+
+- ``passive`` (default): the active namespace; on an outage or configuration failure the backup, right away;
+  if the backup accepts, roles swap (``roles.decide_roles``, CAS on the observed epoch). Both failing
+  leaves roles alone and the entry in the outbox (``Retry`` with capped, jittered backoff).
+- ``active``: both namespaces with the same MessageId; ``success_policy`` "any" acknowledges when one
+  accepted, "all" when both did (retrying only the one still missing).
+- ``none``: the primary only, still durable and retried.
+- ``paired``: ``paired``'s FailoverInterval state machine and backlog rotation, with ``aliasing``.
+
+Error classes decide: TRANSIENT retries the same namespace after a backoff; OUTAGE and CONFIGURATION fail
+over (CONFIGURATION also raises an alert); MESSAGE_PERMANENT dead-letters locally, never retried forever.
+Outcomes must carry the *escalated* class (``error_classes.escalate``) so a namespace that keeps answering
+busy eventually counts as down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from bridge.core.aliasing import Aliased, alias_for_backlog
+from bridge.core.backoff import BackoffPolicy, Rand
+from bridge.core.decisions import (
+    PRIMARY,
+    SECONDARY,
+    Ack,
+    Change,
+    DeadLetter,
+    Retry,
+    SendDecision,
+    SendNext,
+    Target,
+    backlog_target,
+    role_target,
+)
+from bridge.core.error_classes import ErrorClass
+from bridge.core.message_fields import MessageFields
+from bridge.core.outcomes import Outcome
+from bridge.core.paired import (
+    BacklogRotation,
+    FailoverPolicy,
+    PairedChange,
+    PairedState,
+    RecordError,
+    apply_changes,
+    backlog_queue_path,
+    choose_backlog,
+    on_backlog_failure,
+    on_primary_failure,
+    on_primary_success,
+    route,
+    seconds_until_failover,
+)
+from bridge.core.roles import RoleState, Swap, decide_roles
+
+Mode = Literal["passive", "active", "paired", "none"]
+SuccessPolicy = Literal["any", "all"]
+
+_FAILOVER = frozenset({ErrorClass.OUTAGE, ErrorClass.CONFIGURATION})
+
+
+@dataclass(frozen=True)
+class RetryContext:
+    """The clock, the entry's retry count (0 on its first delivery) and the backoff with its random source."""
+
+    now: float
+    attempt: int
+    backoff: BackoffPolicy
+    rand: Rand
+
+    def delay(self) -> float:
+        """The backoff before this entry's next try."""
+        return self.backoff.delay(self.attempt, self.rand)
+
+
+def _alerts(*pairs: tuple[Target, Outcome | None]) -> tuple[str, ...]:
+    return tuple(
+        f"configuration error on {target}: {outcome.error}"
+        for target, outcome in pairs
+        if outcome is not None and outcome.error_class is ErrorClass.CONFIGURATION
+    )
+
+
+def plan(mode: Literal["passive", "active", "none"], roles: RoleState) -> SendNext:
+    """The first targets of a message in the non-paired modes (paired: ``plan_paired``)."""
+    if mode == "passive":
+        return SendNext((role_target(roles.active),), "active namespace")
+    if mode == "active":
+        return SendNext((PRIMARY, SECONDARY), "active replication")
+    return SendNext((PRIMARY,), "single namespace")
+
+
+def decide_single(outcome: Outcome, ctx: RetryContext, target: Target = PRIMARY) -> SendDecision:
+    """Mode ``none``: acknowledge, dead-letter a message-permanent failure, else retry with backoff."""
+    if outcome.ok:
+        return Ack((target,))
+    alerts = _alerts((target, outcome))
+    if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
+        return DeadLetter(f"message_permanent on {target}: {outcome.error}", alerts=alerts)
+    return Retry(
+        ctx.delay(), f"{outcome.failed_with.value} on {target}: {outcome.error}", (target,), alerts=alerts
+    )
+
+
+def decide_passive(
+    observed: RoleState,
+    active: Outcome,
+    backup: Outcome | None,
+    ctx: RetryContext,
+    current: RoleState | None = None,
+) -> SendDecision:
+    """Mode ``passive``: the outcome on the active namespace, and on the backup once it was tried.
+
+    ``observed`` is the role state the worker read before sending; ``current`` a fresher read if it has one
+    (the swap is still compare-and-swapped on ``observed.epoch`` when the adapter applies it).
+    """
+    active_target = role_target(observed.active)
+    backup_target_ = role_target(observed.backup)
+    alerts = _alerts((active_target, active), (backup_target_, backup))
+    if active.ok:
+        return Ack((active_target,))
+    if active.error_class not in _FAILOVER:
+        return decide_single(active, ctx, active_target)
+    if backup is None:
+        return SendNext(
+            (backup_target_,), f"{active.failed_with.value} on {active_target}: {active.error}", alerts=alerts
+        )
+    if backup.ok:
+        decision = decide_roles(
+            current or observed, observed.epoch, active, backup, now=ctx.now, retry_after=0.0
+        )
+        # Stale: another worker already moved the roles; the message is delivered, nothing to swap.
+        changes: tuple[Change, ...] = (decision,) if isinstance(decision, Swap) else ()
+        return Ack((backup_target_,), changes=changes, alerts=alerts)
+    if backup.error_class is ErrorClass.MESSAGE_PERMANENT:
+        reason = f"message_permanent on {backup_target_} while {active_target} is down: {backup.error}"
+        return DeadLetter(reason, alerts=alerts)
+    reason = f"both namespaces failed: {active_target}: {active.error}; {backup_target_}: {backup.error}"
+    return Retry(ctx.delay(), reason, (active_target,), alerts=alerts)
+
+
+def decide_active(
+    outcomes: Mapping[Target, Outcome],
+    success_policy: SuccessPolicy,
+    ctx: RetryContext,
+    delivered_before: Iterable[Target] = (),
+) -> SendDecision:
+    """Mode ``active``: outcomes of the parallel sends (only the targets tried this time).
+
+    ``delivered_before`` are targets that accepted this entry on an earlier try (from ``Retry.delivered_to``).
+    """
+    delivered = tuple(sorted({*delivered_before, *(t for t, o in outcomes.items() if o.ok)}))
+    alerts = _alerts(*outcomes.items())
+    required = {PRIMARY, SECONDARY} if success_policy == "all" else None
+    if (required is None and delivered) or (required is not None and required <= set(delivered)):
+        return Ack(delivered, alerts=alerts)
+    failed = {t: o for t, o in outcomes.items() if not o.ok}
+    permanent = sorted(t for t, o in failed.items() if o.error_class is ErrorClass.MESSAGE_PERMANENT)
+    reasons = "; ".join(f"{t}: {o.error}" for t, o in sorted(failed.items()))
+    missing = sorted({PRIMARY, SECONDARY} - set(delivered))
+    if permanent and (success_policy == "all" or set(missing) <= set(permanent)):
+        return DeadLetter(f"message_permanent: {reasons}", delivered_to=delivered, alerts=alerts)
+    pending = tuple(t for t in missing if t not in permanent)
+    return Retry(ctx.delay(), reasons or "not yet delivered", pending, delivered_to=delivered, alerts=alerts)
+
+
+@dataclass(frozen=True)
+class PairedView:
+    """What a worker knows of an entity in paired mode: its shared state, the rotation and the options."""
+
+    entity: str
+    state: PairedState
+    rotation: BacklogRotation
+    policy: FailoverPolicy
+    primary_namespace: str
+    backlog_max_message_size: int
+    current_backlog: int | None = None
+    readmit_after: float | None = None
+
+
+def _to_backlog(
+    view: PairedView, message: MessageFields, ctx: RetryContext, changes: tuple[Change, ...]
+) -> SendDecision:
+    decision = alias_for_backlog(message, view.entity, view.backlog_max_message_size)
+    if not isinstance(decision, Aliased):
+        # Kept for the primary, where it fits un-aliased; see aliasing's module docstring.
+        return Retry(ctx.delay(), decision.reason, (PRIMARY,), changes=changes)
+    index = choose_backlog(view.rotation, ctx.now, ctx.rand, view.current_backlog, view.readmit_after)
+    if index is None:
+        error = "every backlog queue is out of rotation"
+        return Retry(ctx.delay(), error, (PRIMARY,), changes=(*changes, RecordError(ctx.now, error)))
+    path = backlog_queue_path(view.primary_namespace, index)
+    return SendNext((backlog_target(path),), "failover engaged", aliased=decision, changes=changes)
+
+
+def plan_paired(view: PairedView, message: MessageFields, ctx: RetryContext) -> SendDecision:
+    """Mode ``paired``, first step: the primary, or (failover engaged) an aliased send to a backlog queue."""
+    where, changes = route(view.state, ctx.now, view.policy)
+    if where == "primary":
+        return SendNext((PRIMARY,), "primary")
+    return _to_backlog(view, message, ctx, changes)
+
+
+def decide_paired(
+    view: PairedView,
+    message: MessageFields,
+    target: Target,
+    outcome: Outcome,
+    ctx: RetryContext,
+) -> SendDecision:
+    """Mode ``paired``: the outcome of a send of ``message`` to ``target`` (the primary or a backlog queue).
+
+    A failed backlog queue leaves the rotation and the next one is chosen at once (``SendNext``); with none
+    left, or when aliasing makes the message too large, the entry waits in the outbox for the primary.
+    """
+    alerts = _alerts((target, outcome))
+    if target == PRIMARY:
+        if outcome.ok:
+            return Ack((PRIMARY,), changes=on_primary_success(view.state, ctx.now))
+        if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
+            return DeadLetter(f"message_permanent on primary: {outcome.error}", alerts=alerts)
+        paired: tuple[PairedChange, ...] = on_primary_failure(view.state, outcome, ctx.now, view.policy)
+        after = apply_changes(view.state, paired)
+        if after.failed_over:
+            return _with_alerts(_to_backlog(view, message, ctx, paired), alerts)
+        delay = ctx.delay()
+        left = seconds_until_failover(after, ctx.now, view.policy)
+        if left is not None:
+            delay = min(delay, left)
+        return Retry(
+            delay,
+            f"{outcome.failed_with.value} on primary: {outcome.error}",
+            (PRIMARY,),
+            changes=paired,
+            alerts=alerts,
+        )
+    if outcome.ok:
+        return Ack((target,))
+    if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
+        return Retry(ctx.delay(), f"rejected_by_backlog {target}: {outcome.error}", (PRIMARY,), alerts=alerts)
+    index = _backlog_index(view, target)
+    removal = on_backlog_failure(index, outcome, ctx.now)
+    rotation = view.rotation if removal is None else view.rotation.apply(removal)
+    changes: tuple[Change, ...] = () if removal is None else (removal,)
+    retry_view = replace(view, rotation=rotation, current_backlog=None)
+    return _with_alerts(_to_backlog(retry_view, message, ctx, changes), alerts)
+
+
+def _backlog_index(view: PairedView, target: Target) -> int:
+    for index in range(view.rotation.count):
+        if target.queue == backlog_queue_path(view.primary_namespace, index):
+            return index
+    raise ValueError(f"{target} is not one of this entity's backlog queues")
+
+
+def _with_alerts(decision: SendDecision, alerts: tuple[str, ...]) -> SendDecision:
+    if not alerts:
+        return decision
+    if isinstance(decision, SendNext):
+        return SendNext(
+            decision.targets, decision.reason, decision.aliased, decision.changes, (*decision.alerts, *alerts)
+        )
+    if isinstance(decision, Retry):
+        return Retry(
+            decision.retry_after,
+            decision.reason,
+            decision.pending,
+            decision.delivered_to,
+            decision.changes,
+            (*decision.alerts, *alerts),
+        )
+    return decision

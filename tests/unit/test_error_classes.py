@@ -1,0 +1,208 @@
+"""The failure-class table: every SDK exception, the bridge's own, builtins, subclasses and escalation."""
+
+from __future__ import annotations
+
+import inspect
+
+import azure.core.exceptions as core_exceptions
+import azure.servicebus.exceptions as sb_exceptions
+import pytest
+
+from bridge import errors
+from bridge.core.error_classes import (
+    ERROR_CLASSES,
+    Classification,
+    ErrorClass,
+    EscalationPolicy,
+    TransientStreak,
+    classify,
+    classify_type,
+    escalate,
+)
+
+T = ErrorClass.TRANSIENT
+O = ErrorClass.OUTAGE  # noqa: E741 - reads as the table's letter
+P = ErrorClass.MESSAGE_PERMANENT
+C = ErrorClass.CONFIGURATION
+
+SDK_TABLE = [
+    ("ServiceBusError", T),
+    ("ServiceBusConnectionError", O),
+    ("ServiceBusCommunicationError", O),
+    ("ServiceBusAuthenticationError", C),
+    ("ServiceBusAuthorizationError", C),
+    ("OperationTimeoutError", T),
+    ("MessageSizeExceededError", P),
+    ("MessageAlreadySettled", T),
+    ("MessageLockLostError", T),
+    ("SessionLockLostError", T),
+    ("MessageNotFoundError", T),
+    ("MessagingEntityNotFoundError", C),
+    ("MessagingEntityDisabledError", O),
+    ("MessagingEntityAlreadyExistsError", C),
+    ("ServiceBusQuotaExceededError", O),
+    ("ServiceBusServerBusyError", T),
+    ("SessionCannotBeLockedError", T),
+    ("AutoLockRenewFailed", T),
+    ("AutoLockRenewTimeout", T),
+]
+
+
+def _sdk_exception(name: str) -> BaseException:
+    klass = getattr(sb_exceptions, name)
+    try:
+        return klass("boom")  # type: ignore[no-any-return]
+    except TypeError:
+        return klass()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("name", "expected"), SDK_TABLE)
+def test_every_sdk_exception_resolves_through_the_real_class(name: str, expected: ErrorClass) -> None:
+    verdict = classify(_sdk_exception(name))
+    assert verdict.error_class is expected
+    assert verdict.matched == name
+    assert verdict.known
+
+
+def test_the_table_covers_every_exception_class_of_the_installed_sdk() -> None:
+    installed = {
+        name
+        for name, obj in vars(sb_exceptions).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, BaseException)
+        and obj.__module__ == sb_exceptions.__name__
+    }
+    assert installed == {name for name, _ in SDK_TABLE}
+    assert installed <= set(ERROR_CLASSES)
+
+
+@pytest.mark.parametrize(
+    ("klass", "expected"),
+    [
+        (core_exceptions.AzureError, T),
+        (core_exceptions.ServiceRequestError, O),
+        (core_exceptions.ServiceRequestTimeoutError, O),
+        (core_exceptions.ServiceResponseError, T),
+        (core_exceptions.ServiceResponseTimeoutError, T),
+        (core_exceptions.HttpResponseError, T),
+        (core_exceptions.ClientAuthenticationError, C),
+        (core_exceptions.ResourceNotFoundError, C),
+        (core_exceptions.ResourceExistsError, C),
+        (errors.TransientNamespaceError, T),
+        (errors.NamespaceOutageError, O),
+        (errors.AttemptDeadlineExceeded, O),
+        (errors.NamespaceConfigurationError, C),
+        (errors.MessagePermanentError, P),
+        (errors.MessageTooLargeError, P),
+        (errors.InvalidMessageError, P),
+        (TimeoutError, O),
+        (ConnectionRefusedError, O),
+        (ConnectionResetError, O),
+        (OSError, O),
+    ],
+)
+def test_azure_core_bridge_and_builtin_types(klass: type[BaseException], expected: ErrorClass) -> None:
+    assert classify_type(klass).error_class is expected
+
+
+def test_a_subclass_resolves_to_its_nearest_listed_ancestor() -> None:
+    # Given an exception type the table does not name, derived from the SDK's connection error
+    class VendorConnectionError(sb_exceptions.ServiceBusConnectionError):
+        pass
+
+    # When it is classified
+    verdict = classify(VendorConnectionError(message="lost"))
+
+    # Then the MRO walk finds the SDK class
+    assert verdict == Classification(O, "ServiceBusConnectionError", known=True)
+
+
+def test_an_unknown_exception_is_transient_and_marked_unknown() -> None:
+    verdict = classify(KeyError("x"))
+    assert verdict.error_class is T
+    assert not verdict.known
+    assert verdict.matched == "KeyError"
+
+
+@pytest.mark.parametrize(
+    ("klass", "timeout"),
+    [
+        (sb_exceptions.OperationTimeoutError, True),
+        (errors.AttemptDeadlineExceeded, True),
+        (TimeoutError, True),
+        (core_exceptions.ServiceResponseTimeoutError, True),
+        (sb_exceptions.ServiceBusServerBusyError, False),
+        (sb_exceptions.ServiceBusConnectionError, False),
+    ],
+)
+def test_timeouts_are_flagged_for_the_paired_timer(klass: type[BaseException], timeout: bool) -> None:
+    assert classify_type(klass).timeout is timeout
+
+
+@pytest.mark.parametrize(
+    ("klass", "missing"),
+    [
+        (sb_exceptions.MessagingEntityNotFoundError, True),
+        (core_exceptions.ResourceNotFoundError, True),
+        (sb_exceptions.ServiceBusAuthenticationError, False),
+    ],
+)
+def test_entity_missing_is_told_apart_from_other_configuration_errors(
+    klass: type[BaseException], missing: bool
+) -> None:
+    verdict = classify_type(klass)
+    assert verdict.error_class is C
+    assert verdict.entity_missing is missing
+
+
+POLICY = EscalationPolicy(max_consecutive=3, max_duration=10.0)
+
+
+@pytest.mark.parametrize(
+    ("streak", "error_class", "now", "effective", "after"),
+    [
+        # success and non-transient classes end the streak and pass through
+        (TransientStreak(2, 100.0), None, 101.0, None, TransientStreak()),
+        (TransientStreak(2, 100.0), O, 101.0, O, TransientStreak()),
+        (TransientStreak(2, 100.0), P, 101.0, P, TransientStreak()),
+        (TransientStreak(2, 100.0), C, 101.0, C, TransientStreak()),
+        # transient failures accumulate
+        (TransientStreak(), T, 100.0, T, TransientStreak(1, 100.0)),
+        (TransientStreak(1, 100.0), T, 101.0, T, TransientStreak(2, 100.0)),
+        # the third in a row is an outage; the streak starts over
+        (TransientStreak(2, 100.0), T, 102.0, O, TransientStreak()),
+        # a streak older than max_duration is an outage even if short
+        (TransientStreak(1, 100.0), T, 110.0, O, TransientStreak()),
+        (TransientStreak(1, 100.0), T, 109.9, T, TransientStreak(2, 100.0)),
+    ],
+)
+def test_escalation_table(
+    streak: TransientStreak,
+    error_class: ErrorClass | None,
+    now: float,
+    effective: ErrorClass | None,
+    after: TransientStreak,
+) -> None:
+    assert escalate(streak, error_class, now, POLICY) == (effective, after)
+
+
+def test_busy_that_persists_becomes_an_outage() -> None:
+    # Given a namespace answering ServerBusy on every attempt, one second apart
+    streak = TransientStreak()
+    seen = []
+    for second in range(5):
+        effective, streak = escalate(streak, T, 1000.0 + second, POLICY)
+        seen.append(effective)
+    # Then the third answer escalates, and the count starts again after it
+    assert seen == [T, T, O, T, T]
+
+
+def test_zero_duration_escalates_every_transient_failure() -> None:
+    policy = EscalationPolicy(max_consecutive=5, max_duration=0.0)
+    assert escalate(TransientStreak(), T, 5.0, policy)[0] is O
+
+
+@pytest.mark.parametrize(("count", "duration"), [(0, 1.0), (1, -1.0)])
+def test_escalation_policy_rejects_nonsense(count: int, duration: float) -> None:
+    with pytest.raises(ValueError, match="max_"):
+        EscalationPolicy(count, duration)
