@@ -1,0 +1,170 @@
+"""Passive roles: swap decisions with compare-and-swap epochs, namespace health, Redis hash round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.core.error_classes import ErrorClass
+from bridge.core.outcomes import Outcome
+from bridge.core.roles import (
+    NamespaceHealth,
+    NoChange,
+    RoleState,
+    Stale,
+    Stay,
+    Swap,
+    apply_swap,
+    as_role,
+    availability_changed,
+    decide_roles,
+    next_health,
+    partner,
+)
+
+OK = Outcome.success()
+TRANSIENT = Outcome.failure(ErrorClass.TRANSIENT, "ServiceBusServerBusyError: busy")
+OUTAGE = Outcome.failure(ErrorClass.OUTAGE, "ServiceBusConnectionError: refused")
+CONFIG = Outcome.failure(ErrorClass.CONFIGURATION, "ServiceBusAuthenticationError: bad key")
+PERMANENT = Outcome.failure(ErrorClass.MESSAGE_PERMANENT, "MessageSizeExceededError: too big")
+
+STATE = RoleState(active="primary", epoch=4)
+NOW = 1_700_000_000.5
+
+
+@pytest.mark.parametrize(
+    ("active", "backup", "expected_type"),
+    [
+        (OK, None, NoChange),
+        (TRANSIENT, None, NoChange),
+        (PERMANENT, None, NoChange),
+        (OUTAGE, None, NoChange),  # backup not tried yet
+        (TRANSIENT, OK, NoChange),  # not a failover class: no swap even if the backup answered
+        (PERMANENT, OK, NoChange),
+        (OUTAGE, OK, Swap),
+        (CONFIG, OK, Swap),
+        (OUTAGE, OUTAGE, Stay),
+        (OUTAGE, TRANSIENT, Stay),
+        (CONFIG, CONFIG, Stay),
+        (OUTAGE, PERMANENT, Stay),
+    ],
+)
+def test_decision_table(active: Outcome, backup: Outcome | None, expected_type: type) -> None:
+    decision = decide_roles(STATE, 4, active, backup, now=NOW, retry_after=2.5)
+    assert type(decision) is expected_type
+    if isinstance(decision, Stay):
+        assert decision.retry_after == 2.5
+        assert "primary" in decision.reason
+        assert "secondary" in decision.reason
+
+
+def test_swap_carries_the_epoch_it_was_decided_on() -> None:
+    decision = decide_roles(STATE, 4, OUTAGE, OK, now=NOW, retry_after=1.0)
+    assert decision == Swap(
+        from_role="primary",
+        to_role="secondary",
+        expected_epoch=4,
+        new_epoch=5,
+        at=NOW,
+        reason="outage on primary: ServiceBusConnectionError: refused",
+    )
+    assert decision.state() == RoleState("secondary", 5, NOW, decision.reason)
+
+
+def test_a_worker_with_a_stale_epoch_does_not_swap() -> None:
+    # Given roles already swapped to the secondary (epoch 5) by another worker
+    current = RoleState(active="secondary", epoch=5)
+    # When a worker that observed epoch 4 sees its backup accept
+    decision = decide_roles(current, 4, OUTAGE, OK, now=NOW, retry_after=1.0)
+    # Then it is told to re-read, not to swap
+    assert decision == Stale(current)
+
+
+def test_compare_and_swap_lets_exactly_one_of_two_racing_workers_swap() -> None:
+    # Given two workers that both observed epoch 4 and both saw the primary fail and the secondary accept
+    first = decide_roles(STATE, 4, OUTAGE, OK, now=NOW, retry_after=1.0)
+    second = decide_roles(STATE, 4, OUTAGE, OK, now=NOW + 0.1, retry_after=1.0)
+    assert isinstance(first, Swap)
+    assert isinstance(second, Swap)
+    # When both apply their swap to the stored state in turn
+    applied_first, stored = apply_swap(STATE, first)
+    applied_second, stored_after = apply_swap(stored, second)
+    # Then only the first applies; the roles do not flip back
+    assert applied_first
+    assert not applied_second
+    assert stored_after == stored == RoleState("secondary", 5, NOW, first.reason)
+
+
+def test_a_stale_swap_back_is_refused() -> None:
+    # Given the secondary active at epoch 6
+    stored = RoleState(active="secondary", epoch=6)
+    # When a slow worker applies a swap decided at epoch 5 (secondary -> primary)
+    stale = Swap("secondary", "primary", expected_epoch=5, new_epoch=6, at=NOW, reason="old")
+    # Then nothing changes
+    assert apply_swap(stored, stale) == (False, stored)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        RoleState(),
+        RoleState("secondary", 7, NOW, "outage on primary: ServiceBusConnectionError: refused"),
+        RoleState("primary", 123456789, 0.1, 'r;e=a s,o"n'),
+    ],
+)
+def test_role_state_round_trips_through_a_hash(state: RoleState) -> None:
+    fields = state.to_fields()
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+    assert RoleState.from_fields(fields) == state
+    as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
+    assert RoleState.from_fields(as_bytes) == state
+
+
+def test_an_empty_hash_is_the_initial_state() -> None:
+    assert RoleState.from_fields({}) == RoleState("primary", 0)
+    assert RoleState().to_fields() == {"active": "primary", "epoch": "0"}
+
+
+def test_role_helpers() -> None:
+    assert partner("primary") == "secondary"
+    assert partner("secondary") == "primary"
+    assert RoleState("secondary").backup == "primary"
+    with pytest.raises(ValueError, match="not a role"):
+        as_role("tertiary")
+    with pytest.raises(ValueError, match="not a role"):
+        RoleState.from_fields({"active": "nope", "epoch": "1"})
+
+
+UP = NamespaceHealth()
+DOWN = NamespaceHealth(False, 10.0, "ServiceBusConnectionError: refused", 10.0, ErrorClass.OUTAGE)
+
+
+@pytest.mark.parametrize(
+    ("before", "outcome", "after"),
+    [
+        (UP, OK, UP),
+        (DOWN, OK, NamespaceHealth(True, NOW, DOWN.last_error, 10.0, ErrorClass.OUTAGE)),
+        (UP, TRANSIENT, NamespaceHealth(True, None, TRANSIENT.error, NOW, ErrorClass.TRANSIENT)),
+        (UP, OUTAGE, NamespaceHealth(False, NOW, OUTAGE.error, NOW, ErrorClass.OUTAGE)),
+        (UP, CONFIG, NamespaceHealth(False, NOW, CONFIG.error, NOW, ErrorClass.CONFIGURATION)),
+        (DOWN, OUTAGE, NamespaceHealth(False, 10.0, OUTAGE.error, NOW, ErrorClass.OUTAGE)),
+        (DOWN, TRANSIENT, NamespaceHealth(False, 10.0, TRANSIENT.error, NOW, ErrorClass.TRANSIENT)),
+        (UP, PERMANENT, UP),
+        (DOWN, PERMANENT, DOWN),
+    ],
+)
+def test_health_transitions(before: NamespaceHealth, outcome: Outcome, after: NamespaceHealth) -> None:
+    assert next_health(before, outcome, NOW) == after
+
+
+def test_unchanged_health_is_the_same_object_and_flips_are_reported() -> None:
+    assert next_health(UP, OK, NOW) is UP
+    assert availability_changed(UP, next_health(UP, OUTAGE, NOW))
+    assert not availability_changed(UP, next_health(UP, TRANSIENT, NOW))
+
+
+@pytest.mark.parametrize("health", [UP, DOWN, NamespaceHealth(True, 3.25, "x", 2.0, ErrorClass.TRANSIENT)])
+def test_health_round_trips_through_a_hash(health: NamespaceHealth) -> None:
+    assert NamespaceHealth.from_fields(health.to_fields()) == health
+    assert (
+        NamespaceHealth.from_fields({k.encode(): v.encode() for k, v in health.to_fields().items()}) == health
+    )
