@@ -143,7 +143,8 @@ class IngressSettings(BaseModel):
     max_batch_messages: int = Field(default=1000, gt=0)
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     require_appendfsync: Literal["always", "everysec"] | None = Field(
-        default=None, description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter)."
+        default=None,
+        description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter).",
     )
     wait_replicas: int = Field(default=0, ge=0, description="Acknowledge only after WAIT saw this many.")
     wait_timeout: float = Field(default=0.5, gt=0)
