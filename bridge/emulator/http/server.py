@@ -19,6 +19,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
 import h11
@@ -83,6 +84,10 @@ async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             conn.start_next_cycle()
     except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, h11.LocalProtocolError) as exc:
         log.debug("http connection dropped: %s", exc.__class__.__name__)
+    except asyncio.CancelledError:
+        # This coroutine is the whole life of a connection task that nobody awaits; ending it normally
+        # on shutdown avoids Python 3.11's StreamReaderProtocol logging the cancellation as an error.
+        log.debug("http connection cancelled at shutdown")
     finally:
         await _close(writer)
 
@@ -140,7 +145,11 @@ async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: Ht
     headers.append(("Content-Length", str(len(response.body))))
     if close:
         headers.append(("Connection", "close"))
-    writer.write(conn.send(h11.Response(status_code=response.status, headers=headers)) or b"")
+    try:
+        reason = HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        reason = b""
+    writer.write(conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)) or b"")
     if response.body:
         writer.write(conn.send(h11.Data(data=response.body)) or b"")
     writer.write(conn.send(h11.EndOfMessage()) or b"")
