@@ -1,0 +1,326 @@
+"""Paired mode: backlog paths, the FailoverInterval timer, ping, backlog rotation, syphon decisions."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from bridge.core.aliasing import ExpiredInBacklog, NotAliased, Restored
+from bridge.core.error_classes import ErrorClass
+from bridge.core.message_fields import MessageFields
+from bridge.core.outcomes import Outcome
+from bridge.core.paired import (
+    PING_CONTENT_TYPE,
+    PING_SCHEDULE_AHEAD,
+    BacklogRotation,
+    EngageFailover,
+    FailoverPolicy,
+    MarkAvailable,
+    PairedState,
+    RecordError,
+    RecordPing,
+    RemoveFromRotation,
+    StartTimer,
+    apply_change,
+    apply_changes,
+    backlog_queue_index,
+    backlog_queue_path,
+    backlog_queue_paths,
+    choose_backlog,
+    failover_due,
+    on_backlog_failure,
+    on_ping,
+    on_primary_failure,
+    on_primary_success,
+    ping_due,
+    ping_message,
+    route,
+    seconds_until_failover,
+)
+from bridge.core.syphon import SyphonAction, SyphonDecision, syphon_after_send, syphon_before_send
+
+OK = Outcome.success()
+BUSY = Outcome.failure(ErrorClass.TRANSIENT, "busy")
+TIMEOUT = Outcome.failure(ErrorClass.TRANSIENT, "OperationTimeoutError", timeout=True)
+DOWN = Outcome.failure(ErrorClass.OUTAGE, "refused")
+AUTH = Outcome.failure(ErrorClass.CONFIGURATION, "bad key")
+MISSING = Outcome.failure(ErrorClass.CONFIGURATION, "no such entity", entity_missing=True)
+TOO_BIG = Outcome.failure(ErrorClass.MESSAGE_PERMANENT, "too big")
+
+POLICY = FailoverPolicy(failover_interval=60.0)
+IMMEDIATE = FailoverPolicy(failover_interval=0.0)
+T0 = 1_000.0
+
+
+def test_backlog_paths() -> None:
+    assert backlog_queue_path("contoso", 0) == "contoso/x-servicebus-transfer/0"
+    assert backlog_queue_paths("ns1", 3) == (
+        "ns1/x-servicebus-transfer/0",
+        "ns1/x-servicebus-transfer/1",
+        "ns1/x-servicebus-transfer/2",
+    )
+    assert backlog_queue_index("contoso/x-servicebus-transfer/7") == 7
+    for path in ("orders", "contoso/x-servicebus-transfer/x", "a/b/c", "/x-servicebus-transfer/1"):
+        assert backlog_queue_index(path) is None
+
+
+@pytest.mark.parametrize(("namespace", "index"), [("", 0), ("a/b", 0), ("ns", -1)])
+def test_bad_backlog_path_arguments(namespace: str, index: int) -> None:
+    with pytest.raises(ValueError, match="must"):
+        backlog_queue_path(namespace, index)
+
+
+HEALTHY = PairedState()
+TIMING = PairedState(failing_since=T0, last_error="refused", last_error_at=T0)
+FAILED_OVER = PairedState(
+    failing_since=T0, failed_over_at=T0 + 60, last_error="refused", last_error_at=T0 + 60
+)
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome", "now", "policy", "expected"),
+    [
+        # a transient failure is recorded but starts no timer
+        (HEALTHY, BUSY, T0, POLICY, (RecordError(T0, "busy"),)),
+        # a non-transient failure, or a timeout, starts it
+        (HEALTHY, DOWN, T0, POLICY, (RecordError(T0, "refused"), StartTimer(T0))),
+        (HEALTHY, AUTH, T0, POLICY, (RecordError(T0, "bad key"), StartTimer(T0))),
+        (HEALTHY, TIMEOUT, T0, POLICY, (RecordError(T0, "OperationTimeoutError"), StartTimer(T0))),
+        # a running timer is not restarted
+        (TIMING, DOWN, T0 + 30, POLICY, (RecordError(T0 + 30, "refused"),)),
+        # the interval passed with no successful send: failover engages, whatever the latest class
+        (
+            TIMING,
+            DOWN,
+            T0 + 60,
+            POLICY,
+            (RecordError(T0 + 60, "refused"), EngageFailover(T0 + 60, "no successful send for 60s: refused")),
+        ),
+        (
+            TIMING,
+            BUSY,
+            T0 + 61,
+            POLICY,
+            (RecordError(T0 + 61, "busy"), EngageFailover(T0 + 61, "no successful send for 60s: busy")),
+        ),
+        # interval 0: immediate
+        (
+            HEALTHY,
+            DOWN,
+            T0,
+            IMMEDIATE,
+            (
+                RecordError(T0, "refused"),
+                StartTimer(T0),
+                EngageFailover(T0, "no successful send for 0s: refused"),
+            ),
+        ),
+        # a message-permanent failure is the message's fault
+        (HEALTHY, TOO_BIG, T0, POLICY, ()),
+        (TIMING, TOO_BIG, T0 + 90, POLICY, ()),
+        # already failed over: nothing more to engage
+        (FAILED_OVER, DOWN, T0 + 200, POLICY, (RecordError(T0 + 200, "refused"),)),
+    ],
+)
+def test_primary_failure_table(
+    state: PairedState, outcome: Outcome, now: float, policy: FailoverPolicy, expected: tuple[object, ...]
+) -> None:
+    assert on_primary_failure(state, outcome, now, policy) == expected
+
+
+def test_the_timer_story() -> None:
+    # Given a healthy entity and FailoverInterval 60 s
+    state = HEALTHY
+    # When the primary refuses at T0, and again at T0+30
+    state = apply_changes(state, on_primary_failure(state, DOWN, T0, POLICY))
+    state = apply_changes(state, on_primary_failure(state, DOWN, T0 + 30, POLICY))
+    # Then the timer runs from T0 and the entity still routes to the primary
+    assert state.failing_since == T0
+    assert route(state, T0 + 30, POLICY) == ("primary", ())
+    assert seconds_until_failover(state, T0 + 30, POLICY) == 30.0
+    # When a send at T0+59 succeeds, the timer is reset
+    reset = apply_changes(state, on_primary_success(state, T0 + 59))
+    assert reset.healthy
+    # When instead nothing succeeds until T0+60, failover engages on the next failure
+    state = apply_changes(state, on_primary_failure(state, DOWN, T0 + 60, POLICY))
+    assert state.failed_over
+    assert route(state, T0 + 61, POLICY) == ("backlog", ())
+    # And a ping is due at once, then every ping_primary_interval
+    assert ping_due(state, T0 + 60, POLICY)
+    state = apply_changes(state, on_ping(DOWN, T0 + 60))
+    assert not ping_due(state, T0 + 119, POLICY)
+    assert ping_due(state, T0 + 120, POLICY)
+    # When the ping succeeds, the entity is available again at once
+    state = apply_changes(state, on_ping(OK, T0 + 120))
+    assert state.healthy
+    assert route(state, T0 + 120, POLICY) == ("primary", ())
+
+
+def test_route_engages_an_expired_timer_even_without_a_new_failure() -> None:
+    where, changes = route(TIMING, T0 + 60, POLICY)
+    assert where == "backlog"
+    assert changes == (EngageFailover(T0 + 60, "failover_interval passed with no successful send"),)
+    assert failover_due(TIMING, T0 + 60, POLICY)
+    assert not failover_due(TIMING, T0 + 59.9, POLICY)
+    assert seconds_until_failover(HEALTHY, T0, POLICY) is None
+    assert seconds_until_failover(FAILED_OVER, T0, POLICY) == 0.0
+
+
+def test_changes_have_set_if_absent_semantics() -> None:
+    # Two workers racing: the first failure's time wins, a second EngageFailover does not move it
+    assert apply_change(TIMING, StartTimer(T0 + 5)).failing_since == T0
+    engaged = apply_change(TIMING, EngageFailover(T0 + 60, "x"))
+    assert apply_change(engaged, EngageFailover(T0 + 70, "y")) == engaged
+    # EngageFailover without a timer (route after a restart) also sets failing_since
+    assert apply_change(HEALTHY, EngageFailover(T0, "x")) == PairedState(failing_since=T0, failed_over_at=T0)
+    back = apply_change(engaged, MarkAvailable(T0 + 99, "ping"))
+    assert back.healthy
+    assert back.last_error == "refused"  # the last error stays visible
+    assert apply_change(HEALTHY, RecordPing(T0)).last_ping_at == T0
+
+
+def test_primary_success_on_a_healthy_entity_changes_nothing() -> None:
+    assert on_primary_success(HEALTHY, T0) == ()
+    assert on_primary_success(TIMING, T0) == (MarkAvailable(T0, "primary send succeeded"),)
+    assert not ping_due(HEALTHY, T0, POLICY)
+
+
+@pytest.mark.parametrize("state", [HEALTHY, TIMING, FAILED_OVER, PairedState(last_ping_at=0.125)])
+def test_paired_state_round_trips_through_a_hash(state: PairedState) -> None:
+    assert PairedState.from_fields(state.to_fields()) == state
+    assert PairedState.from_fields({k.encode(): v.encode() for k, v in state.to_fields().items()}) == state
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (dict(failover_interval=-1.0), "failover_interval"),
+        (dict(ping_primary_interval=0.0), "ping"),
+        (dict(ping_timeout=0.0), "ping"),
+    ],
+)
+def test_failover_policy_validation(bad: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FailoverPolicy(**bad)
+
+
+def test_ping_messages() -> None:
+    plain = ping_message("message", "sess-1", T0)
+    assert (plain.content_type, plain.time_to_live, plain.session_id) == (PING_CONTENT_TYPE, 1.0, "sess-1")
+    assert plain.scheduled_enqueue_time_utc is None
+    assert not plain.cancel_after_schedule
+    scheduled = ping_message("schedule", "sess-2", T0)
+    assert scheduled.scheduled_enqueue_time_utc == datetime.fromtimestamp(T0, tz=UTC) + PING_SCHEDULE_AHEAD
+    assert scheduled.cancel_after_schedule
+
+
+# ---- backlog rotation
+
+
+@pytest.mark.parametrize(
+    ("removed", "current", "draw", "readmit_after", "chosen"),
+    [
+        ({}, None, 0.0, None, 0),
+        ({}, None, 0.55, None, 5),
+        ({}, None, 0.999999, None, 9),
+        ({}, 3, 0.9, None, 3),  # keeps its current queue
+        ({3: T0}, 3, 0.0, None, 0),  # current left the rotation: a new random pick
+        ({0: T0, 1: T0}, None, 0.0, None, 2),  # picks among those still in rotation
+        ({i: T0 for i in range(10)}, None, 0.5, None, None),  # all failed: stay in outbox
+        ({i: T0 for i in range(10)}, None, 0.5, 30.0, 5),  # readmitted after 30 s (now is T0 + 30)
+        ({i: T0 for i in range(10)}, None, 0.5, 31.0, None),
+    ],
+)
+def test_choose_backlog_table(
+    removed: dict[int, float],
+    current: int | None,
+    draw: float,
+    readmit_after: float | None,
+    chosen: int | None,
+) -> None:
+    rotation = BacklogRotation(count=10, removed=removed)
+    assert choose_backlog(rotation, T0 + 30, lambda: draw, current, readmit_after) == chosen
+
+
+def test_random_choice_spreads_over_the_rotation() -> None:
+    rotation = BacklogRotation(count=10, removed={4: T0})
+    rand = random.Random(7).random
+    picks = {choose_backlog(rotation, T0, rand) for _ in range(500)}
+    assert picks == set(range(10)) - {4}
+
+
+def test_a_failed_backlog_queue_leaves_the_rotation_for_everyone() -> None:
+    # Given two workers on queues 2 and 5
+    rotation = BacklogRotation(count=10)
+    # When queue 2 fails for the first worker
+    removal = on_backlog_failure(2, DOWN, T0)
+    assert removal == RemoveFromRotation(2, T0, "refused")
+    shared = rotation.apply(removal)
+    # Then the first picks another queue and the second keeps its own; nobody picks 2 again
+    assert choose_backlog(shared, T0, lambda: 0.25, current=2) == 3
+    assert choose_backlog(shared, T0, lambda: 0.2, current=5) == 5
+    assert 2 not in shared.in_rotation(T0, None)
+    # A message-permanent failure is not the queue's fault
+    assert on_backlog_failure(2, TOO_BIG, T0) is None
+    assert on_backlog_failure(2, BUSY, T0) == RemoveFromRotation(2, T0, "busy")
+
+
+def test_rotation_round_trips_and_ignores_indexes_beyond_the_count() -> None:
+    rotation = BacklogRotation(count=10, removed={1: 2.5, 9: T0})
+    assert BacklogRotation.from_fields(10, rotation.to_fields()) == rotation
+    assert BacklogRotation.from_fields(5, {b"1": b"2.5", b"9": b"3.0", b"x": b"1"}).removed == {1: 2.5}
+    with pytest.raises(ValueError, match="at least 1"):
+        BacklogRotation(count=0)
+
+
+# ---- syphon
+
+RESTORED = Restored(MessageFields("m", time_to_live=5.0), "orders")
+
+
+@pytest.mark.parametrize(
+    ("decision", "destination_state", "expected"),
+    [
+        (RESTORED, HEALTHY, SyphonDecision(SyphonAction.SEND)),
+        (RESTORED, TIMING, SyphonDecision(SyphonAction.ABANDON, "destination orders is failed over")),
+        (RESTORED, FAILED_OVER, SyphonDecision(SyphonAction.ABANDON, "destination orders is failed over")),
+        (
+            ExpiredInBacklog("orders", 5.0),
+            HEALTHY,
+            SyphonDecision(SyphonAction.DEAD_LETTER, ExpiredInBacklog("orders", 5.0).reason),
+        ),
+        (NotAliased("not_aliased: x"), HEALTHY, SyphonDecision(SyphonAction.DEAD_LETTER, "not_aliased: x")),
+        (
+            NotAliased("not_aliased: x"),
+            FAILED_OVER,
+            SyphonDecision(SyphonAction.DEAD_LETTER, "not_aliased: x"),
+        ),
+    ],
+)
+def test_syphon_before_send(
+    decision: Restored | ExpiredInBacklog | NotAliased,
+    destination_state: PairedState,
+    expected: SyphonDecision,
+) -> None:
+    assert syphon_before_send(decision, destination_state) == expected
+
+
+@pytest.mark.parametrize(
+    ("outcome", "action"),
+    [
+        (OK, SyphonAction.COMPLETE),
+        (MISSING, SyphonAction.DEAD_LETTER),
+        (TOO_BIG, SyphonAction.DEAD_LETTER),
+        (BUSY, SyphonAction.ABANDON),
+        (TIMEOUT, SyphonAction.ABANDON),
+        (DOWN, SyphonAction.STOP),
+        (AUTH, SyphonAction.STOP),  # a wrong key is not the message's fault: never dead-letter for it
+    ],
+)
+def test_syphon_after_send(outcome: Outcome, action: SyphonAction) -> None:
+    decision = syphon_after_send(outcome, "orders")
+    assert decision.action is action
+    if outcome is MISSING:
+        assert decision.reason.startswith("destination_missing: orders")
