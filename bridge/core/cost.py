@@ -39,7 +39,9 @@ class CostTally:
     """Counts of billable operations.
 
     ``syphon_receives`` counts receive *calls* (an empty long poll is billed too), not messages received.
-    A batch send counts one operation per message, as Service Bus bills it.
+    A batch send counts one operation per message, as Service Bus bills it. ``primary_sends`` and
+    ``backup_sends`` are the workers' sends of outbox messages; the syphon's sends to the primary are
+    ``syphon_sends`` only.
     """
 
     primary_sends: int = 0
