@@ -115,6 +115,9 @@ class EntitySettings(BaseModel):
     requires_duplicate_detection: bool = False
     max_pending_messages: int = Field(default=1_000_000, gt=0, description="Backpressure bound (messages).")
     max_pending_bytes: int = Field(default=1024**3, gt=0, description="Backpressure bound (bytes).")
+    success_policy: Literal["any", "all"] = Field(
+        default="any", description="Active replication: acknowledge when one namespace accepted, or both."
+    )
 
 
 class ApiKeySettings(BaseModel):
@@ -155,6 +158,55 @@ class IngressSettings(BaseModel):
     sas_key: SecretStr | None = None
 
 
+class RetrySettings(BaseModel):
+    """Send attempts: the SDK's own bounded retries (azure-servicebus names) and the bridge's limits.
+
+    The SDK retries stay short so failover happens in seconds; ``attempt_deadline`` bounds every attempt
+    outside the SDK (a blackholed endpoint hangs it in SASL forever). The outbox retry backoff is capped
+    exponential with full jitter (``bridge.core.backoff``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retry_total: int = Field(default=1, ge=0, description="SDK retries per operation.")
+    retry_backoff_factor: float = Field(default=0.2, ge=0, description="SDK first retry delay (seconds).")
+    retry_backoff_max: float = Field(default=2.0, ge=0, description="SDK retry delay cap (seconds).")
+    attempt_deadline: float = Field(default=10.0, gt=0, description="Hard limit per send attempt (s).")
+    outbox_backoff_factor: float = Field(default=0.5, ge=0, description="First outbox retry delay (seconds).")
+    outbox_backoff_max: float = Field(default=30.0, ge=0, description="Outbox retry delay cap (seconds).")
+    transient_failures_to_outage: int = Field(
+        default=3, ge=1, description="Transient failures in a row that count as an outage."
+    )
+    transient_seconds_to_outage: float = Field(
+        default=10.0, ge=0, description="Seconds of transient failures in a row that count as an outage."
+    )
+
+
+class PairedSettings(BaseModel):
+    """Paired-namespace mode, named after .NET's SendAvailabilityPairedNamespaceOptions (same defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backlog_queue_count: int = Field(default=10, ge=1, le=1000)
+    failover_interval: float = Field(default=60.0, ge=0, description="Seconds; 0 fails over at once.")
+    ping_primary_interval: float = Field(default=60.0, gt=0)
+    ping_timeout: float = Field(default=120.0, gt=0)
+    ping_mode: Literal["message", "schedule"] = Field(
+        default="message", description="'schedule' schedules far ahead and cancels: never visible."
+    )
+    syphon_batch_size: int = Field(default=100, ge=1, le=5000)
+    syphon_retry_interval: float = Field(default=1.0, gt=0)
+    syphon_receive_wait: float = Field(
+        default=60.0,
+        gt=0,
+        description="Long-poll seconds per receive; the original used 900 (40 idle polls/hour, 10 queues).",
+    )
+    enable_syphon: bool = True
+    backlog_readmit_after: float | None = Field(
+        default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."
+    )
+
+
 class Settings(BaseSettings):
     """Everything the bridge's processes are configured with."""
 
@@ -172,6 +224,8 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
     ingress: IngressSettings = Field(default_factory=IngressSettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    paired: PairedSettings = Field(default_factory=PairedSettings)
 
     @field_validator("redis_url")
     @classmethod
