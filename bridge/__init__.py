@@ -7,3 +7,14 @@ Celery workers deliver them to Service Bus with replication across two namespace
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+__all__ = ["AsyncProducer", "Producer"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, so `import bridge` (e.g. for the CLI or settings) does not import redis.
+    if name in ("Producer", "AsyncProducer"):
+        from bridge import producer
+
+        return getattr(producer, name)
+    raise AttributeError(f"module 'bridge' has no attribute {name!r}")

@@ -69,6 +69,24 @@ class OutboxUnavailableError(BridgeError):
     retryable = True
 
 
+class EntityNotAllowedError(AuthenticationError):
+    """The caller's API key is valid but limited to other entities."""
+
+
+class PartitionUnavailableError(BridgeError):
+    """The outbox shard a partition key maps to is unavailable; other keys are unaffected."""
+
+    retryable = True
+
+
+class CorruptEntryError(BridgeError):
+    """A stored outbox entry cannot be read back (unknown version, missing or malformed field)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class NamespaceError(BridgeError):
     """A Service Bus namespace failed an operation; subclasses carry the failure class."""
 

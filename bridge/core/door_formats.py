@@ -1,0 +1,238 @@
+"""How each ingress door's wire format maps onto envelope fields (pure; the rules live in ``validation``).
+
+Three formats reach the same ``build_envelope``: the JSON envelope of ``/v1`` (public contract in the
+README, "HTTP API"), the Service Bus REST send protocol (``BrokerProperties`` header, custom properties as
+headers, the ``application/vnd.microsoft.servicebus.json`` batch), and the Redis door's stream fields
+(README, "Redis door"). A malformed input raises ``InvalidMessageError`` with the field at fault.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from bridge.core.validation import ENVELOPE_FIELDS
+from bridge.errors import InvalidMessageError
+
+V1_FIELDS = frozenset(("body", "body_encoding", *ENVELOPE_FIELDS))
+BODY_ENCODINGS = ("text", "base64", "json")
+
+# Service Bus REST BrokerProperties -> envelope field.
+BROKER_PROPERTIES = {
+    "MessageId": "message_id",
+    "SessionId": "session_id",
+    "PartitionKey": "partition_key",
+    "TimeToLive": "time_to_live",
+    "ScheduledEnqueueTimeUtc": "scheduled_enqueue_time_utc",
+    "CorrelationId": "correlation_id",
+    "Label": "subject",
+    "ReplyTo": "reply_to",
+    "To": "to",
+    "ContentType": "content_type",
+}
+# Accepted for compatibility and ignored: they change nothing the bridge stores.
+IGNORED_BROKER_PROPERTIES = frozenset(("ForcePersistence",))
+
+
+def v1_message(obj: object, index: int | None = None) -> tuple[bytes, dict[str, Any]]:
+    """Body bytes and envelope properties from one ``/v1`` JSON envelope."""
+    if not isinstance(obj, dict):
+        raise InvalidMessageError("invalid_type", "a message must be a JSON object", index=index)
+    for name in obj:
+        if name not in V1_FIELDS:
+            raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name, index=index)
+    if "body" not in obj:
+        raise InvalidMessageError("field_required", "body is required", field="body", index=index)
+    encoding = obj.get("body_encoding", "text")
+    raw = obj["body"]
+    props = {name: value for name, value in obj.items() if name not in ("body", "body_encoding")}
+    if encoding == "text":
+        if not isinstance(raw, str):
+            raise InvalidMessageError(
+                "invalid_type", "body must be a string when body_encoding is text", field="body", index=index
+            )
+        return raw.encode(), props
+    if encoding == "base64":
+        if not isinstance(raw, str):
+            raise InvalidMessageError("invalid_type", "body must be base64 text", field="body", index=index)
+        try:
+            return base64.b64decode(raw, validate=True), props
+        except (binascii.Error, ValueError):
+            raise InvalidMessageError(
+                "body_invalid_base64", "body is not valid base64", "body", index
+            ) from None
+    if encoding == "json":
+        props.setdefault("content_type", "application/json")
+        return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode(), props
+    raise InvalidMessageError(
+        "body_encoding_invalid",
+        f"body_encoding must be one of {', '.join(BODY_ENCODINGS)}",
+        "body_encoding",
+        index,
+    )
+
+
+def rest_message(
+    body: bytes,
+    broker_properties: str | Mapping[str, Any] | None,
+    custom: Mapping[str, str | Any],
+    content_type: str | None,
+    index: int | None = None,
+) -> tuple[bytes, dict[str, Any]]:
+    """Body and envelope properties from the Service Bus REST protocol.
+
+    ``broker_properties`` is the ``BrokerProperties`` header text (or, in a batch, the parsed object);
+    ``custom`` maps custom property names to header text (typed as the REST API does: a JSON number,
+    ``true``/``false`` or a quoted string; other text is taken as a string) or, in a batch, to JSON values.
+    """
+    props: dict[str, Any] = {}
+    if content_type:
+        props["content_type"] = content_type
+    if broker_properties is not None:
+        if isinstance(broker_properties, str):
+            try:
+                broker_properties = json.loads(broker_properties)
+            except ValueError:
+                raise InvalidMessageError(
+                    "invalid_broker_properties", "BrokerProperties is not JSON", "BrokerProperties", index
+                ) from None
+        if not isinstance(broker_properties, Mapping):
+            raise InvalidMessageError(
+                "invalid_broker_properties",
+                "BrokerProperties must be a JSON object",
+                "BrokerProperties",
+                index,
+            )
+        for name, value in broker_properties.items():
+            if name in IGNORED_BROKER_PROPERTIES:
+                continue
+            target = BROKER_PROPERTIES.get(name)
+            if target is None:
+                raise InvalidMessageError(
+                    "unknown_field", f"unsupported broker property {name!r}", field=name, index=index
+                )
+            if target == "scheduled_enqueue_time_utc" and isinstance(value, str):
+                props[target] = rest_time(value)
+            else:
+                props[target] = value
+    if custom:
+        props["application_properties"] = {name: _custom_value(value) for name, value in custom.items()}
+    return body, props
+
+
+def rest_time(value: str) -> str:
+    """RFC 1123 (what the REST API documents) or ISO-8601 text, as ISO-8601 for the validator."""
+    try:
+        return parsedate_to_datetime(value).isoformat()
+    except (TypeError, ValueError, IndexError):
+        return value  # not RFC 1123: let the ISO-8601 rule judge it
+
+
+def _custom_value(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        return value
+    return parsed if isinstance(parsed, str | int | float | bool) else value
+
+
+def rest_batch(items: object) -> list[tuple[bytes, dict[str, Any]]]:
+    """A REST batch (``[{"Body": ..., "BrokerProperties": {...}, "UserProperties": {...}}, ...]``)."""
+    if not isinstance(items, list):
+        raise InvalidMessageError("invalid_type", "a batch must be a JSON array", field="messages")
+    out = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("Body"), str):
+            raise InvalidMessageError(
+                "invalid_type", "each batch item needs a string Body", field="Body", index=index
+            )
+        unknown = set(item) - {"Body", "BrokerProperties", "UserProperties"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name, index=index)
+        user = item.get("UserProperties") or {}
+        if not isinstance(user, dict):
+            raise InvalidMessageError(
+                "invalid_type", "UserProperties must be an object", "UserProperties", index
+            )
+        out.append(rest_message(item["Body"].encode(), item.get("BrokerProperties"), user, None, index))
+    return out
+
+
+REDIS_DOOR_TEXT = (
+    "message_id",
+    "content_type",
+    "correlation_id",
+    "subject",
+    "reply_to",
+    "to",
+    "session_id",
+    "partition_key",
+    "scheduled_enqueue_time_utc",
+)
+
+
+def redis_door_message(fields: Mapping[bytes, bytes], default_id: str) -> tuple[bytes, dict[str, Any]]:
+    """Body and envelope properties from a Redis door entry (layout: README, "Redis door").
+
+    ``default_id`` becomes the MessageId when the entry has none; the door derives it from the entry id so
+    that moving the same entry twice (after a crash) is idempotent.
+    """
+    if b"body" not in fields:
+        raise InvalidMessageError("field_required", "the entry has no body field", field="body")
+    props: dict[str, Any] = {"message_id": default_id}
+    body = bytes(fields[b"body"])
+    for raw_name, raw_value in fields.items():
+        try:
+            name = raw_name.decode()
+            value = raw_value.decode() if name != "body" else ""
+        except UnicodeDecodeError:
+            raise InvalidMessageError(
+                "invalid_utf8", "field names and non-body values must be UTF-8", field=repr(raw_name)
+            ) from None
+        if name == "body":
+            continue
+        if name == "body_encoding":
+            if value == "base64":
+                try:
+                    body = base64.b64decode(body, validate=True)
+                except (binascii.Error, ValueError):
+                    raise InvalidMessageError(
+                        "body_invalid_base64", "body is not valid base64", "body"
+                    ) from None
+            elif value != "text":
+                raise InvalidMessageError("body_encoding_invalid", "body_encoding is text or base64", name)
+        elif name in REDIS_DOOR_TEXT:
+            props[name] = value
+        elif name == "time_to_live":
+            try:
+                props[name] = float(value)
+            except ValueError:
+                raise InvalidMessageError(
+                    "time_to_live_invalid", "time_to_live is not a number", name
+                ) from None
+        elif name == "application_properties":
+            try:
+                props[name] = json.loads(value)
+            except ValueError:
+                raise InvalidMessageError(
+                    "invalid_type", "application_properties is not JSON", name
+                ) from None
+        else:
+            raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name)
+    return body, props
+
+
+def door_message_id(entity: str, entry_id: str) -> str:
+    """The MessageId of a Redis door entry without one: stable for the same entity and entry id."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"bridge-redis-door:{entity}:{entry_id}").hex

@@ -1,0 +1,130 @@
+"""The ASGI app of ``bridge serve``: routes, start-up checks, health and readiness.
+
+``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis (URL forms
+in ``bridge.outbox.connection``), checks what the settings demand of it (``ingress.require_appendfsync``,
+``WAIT`` not on a Cluster) and refuses to start otherwise. ``require_auth`` is decided by the caller from the
+bind address (``bridge serve`` requires keys on any non-loopback address); without keys configured, an app
+that requires authentication refuses to be built.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bridge.errors import ConfigurationError
+from bridge.http import rest_door, v1
+from bridge.http.ingress import Ingress
+from bridge.http.openapi import document
+from bridge.outbox.connection import async_client, is_cluster
+from bridge.outbox.scripts import WRITE
+from bridge.outbox.store import AsyncOutbox
+from bridge.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_FSYNC_STRICTNESS = {"always": 2, "everysec": 1, "no": 0}
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_auth_settings(settings: Settings, require_auth: bool) -> None:
+    """Refuse an app that must authenticate but has no way to."""
+    ingress = settings.ingress
+    if require_auth and not ingress.api_keys and not (ingress.sas_key and ingress.sas_key_name):
+        raise ConfigurationError(
+            "authentication is required (non-loopback bind or ingress.require_api_key) but no "
+            "ingress.api_keys (or ingress.sas_key) are configured"
+        )
+
+
+async def check_redis(client: Any, settings: Settings) -> None:
+    """Start-up checks against the Redis the outbox lives in."""
+    ingress = settings.ingress
+    cluster = is_cluster(client)
+    if ingress.wait_replicas and cluster:
+        raise ConfigurationError("ingress.wait_replicas is not supported on a Redis Cluster")
+    try:
+        await client.script_load(WRITE.text)
+        if ingress.require_appendfsync:
+            config = await client.config_get("append*")
+            appendonly = config.get(b"appendonly", config.get("appendonly"))
+            fsync = config.get(b"appendfsync", config.get("appendfsync"))
+            appendonly = appendonly.decode() if isinstance(appendonly, bytes) else appendonly
+            fsync = fsync.decode() if isinstance(fsync, bytes) else fsync
+            wanted = _FSYNC_STRICTNESS[ingress.require_appendfsync]
+            if appendonly != "yes" or _FSYNC_STRICTNESS.get(str(fsync), -1) < wanted:
+                raise ConfigurationError(
+                    f"Redis runs appendonly={appendonly} appendfsync={fsync}; ingress.require_appendfsync "
+                    f"asks for appendonly=yes and appendfsync={ingress.require_appendfsync} or stricter"
+                )
+    except redis.exceptions.RedisError as exc:
+        raise ConfigurationError(f"cannot check Redis at start-up ({type(exc).__name__})") from None
+
+
+async def healthz(request: Request) -> Response:
+    """Liveness: the process answers."""
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Readiness: Redis answers a PING."""
+    ingress: Ingress = request.app.state.ingress
+    try:
+        await ingress.outbox.client.ping()
+    except redis.exceptions.RedisError as exc:
+        return JSONResponse(
+            {"status": "unavailable", "reason": type(exc).__name__},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+    return JSONResponse({"status": "ready"})
+
+
+async def openapi(request: Request) -> Response:
+    """The OpenAPI document."""
+    return JSONResponse(document())
+
+
+def create_app(settings: Settings, *, require_auth: bool = False, client: Any = None) -> Starlette:
+    """The ingress app; ``client`` (an asyncio Redis client) defaults to one built from ``redis_url``."""
+    check_auth_settings(settings, require_auth)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        redis_client = client if client is not None else async_client(settings.redis_url.get_secret_value())
+        await check_redis(redis_client, settings)
+        app.state.ingress = Ingress(settings, AsyncOutbox(redis_client, settings), require_auth=require_auth)
+        log.info("ingress ready (authentication %s)", "required" if require_auth else "optional")
+        try:
+            yield
+        finally:
+            await app.state.ingress.batcher.close()
+            if client is None:
+                await redis_client.aclose()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/v1/openapi.json", openapi, methods=["GET"]),
+        *v1.routes,
+        *rest_door.routes,
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

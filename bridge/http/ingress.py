@@ -1,0 +1,130 @@
+"""What every HTTP route shares: settings, the outbox and its write batcher, authentication, body limits.
+
+``Ingress`` is built once by the app's lifespan and reached through ``request.app.state.ingress``; routes
+stay a few lines: authenticate, read a bounded body, decode the door's format, validate (``bridge.core``),
+``submit`` the group, answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+
+from bridge.core.auth import ApiKey, Caller, authenticate_key, authenticate_sas
+from bridge.core.envelope import Envelope
+from bridge.core.validation import build_envelope, validate_entity
+from bridge.errors import AuthenticationError, InvalidMessageError, MessageTooLargeError, UnknownEntityError
+from bridge.outbox.batcher import WriteBatcher
+from bridge.outbox.store import AsyncOutbox
+from bridge.outbox.writer import Ack
+from bridge.settings import Settings
+
+ANONYMOUS = Caller(name="anonymous")
+
+
+def new_message_id() -> str:
+    """A random 128-bit MessageId as 32 hex digits."""
+    return os.urandom(16).hex()
+
+
+class Ingress:
+    """Shared state of the HTTP door."""
+
+    def __init__(self, settings: Settings, outbox: AsyncOutbox, *, require_auth: bool) -> None:
+        self.settings = settings
+        self.outbox = outbox
+        self.writer = outbox.writer
+        self.batcher = WriteBatcher(outbox)
+        self.require_auth = require_auth
+        ingress = settings.ingress
+        self.keys = [
+            ApiKey(k.name, k.sha256, frozenset(k.entities) if k.entities is not None else None)
+            for k in ingress.api_keys
+        ]
+        self.sas_key_name = ingress.sas_key_name
+        self.sas_key = ingress.sas_key.get_secret_value() if ingress.sas_key else None
+        self.max_request_bytes = ingress.max_request_bytes
+
+    def authenticate(self, request: Request, *, allow_sas: bool = False) -> Caller:
+        """The caller of ``request``; anonymous only when authentication is not required."""
+        headers = request.headers
+        authorization = headers.get("authorization")
+        api_key = headers.get("x-api-key")
+        if authorization and authorization.startswith("Bearer "):
+            api_key = authorization[7:].strip()
+        if api_key:
+            return authenticate_key(api_key, self.keys)
+        if authorization and authorization.startswith("SharedAccessSignature"):
+            if not allow_sas or self.sas_key is None or self.sas_key_name is None:
+                raise AuthenticationError("SharedAccessSignature is not accepted here")
+            return authenticate_sas(
+                authorization, key_name=self.sas_key_name, key=self.sas_key, now=time.time()
+            )
+        if self.require_auth:
+            raise AuthenticationError("credentials required: Authorization: Bearer <key> or x-api-key")
+        return ANONYMOUS
+
+    def check_entity(self, caller: Caller, entity: str) -> None:
+        """Entity path rules, the caller's allow-list and, if configured, the list of known entities."""
+        validate_entity(entity)
+        caller.check_entity(entity)
+        if self.settings.ingress.only_configured_entities and entity not in self.settings.entities:
+            raise UnknownEntityError(f"entity {entity!r} is not configured")
+
+    async def body(self, request: Request) -> bytes:
+        """The request body, refused with 413 as soon as it passes ``max_request_bytes``."""
+        limit = self.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise MessageTooLargeError("request_too_large", f"request body exceeds {limit} bytes")
+        chunks = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise MessageTooLargeError("request_too_large", f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def json_body(self, request: Request) -> Any:
+        """The body parsed as JSON (UTF-8), or ``invalid_json`` (400)."""
+        raw = await self.body(request)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidMessageError("invalid_json", "request body is not UTF-8 JSON") from None
+
+    def envelopes(
+        self, entity: str, items: Sequence[tuple[bytes, dict[str, Any]]], *, single: bool = False
+    ) -> tuple[list[Envelope], list[bool]]:
+        """Validate decoded messages; ``fresh[i]`` is True when message ``i`` got a new MessageId."""
+        rules = self.writer.policy(entity).rules
+        now = time.time()
+        envelopes = []
+        fresh = []
+        for index, (body, props) in enumerate(items):
+            fresh.append(props.get("message_id") is None)
+            envelopes.append(
+                build_envelope(
+                    entity,
+                    body,
+                    props,
+                    rules=rules,
+                    now=now,
+                    new_id=new_message_id,
+                    index=None if single else index,
+                )
+            )
+        return envelopes, fresh
+
+    async def store(
+        self, entity: str, envelopes: list[Envelope], fresh: list[bool], *, transactional: bool = False
+    ) -> list[Ack]:
+        """Write atomically through the batcher; returns once Redis accepted (or raises)."""
+        group = self.writer.group(entity, envelopes, transactional=transactional, fresh=fresh)
+        return await self.batcher.submit(group)

@@ -1,0 +1,172 @@
+"""The ``/v1`` JSON envelope API (public contract: README, "HTTP API"; schema: ``/v1/openapi.json``).
+
+``POST /v1/entities/{entity}/messages``        one envelope -> 202 ``{"message_id", "entity", "duplicate"}``
+``POST /v1/entities/{entity}/messages:batch``  ``{"messages": [...]}`` -> 202 ``{"message_ids": [...]}``,
+                                               all stored or none; ``?transactional=true``: one partition key
+``GET  /v1/entities/{entity}/quarantine``      entries that failed validation (``?count=&after=``)
+``GET  /v1/entities/{entity}/deadletter``      messages Service Bus will never take
+``GET  /v1/entities/{entity}/outbox``          pending messages and bytes, problem stream lengths
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+import redis
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bridge.core.door_formats import v1_message
+from bridge.core.validation import check_batch
+from bridge.errors import BridgeError, InvalidMessageError
+from bridge.http.ingress import Ingress
+from bridge.http.problems import error_response
+from bridge.outbox import keys
+from bridge.outbox.connection import translate
+from bridge.outbox.reader import problem_records, problem_stream
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def answers_errors(*, rest: bool = False) -> Callable[[Handler], Handler]:
+    """Turn bridge errors raised by a route into their JSON answer."""
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def wrapper(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except BridgeError as exc:
+                return error_response(exc, rest=rest)
+
+        return wrapper
+
+    return decorate
+
+
+def ingress_of(request: Request) -> Ingress:
+    """The shared ``Ingress`` built by the app's lifespan."""
+    ingress: Ingress = request.app.state.ingress
+    return ingress
+
+
+@answers_errors()
+async def post_message(request: Request) -> Response:
+    """One JSON envelope."""
+    ingress = ingress_of(request)
+    entity = request.path_params["entity"]
+    ingress.check_entity(ingress.authenticate(request), entity)
+    item = v1_message(await ingress.json_body(request))
+    envelopes, fresh = ingress.envelopes(entity, [item], single=True)
+    (ack,) = await ingress.store(entity, envelopes, fresh)
+    return JSONResponse(
+        {"message_id": ack.message_id, "entity": entity, "duplicate": ack.duplicate}, status_code=202
+    )
+
+
+@answers_errors()
+async def post_batch(request: Request) -> Response:
+    """Several envelopes, stored atomically."""
+    ingress = ingress_of(request)
+    entity = request.path_params["entity"]
+    ingress.check_entity(ingress.authenticate(request), entity)
+    transactional = _flag(request, "transactional")
+    payload = await ingress.json_body(request)
+    if not isinstance(payload, dict) or set(payload) != {"messages"}:
+        raise InvalidMessageError("invalid_type", 'a batch is {"messages": [...]}', field="messages")
+    messages = payload["messages"]
+    if not isinstance(messages, list):
+        raise InvalidMessageError("invalid_type", "messages must be an array", field="messages")
+    limit = ingress.settings.ingress.max_batch_messages
+    if len(messages) > limit:
+        raise InvalidMessageError("batch_too_large", f"a batch holds at most {limit} messages", "messages")
+    items = [v1_message(message, index) for index, message in enumerate(messages)]
+    envelopes, fresh = ingress.envelopes(entity, items)
+    check_batch(envelopes, transactional=transactional, max_messages=limit)
+    acks = await ingress.store(entity, envelopes, fresh, transactional=transactional)
+    return JSONResponse(
+        {
+            "message_ids": [ack.message_id for ack in acks],
+            "entity": entity,
+            "duplicates": sum(1 for ack in acks if ack.duplicate),
+        },
+        status_code=202,
+    )
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise InvalidMessageError("invalid_type", f"?{name}= is true or false", field=name)
+    return value in ("true", "1")
+
+
+def _count(request: Request) -> int:
+    text = request.query_params.get("count", "50")
+    if not text.isdigit() or not 0 < int(text) <= 1000:
+        raise InvalidMessageError("invalid_type", "?count= is an integer from 1 to 1000", field="count")
+    return int(text)
+
+
+async def _problems(request: Request, which: str) -> Response:
+    ingress = ingress_of(request)
+    entity = request.path_params["entity"]
+    ingress.check_entity(ingress.authenticate(request), entity)
+    after = request.query_params.get("after", "-")
+    start = after if after == "-" else f"({after}"
+    try:
+        items = await ingress.outbox.client.xrange(
+            problem_stream(entity, which), min=start, max="+", count=_count(request)
+        )
+    except redis.exceptions.ResponseError:
+        raise InvalidMessageError("invalid_type", "?after= is a stream entry id", field="after") from None
+    except redis.exceptions.RedisError as exc:
+        raise translate(exc) from None
+    return JSONResponse({"entity": entity, "entries": problem_records(items)})
+
+
+@answers_errors()
+async def get_quarantine(request: Request) -> Response:
+    """Entries that failed validation, with the reason."""
+    return await _problems(request, "quarantine")
+
+
+@answers_errors()
+async def get_deadletter(request: Request) -> Response:
+    """Messages moved to the local dead-letter stream, with the reason."""
+    return await _problems(request, "deadletter")
+
+
+@answers_errors()
+async def get_outbox(request: Request) -> Response:
+    """Outbox depth of one entity."""
+    ingress = ingress_of(request)
+    entity = request.path_params["entity"]
+    ingress.check_entity(ingress.authenticate(request), entity)
+    client = ingress.outbox.client
+    try:
+        stats = await client.hmget(keys.stats(entity), ["messages", "bytes"])
+        quarantined = await client.xlen(keys.quarantine(entity))
+        dead = await client.xlen(keys.deadletter(entity))
+    except redis.exceptions.RedisError as exc:
+        raise translate(exc) from None
+    return JSONResponse(
+        {
+            "entity": entity,
+            "pending_messages": int(stats[0] or 0),
+            "pending_bytes": int(stats[1] or 0),
+            "quarantine": quarantined,
+            "deadletter": dead,
+        }
+    )
+
+
+routes = [
+    Route("/v1/entities/{entity:path}/messages:batch", post_batch, methods=["POST"]),
+    Route("/v1/entities/{entity:path}/messages", post_message, methods=["POST"]),
+    Route("/v1/entities/{entity:path}/quarantine", get_quarantine, methods=["GET"]),
+    Route("/v1/entities/{entity:path}/deadletter", get_deadletter, methods=["GET"]),
+    Route("/v1/entities/{entity:path}/outbox", get_outbox, methods=["GET"]),
+]

@@ -1,0 +1,172 @@
+"""Redis connections for the outbox: one URL names a single server, a Sentinel-managed primary or a Cluster.
+
+Connection strings (``settings.redis_url``)::
+
+    redis://[[user]:password@]host[:port][/db]          one server (rediss:// for TLS, unix:///path.sock)
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]
+                                                        the primary Sentinel elects for ``service_name``;
+                                                        the password is the data nodes' (rediss+sentinel://)
+    redis+cluster://[[user]:password@]host:port[,host:port...]
+                                                        a Redis Cluster; any reachable nodes to start from
+
+Options: clients use binary replies (``decode_responses=False``) and short timeouts, and redis-py's own
+retries are off: a failed outbox write must surface at once as ``OutboxUnavailableError`` (HTTP 503), and the
+producer decides whether to retry, so an acknowledgement is never delayed behind a hidden retry loop.
+
+Driver errors never leave this package: ``translate`` turns them into the bridge's exception tree with a
+message that names neither the URL nor the password.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from bridge.errors import BackpressureError, ConfigurationError, OutboxUnavailableError
+
+Kind = Literal["single", "sentinel", "cluster"]
+_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """A parsed ``redis_url``; ``password`` is kept out of the repr."""
+
+    kind: Kind
+    url: str = field(repr=False)
+    hosts: tuple[tuple[str, int], ...] = ()
+    service_name: str | None = None
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl: bool = False
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """Recognise the three URL forms above; raise ``ConfigurationError`` (without the URL) when malformed."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigurationError("redis_url has no scheme (expected redis://, redis+sentinel://, ...)")
+    if scheme in ("redis", "rediss", "unix"):
+        return RedisTarget(kind="single", url=url, ssl=scheme == "rediss")
+    base, plus, kind = scheme.partition("+")
+    if not plus or base not in ("redis", "rediss") or kind not in ("sentinel", "cluster"):
+        raise ConfigurationError(f"redis_url scheme {scheme!r} is not supported")
+    parts = urlsplit("redis://" + url[len(scheme) + 3 :])
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    hosts = tuple(_host_port(item) for item in hostlist.split(",") if item)
+    if not hosts:
+        raise ConfigurationError(f"redis_url ({scheme}) names no host")
+    path = [segment for segment in parts.path.split("/") if segment]
+    service_name = None
+    db = 0
+    if kind == "sentinel":
+        if not path:
+            raise ConfigurationError("redis+sentinel:// URL needs /<service_name>")
+        service_name = unquote(path.pop(0))
+    if path:
+        if kind == "cluster" or len(path) > 1 or not path[0].isdigit():
+            raise ConfigurationError(f"redis_url ({scheme}) has an unexpected path")
+        db = int(path[0])
+    return RedisTarget(
+        kind=kind,  # type: ignore[arg-type]
+        url=url,
+        hosts=hosts,
+        service_name=service_name,
+        db=db,
+        username=username,
+        password=password,
+        ssl=base == "rediss",
+    )
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    else:
+        host, _, port_text = item.rpartition(":") if ":" in item else (item, "", "")
+    try:
+        port = int(port_text) if port_text else 6379
+    except ValueError:
+        raise ConfigurationError("redis_url has a host with a non-numeric port") from None
+    if not host or not 0 < port < 65536:
+        raise ConfigurationError("redis_url has an empty host or an invalid port")
+    return host, port
+
+
+def _options(target: RedisTarget) -> dict[str, Any]:
+    return {
+        "socket_timeout": _TIMEOUT,
+        "socket_connect_timeout": _TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+        "decode_responses": False,
+    }
+
+
+def sync_client(url: str) -> Any:
+    """A blocking redis-py client for ``url``: ``Redis``, ``RedisCluster`` or a Sentinel-managed ``Redis``."""
+    return _client(parse_redis_url(url), redis.Redis, redis.cluster, redis.sentinel)
+
+
+def async_client(url: str) -> Any:
+    """The asyncio counterpart of ``sync_client``."""
+    return _client(parse_redis_url(url), redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+
+
+def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:
+    # redis-py's sync and asyncio modules mirror each other, so one builder serves both.
+    options = _options(target)
+    if target.kind == "single":
+        return single.from_url(target.url, **options)
+    auth: dict[str, Any] = {"username": target.username, "password": target.password, "ssl": target.ssl}
+    if target.kind == "cluster":
+        options.pop("retry")  # the cluster client has its own retry semantics (redirects); keep them
+        nodes = [cluster.ClusterNode(host, port) for host, port in target.hosts]
+        return cluster.RedisCluster(startup_nodes=nodes, **auth, **options)
+    watcher = sentinel.Sentinel(list(target.hosts), socket_timeout=_TIMEOUT)
+    return watcher.master_for(str(target.service_name), db=target.db, **auth, **options)
+
+
+def is_cluster(client: object) -> bool:
+    """True for cluster clients (no ``WAIT`` across slots, totals updated outside the entity script)."""
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def translate(exc: BaseException) -> Exception:
+    """The bridge error for a driver error (the message never includes the URL or a password)."""
+    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+        return BackpressureError("Redis is out of memory (maxmemory reached)", retry_after=1.0)
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return OutboxUnavailableError("Redis is read-only (a replica, or failover in progress)")
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return OutboxUnavailableError(f"Redis is unreachable ({type(exc).__name__})")
+    if isinstance(exc, redis.exceptions.RedisError):
+        return OutboxUnavailableError(f"Redis refused the write ({type(exc).__name__})")
+    return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+
+
+@contextmanager
+def driver_errors() -> Iterator[None]:
+    """Translate redis-py errors raised inside the block."""
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        raise translate(exc) from None

@@ -1,0 +1,64 @@
+"""Where everything lives in Redis.
+
+Every key of one entity carries the hash tag ``{<entity>}`` so that, on a Redis Cluster, the outbox shards,
+counters, idempotency markers, the ingress stream, quarantine and dead-letter streams of an entity sit in
+one slot: the writer's Lua script touches several of them atomically, which a cluster only allows within a
+slot. Totals across entities live under ``{bridge}`` and are updated outside the per-entity script.
+
+=======================================  =================================================================
+key                                      holds
+=======================================  =================================================================
+``bridge:{E}:out:<i>``                   outbox shard ``i`` of entity E (stream; group ``senders``)
+``bridge:{E}:stats``                     hash ``messages``, ``bytes``: what E's outbox holds unacknowledged
+``bridge:{E}:mid:<bucket>``              idempotency markers of one time bucket (hash MessageId ->
+                                         ``<shard> <entry id>``; expires, see ``scripts.WRITE``)
+``bridge:{E}:in``                        the Redis door: apps ``XADD`` here (group ``ingress``)
+``bridge:{E}:quarantine``                entries that failed validation, with the reason (stream)
+``bridge:{E}:deadletter``                messages Service Bus will never take, with the reason (stream)
+``bridge:{bridge}:stats``                hash ``messages``, ``bytes``: totals over all entities
+``bridge:{bridge}:entities``             set of entity names that ever had an outbox (for listings)
+=======================================  =================================================================
+"""
+
+from __future__ import annotations
+
+SENDERS_GROUP = "senders"
+INGRESS_GROUP = "ingress"
+TOTALS = "bridge:{bridge}:stats"
+ENTITIES = "bridge:{bridge}:entities"
+
+
+def _tag(entity: str) -> str:
+    # A '}' in the name would end the hash tag early; validated entity paths never contain one, and the
+    # replacement keeps a hand-made name from splitting an entity's keys across slots.
+    return "bridge:{" + entity.replace("}", "%7D") + "}:"
+
+
+def outbox(entity: str, shard: int) -> str:
+    """Outbox stream of one shard."""
+    return f"{_tag(entity)}out:{shard}"
+
+
+def stats(entity: str) -> str:
+    """Per-entity pending counters."""
+    return _tag(entity) + "stats"
+
+
+def message_id_prefix(entity: str) -> str:
+    """Prefix of the idempotency marker hashes; a bucket's key is this plus the bucket number."""
+    return _tag(entity) + "mid:"
+
+
+def ingress(entity: str) -> str:
+    """The Redis door's stream."""
+    return _tag(entity) + "in"
+
+
+def quarantine(entity: str) -> str:
+    """Entries that failed validation."""
+    return _tag(entity) + "quarantine"
+
+
+def deadletter(entity: str) -> str:
+    """The local dead-letter stream."""
+    return _tag(entity) + "deadletter"

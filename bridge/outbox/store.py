@@ -1,0 +1,196 @@
+"""The outbox writer bound to a Redis connection: ``SyncOutbox`` (blocking) and ``AsyncOutbox`` (asyncio).
+
+One call sends every group's script in one pipeline (one round trip), then ``WAIT`` when replicas must
+confirm, and returns per group either its acks or the error that refused it. Driver errors become
+``OutboxUnavailableError`` / ``BackpressureError`` here and never leave the package.
+
+Scripts run by ``EVALSHA``; when a server does not know the script yet (fresh start, failover, a cluster
+node added), it is loaded and only the refused calls are sent again: ``NOSCRIPT`` means nothing ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from bridge.errors import BridgeError, OutboxUnavailableError
+from bridge.outbox import keys
+from bridge.outbox.connection import driver_errors, is_cluster, translate
+from bridge.outbox.scripts import WRITE
+from bridge.outbox.writer import Ack, Command, Group, OutboxWriter
+from bridge.settings import Settings
+
+GroupResult = list[Ack] | BridgeError
+
+
+def _sort(writer: OutboxWriter, groups: Sequence[Group]) -> tuple[dict[int, GroupResult], list[Group]]:
+    """Cluster only: refuse up front the groups that would pass the total bound as last seen."""
+    early: dict[int, GroupResult] = {}
+    send: list[Group] = []
+    for index, group in enumerate(groups):
+        if writer.cluster and writer.over_seen_totals(group):
+            early[index] = _total_full(writer)
+        else:
+            send.append(group)
+    return early, send
+
+
+def _total_full(writer: OutboxWriter) -> BridgeError:
+    from bridge.errors import BackpressureError
+
+    return BackpressureError("the outbox of the bridge is full; retry later", retry_after=writer.retry_after)
+
+
+def _collect(  # noqa: PLR0917 - private, called from two places with the same six values
+    writer: OutboxWriter,
+    groups: Sequence[Group],
+    early: dict[int, GroupResult],
+    commands: list[Command],
+    replies: list[Any],
+    wait_reply: Any,
+) -> list[GroupResult]:
+    by_group: dict[int, GroupResult] = {}
+    for command, reply in zip(commands, replies, strict=True):
+        if isinstance(reply, Exception):
+            error = translate(reply)
+            results: list[GroupResult] = [
+                error if isinstance(error, BridgeError) else OutboxUnavailableError("outbox write failed")
+            ] * len(command.groups)
+        else:
+            results = writer.results(command, reply)
+        if wait_reply is not None and int(wait_reply) < writer.wait_replicas:
+            failed = OutboxUnavailableError(
+                f"written, but only {int(wait_reply)} of {writer.wait_replicas} replicas confirmed in time; "
+                "retry with the same message_id"
+            )
+            results = [failed if isinstance(r, list) else r for r in results]
+        for group, result in zip(command.groups, results, strict=True):
+            by_group[id(group)] = result
+    out: list[GroupResult] = []
+    for index, group in enumerate(groups):
+        out.append(early[index] if index in early else by_group[id(group)])
+    return out
+
+
+def _is_noscript(reply: object) -> bool:
+    return isinstance(reply, redis.exceptions.NoScriptError)
+
+
+class SyncOutbox:
+    """Blocking outbox writes (used by ``bridge.Producer`` and the Redis door)."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        # ``client``: any blocking client from ``bridge.outbox.connection.sync_client``.
+        self.client = client
+        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+        self._loaded = False
+
+    def write(self, groups: Sequence[Group]) -> list[GroupResult]:
+        """Store every group atomically; per group, its acks or the error that refused it."""
+        writer = self.writer
+        if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
+            with driver_errors():
+                seen = self.client.hmget(keys.TOTALS, ["messages", "bytes"])
+            writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
+        early, send = _sort(writer, groups)
+        if not send:
+            return [early[i] for i in range(len(groups))]
+        commands = writer.commands(send)
+        new_entities = [c.entity for c in commands if c.entity not in writer.known_entities]
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
+            if new_entities:
+                pipe.sadd(keys.ENTITIES, *new_entities)
+            wait = writer.wait_replicas > 0 and not writer.cluster
+            if wait:
+                pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
+            replies = pipe.execute(raise_on_error=False)
+            if any(_is_noscript(r) for r in replies[: len(commands)]):
+                self.client.script_load(WRITE.text)
+                for index, command in enumerate(commands):
+                    if _is_noscript(replies[index]):
+                        try:
+                            replies[index] = self.client.evalsha(
+                                WRITE.sha, len(command.keys), *command.keys, *command.args
+                            )
+                        except redis.exceptions.RedisError as exc:
+                            replies[index] = exc
+        writer.known_entities.update(new_entities)
+        results = _collect(
+            writer, groups, early, commands, replies[: len(commands)], replies[-1] if wait else None
+        )
+        if writer.cluster:
+            messages, size = writer.accepted([results[i] for i in range(len(groups)) if i not in early], send)
+            with driver_errors():
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hincrby(keys.TOTALS, "messages", messages)
+                pipe.hincrby(keys.TOTALS, "bytes", size)
+                totals = pipe.execute()
+            writer.seen_totals = (int(totals[0]), int(totals[1]))
+        return results
+
+
+class AsyncOutbox:
+    """asyncio outbox writes (used by the HTTP ingress through the batcher, and ``AsyncProducer``)."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        # ``client``: any asyncio client from ``bridge.outbox.connection.async_client``.
+        self.client = client
+        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+
+    async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
+        """Store every group atomically; per group, its acks or the error that refused it."""
+        writer = self.writer
+        if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
+            try:
+                seen = await self.client.hmget(keys.TOTALS, ["messages", "bytes"])
+            except redis.exceptions.RedisError as exc:
+                raise translate(exc) from None
+            writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
+        early, send = _sort(writer, groups)
+        if not send:
+            return [early[i] for i in range(len(groups))]
+        commands = writer.commands(send)
+        new_entities = [c.entity for c in commands if c.entity not in writer.known_entities]
+        wait = writer.wait_replicas > 0 and not writer.cluster
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
+            if new_entities:
+                pipe.sadd(keys.ENTITIES, *new_entities)
+            if wait:
+                pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
+            replies = await pipe.execute(raise_on_error=False)
+            if any(_is_noscript(r) for r in replies[: len(commands)]):
+                await self.client.script_load(WRITE.text)
+                for index, command in enumerate(commands):
+                    if _is_noscript(replies[index]):
+                        try:
+                            replies[index] = await self.client.evalsha(
+                                WRITE.sha, len(command.keys), *command.keys, *command.args
+                            )
+                        except redis.exceptions.RedisError as exc:
+                            replies[index] = exc
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from None
+        writer.known_entities.update(new_entities)
+        results = _collect(
+            writer, groups, early, commands, replies[: len(commands)], replies[-1] if wait else None
+        )
+        if writer.cluster:
+            messages, size = writer.accepted([results[i] for i in range(len(groups)) if i not in early], send)
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hincrby(keys.TOTALS, "messages", messages)
+                pipe.hincrby(keys.TOTALS, "bytes", size)
+                totals = await pipe.execute()
+            except redis.exceptions.RedisError as exc:
+                raise translate(exc) from None
+            writer.seen_totals = (int(totals[0]), int(totals[1]))
+        return results

@@ -1,0 +1,220 @@
+"""Atomic outbox writes: idempotency check, ``XADD`` to the right shard and the pending counters, in one step.
+
+A *group* is what one caller wants stored atomically (one HTTP request, one ``send_batch``): all its
+messages are written or none is. Groups for the same entity travel in one ``EVALSHA`` of the ``WRITE``
+script, and the scripts of all entities in one pipeline, so a burst of concurrent requests costs one round
+trip (see ``bridge.outbox.batcher``). The caller is acknowledged only after Redis answered; with
+``ingress.wait_replicas`` set, only after ``WAIT`` saw that many replicas take the write.
+
+``OutboxWriter`` holds no connection: it turns groups into commands and replies into results, so the same
+logic serves the blocking ``SyncOutbox`` (``Producer``) and the asyncio ``AsyncOutbox`` (HTTP,
+``AsyncProducer``).
+
+Bounds: per entity, the script refuses a group that would take the entity past ``max_pending_messages`` or
+``max_pending_bytes``. The total over all entities is checked in the same script on a single Redis. On a
+Cluster the total lives in another slot, so it is kept by a separate ``HINCRBY`` after each write and checked
+against the last value this process saw: it may overshoot by what concurrent writers add in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bridge.core.envelope import Envelope
+from bridge.core.partitioning import choose_shard, partition_key
+from bridge.core.validation import EntityRules
+from bridge.errors import BackpressureError, BridgeError, OutboxUnavailableError
+from bridge.outbox import keys
+from bridge.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Where an accepted message is: its shard and stream entry; ``duplicate`` when it was there already."""
+
+    message_id: str
+    shard: int
+    entry_id: str
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class EntityPolicy:
+    """What the writer needs to know about one entity."""
+
+    rules: EntityRules
+    shards: int
+    max_messages: int
+    max_bytes: int
+
+
+@dataclass
+class Group:
+    """One atomic write: the envelopes of one request, their shards, their encoded fields."""
+
+    entity: str
+    envelopes: Sequence[Envelope]
+    args: list[bytes | str | int] = field(default_factory=list)
+    messages: int = 0
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``EVALSHA`` of the write script for one entity, and the groups it carries (in order)."""
+
+    entity: str
+    keys: list[str]
+    args: list[bytes | str | int]
+    groups: list[Group]
+
+
+class OutboxWriter:
+    """Turns groups into script calls and script replies into acks or errors (no I/O here)."""
+
+    def __init__(self, settings: Settings, *, cluster: bool = False) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        ingress = settings.ingress
+        self.window_ms = max(1, int(ingress.idempotency_window * 1000))
+        self.retry_after = ingress.retry_after
+        self.wait_replicas = ingress.wait_replicas
+        self.wait_timeout_ms = max(1, int(ingress.wait_timeout * 1000))
+        self.total_messages = ingress.max_total_messages
+        self.total_bytes = ingress.max_total_bytes
+        self._round_robin = itertools.count()
+        self._policies: dict[str, EntityPolicy] = {}
+        self.known_entities: set[str] = set()
+        # Cluster only: the totals as last seen by this process.
+        self.seen_totals = (0, 0)
+
+    def policy(self, entity: str) -> EntityPolicy:
+        """The entity's rules, shard count and bounds (cached; settings are immutable)."""
+        policy = self._policies.get(entity)
+        if policy is None:
+            conf = self.settings.entity(entity)
+            policy = EntityPolicy(
+                rules=EntityRules(
+                    max_message_size=conf.max_message_size,
+                    requires_session=conf.requires_session,
+                    requires_duplicate_detection=conf.requires_duplicate_detection,
+                ),
+                shards=conf.outbox_shards,
+                max_messages=conf.max_pending_messages,
+                max_bytes=conf.max_pending_bytes,
+            )
+            self._policies[entity] = policy
+        return policy
+
+    def group(
+        self,
+        entity: str,
+        envelopes: Sequence[Envelope],
+        *,
+        transactional: bool = False,
+        fresh: Sequence[bool] | None = None,
+    ) -> Group:
+        """Assign shards and encode; a transactional group goes to one shard so it stays together.
+
+        ``fresh[i]`` says the bridge generated message ``i``'s id a moment ago, so it cannot be a duplicate
+        and the script skips the lookup (it still records the id for later re-posts).
+        """
+        policy = self.policy(entity)
+        dedup = policy.rules.requires_duplicate_detection
+        group = Group(entity=entity, envelopes=envelopes)
+        args = group.args
+        size_total = 0
+        fixed: int | None = None
+        if transactional and envelopes:
+            fixed = choose_shard(partition_key(envelopes[0], dedup), policy.shards, next(self._round_robin))
+        elif policy.shards == 1:
+            fixed = 0
+        for index, envelope in enumerate(envelopes):
+            if fixed is not None:
+                shard = fixed
+            else:
+                shard = choose_shard(partition_key(envelope, dedup), policy.shards, next(self._round_robin))
+            flat = envelope.encode_flat()
+            size = sum(map(len, flat))
+            args.append(shard)
+            args.append(envelope.message_id)
+            args.append(size)
+            args.append(1 if fresh is not None and fresh[index] else 0)
+            args.append(len(flat))
+            args.extend(flat)
+            size_total += size
+        group.messages = len(envelopes)
+        group.size = size_total
+        return group
+
+    def commands(self, groups: Sequence[Group]) -> list[Command]:
+        """One script call per entity, groups in arrival order."""
+        by_entity: dict[str, list[Group]] = {}
+        for group in groups:
+            by_entity.setdefault(group.entity, []).append(group)
+        out = []
+        for entity, members in by_entity.items():
+            policy = self.policy(entity)
+            use_totals = not self.cluster
+            script_keys = [
+                keys.stats(entity),
+                keys.message_id_prefix(entity),
+                keys.TOTALS if use_totals else keys.stats(entity),
+                *(keys.outbox(entity, shard) for shard in range(policy.shards)),
+            ]
+            args: list[bytes | str | int] = [
+                self.window_ms,
+                policy.max_messages,
+                policy.max_bytes,
+                self.total_messages,
+                self.total_bytes,
+                1 if use_totals else 0,
+                len(members),
+            ]
+            for group in members:
+                args.append(group.messages)
+                args.extend(group.args)
+            out.append(Command(entity=entity, keys=script_keys, args=args, groups=members))
+        return out
+
+    def over_seen_totals(self, group: Group) -> bool:
+        """Cluster only: would this group pass the total bound as this process last saw it?"""
+        messages, size = self.seen_totals
+        return messages + group.messages > self.total_messages or size + group.size > self.total_bytes
+
+    def results(self, command: Command, reply: object) -> list[list[Ack] | BridgeError]:
+        """Per group of ``command``: its acks, or the ``BackpressureError`` that refused it."""
+        if not isinstance(reply, list) or len(reply) != len(command.groups):
+            raise OutboxUnavailableError("unexpected reply from the outbox write script")
+        out: list[list[Ack] | BridgeError] = []
+        for group, answer in zip(command.groups, reply, strict=True):
+            if int(answer[0]) == 0:
+                scope = "the bridge" if answer[1] in (b"total", "total") else f"entity {group.entity!r}"
+                out.append(
+                    BackpressureError(
+                        f"the outbox of {scope} is full; retry later", retry_after=self.retry_after
+                    )
+                )
+                continue
+            acks = []
+            for index, envelope in enumerate(group.envelopes):
+                marker = answer[1 + 2 * index]
+                text = marker.decode() if isinstance(marker, bytes) else str(marker)
+                shard, _, entry_id = text.partition(" ")
+                acks.append(Ack(envelope.message_id, int(shard), entry_id, bool(int(answer[2 + 2 * index]))))
+            out.append(acks)
+        return out
+
+    def accepted(
+        self, results: Sequence[list[Ack] | BridgeError], groups: Sequence[Group]
+    ) -> tuple[int, int]:
+        """Messages and bytes newly stored (duplicates excluded), for the cluster-mode totals."""
+        messages = size = 0
+        for result, group in zip(results, groups, strict=True):
+            if isinstance(result, list):
+                fresh = sum(1 for ack in result if not ack.duplicate)
+                messages += fresh
+                size += group.size * fresh // max(1, group.messages)
+        return messages, size

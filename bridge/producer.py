@@ -1,0 +1,143 @@
+"""The Python door: ``Producer`` and ``AsyncProducer`` write straight to the outbox in Redis.
+
+Same rules as the HTTP door (``bridge.core.validation``), same atomic script, no HTTP hop::
+
+    from bridge import Producer
+
+    with Producer("redis://127.0.0.1:6379/0") as producer:
+        message_id = producer.send("orders", b'{"id": 1}', content_type="application/json",
+                                   session_id="customer-7", application_properties={"kind": "new"})
+        ids = producer.send_batch("orders", [b"a", {"body": b"b", "partition_key": "k"}])
+
+``send`` returns the MessageId (assigned when not given) once Redis has accepted the write. Errors:
+``InvalidMessageError`` (nothing stored), ``BackpressureError`` (retry after ``retry_after`` seconds),
+``OutboxUnavailableError`` (Redis down; nothing acknowledged, so retry with the same ``message_id``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bridge.core.envelope import Envelope
+from bridge.core.validation import build_envelope, check_batch, validate_entity
+from bridge.errors import BridgeError, UnknownEntityError
+from bridge.outbox.connection import async_client, sync_client
+from bridge.outbox.store import AsyncOutbox, SyncOutbox
+from bridge.outbox.writer import Ack, Group, OutboxWriter
+from bridge.settings import Settings, load_settings
+
+Message = bytes | str | Mapping[str, Any]
+
+
+def new_message_id() -> str:
+    """A random 128-bit MessageId as 32 hex digits (the form Service Bus itself assigns)."""
+    return os.urandom(16).hex()
+
+
+def _body(value: bytes | str) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError("body must be bytes or str")
+
+
+def _prepare(
+    writer: OutboxWriter, entity: str, messages: Iterable[Message], transactional: bool, now: float
+) -> Group:
+    """Validate every message (raising with its index) and encode the batch as one atomic group."""
+    validate_entity(entity)
+    settings = writer.settings
+    if settings.ingress.only_configured_entities and entity not in settings.entities:
+        raise UnknownEntityError(f"entity {entity!r} is not configured")
+    rules = writer.policy(entity).rules
+    envelopes: list[Envelope] = []
+    fresh: list[bool] = []
+    empty: dict[str, Any] = {}
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping):
+            props = dict(message)
+            body = _body(props.pop("body", b""))
+        else:
+            props, body = empty, _body(message)
+        fresh.append(props.get("message_id") is None)
+        envelopes.append(
+            build_envelope(entity, body, props, rules=rules, now=now, new_id=new_message_id, index=index)
+        )
+    check_batch(envelopes, transactional=transactional, max_messages=settings.ingress.max_batch_messages)
+    return writer.group(entity, envelopes, transactional=transactional, fresh=fresh)
+
+
+def _ids(result: list[Ack] | BridgeError) -> list[str]:
+    if isinstance(result, BridgeError):
+        raise result
+    return [ack.message_id for ack in result]
+
+
+class Producer:
+    """Blocking producer; one Redis connection pool, safe to share between threads."""
+
+    def __init__(
+        self, redis_url: str | None = None, *, settings: Settings | None = None, client: Any = None
+    ) -> None:
+        self.settings = settings or load_settings()
+        url = redis_url or self.settings.redis_url.get_secret_value()
+        self._outbox = SyncOutbox(client if client is not None else sync_client(url), self.settings)
+
+    def send(self, entity: str, body: bytes | str, **props: Any) -> str:
+        """Store one message; return its MessageId. Properties as in the HTTP envelope (README)."""
+        return self.send_batch(entity, [{"body": body, **props}])[0]
+
+    def send_batch(
+        self, entity: str, messages: Iterable[Message], *, transactional: bool = False
+    ) -> list[str]:
+        """Store all messages or none; ``transactional`` requires a single partition key."""
+        group = _prepare(self._outbox.writer, entity, messages, transactional, time.time())
+        (result,) = self._outbox.write([group])
+        return _ids(result)
+
+    def close(self) -> None:
+        """Release the connections."""
+        self._outbox.client.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncProducer:
+    """asyncio producer; ``await producer.send(...)``."""
+
+    def __init__(
+        self, redis_url: str | None = None, *, settings: Settings | None = None, client: Any = None
+    ) -> None:
+        self.settings = settings or load_settings()
+        url = redis_url or self.settings.redis_url.get_secret_value()
+        self._outbox = AsyncOutbox(client if client is not None else async_client(url), self.settings)
+
+    async def send(self, entity: str, body: bytes | str, **props: Any) -> str:
+        """Store one message; return its MessageId."""
+        return (await self.send_batch(entity, [{"body": body, **props}]))[0]
+
+    async def send_batch(
+        self, entity: str, messages: Iterable[Message], *, transactional: bool = False
+    ) -> list[str]:
+        """Store all messages or none; ``transactional`` requires a single partition key."""
+        group = _prepare(self._outbox.writer, entity, messages, transactional, time.time())
+        (result,) = await self._outbox.write([group])
+        return _ids(result)
+
+    async def close(self) -> None:
+        """Release the connections."""
+        await self._outbox.client.aclose()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
