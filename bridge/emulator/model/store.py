@@ -197,6 +197,13 @@ class MessageStore:
         self._unlock(msg)
         self._count_failed_delivery(msg, now)
 
+    def release(self, token: uuid.UUID, now: float) -> None:
+        """Unlock without counting a delivery (the client gave back a message it never looked at)."""
+        msg = self._locked(token, now)
+        self._unlock(msg)
+        if msg.state is MessageState.ACTIVE:
+            self._make_ready(msg)
+
     def defer(self, token: uuid.UUID, now: float) -> None:
         """Set the message aside; only receive-by-sequence-number reaches it again."""
         msg = self._locked(token, now)

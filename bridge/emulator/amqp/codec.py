@@ -1,0 +1,259 @@
+"""AMQP 1.0 message sections: split transfers, read the fields the broker needs, build deliveries.
+
+A message stays bytes from the moment it arrives: the broker reads the header, message annotations and
+properties (and, for topics, the application properties that filters look at) and keeps the encoded
+sections as they came. At delivery the header and message-annotations sections are re-encoded with the
+broker's values (sequence number, enqueued time, lock, delivery count) and the other sections are copied
+byte-for-byte, so the body a receiver gets is exactly the body that was sent.
+
+The SDK sends a list or a ``ServiceBusMessageBatch`` as one transfer with message format 0x80013700 whose
+Data sections each hold one encoded message. The Python binding of proton does not expose the message
+format, so ``split_transfer`` recognises a batch by its shape: every body section is a Data section that
+itself parses completely as message sections.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from proton import Data, Described, symbol, timestamp, ubyte, uint, ulong
+
+HEADER, DELIVERY_ANN, MESSAGE_ANN, PROPERTIES, APP_PROPS, DATA, SEQUENCE, VALUE, FOOTER = range(0x70, 0x79)
+_BODY = (DATA, SEQUENCE, VALUE)
+
+# Broker annotations the SDK reads back (azure/servicebus/_common/constants.py).
+SEQUENCE_NUMBER = symbol("x-opt-sequence-number")
+ENQUEUED_TIME = symbol("x-opt-enqueued-time")
+LOCKED_UNTIL = symbol("x-opt-locked-until")
+SCHEDULED_TIME = symbol("x-opt-scheduled-enqueue-time")
+PARTITION_KEY = symbol("x-opt-partition-key")
+DEADLETTER_SOURCE = symbol("x-opt-deadletter-source")
+ENQUEUE_SEQUENCE = symbol("x-opt-enqueue-sequence-number")
+LOCK_TOKEN = symbol("x-opt-lock-token")
+
+_SYSTEM_PROPERTY_INDEX = {
+    0: "sys.MessageId",
+    2: "sys.To",
+    3: "sys.Label",
+    4: "sys.ReplyTo",
+    5: "sys.CorrelationId",
+    6: "sys.ContentType",
+    10: "sys.SessionId",
+    12: "sys.ReplyToSessionId",
+}
+
+
+class MalformedMessageError(ValueError):
+    """Bytes that are not AMQP message sections."""
+
+
+def split_sections(raw: bytes) -> list[tuple[int, bytes]]:
+    """``[(section code, encoded section)]`` in order; raises MalformedMessageError."""
+    out: list[tuple[int, bytes]] = []
+    data = Data()
+    pos = 0
+    view = memoryview(raw)
+    while pos < len(raw):
+        if raw[pos] != 0x00 or pos + 2 >= len(raw) or raw[pos + 1] != 0x53:
+            raise MalformedMessageError("not an AMQP message section")
+        code = raw[pos + 2]
+        if not HEADER <= code <= FOOTER:
+            raise MalformedMessageError(f"unknown section descriptor 0x{code:x}")
+        data.clear()
+        try:
+            used = data.decode(bytes(view[pos:]))
+        except Exception as exc:  # proton raises its own DataException family
+            raise MalformedMessageError(str(exc)) from None
+        if used <= 0:
+            raise MalformedMessageError("empty section")
+        out.append((code, bytes(view[pos : pos + used])))
+        pos += used
+    return out
+
+
+def _value(section: bytes) -> Any:
+    data = Data()
+    data.decode(section)
+    data.rewind()
+    data.next()
+    obj = data.get_object()
+    value = obj.value if isinstance(obj, Described) else obj
+    # proton hands binaries out as memoryviews into the Data object's buffer, which dies with ``data``.
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def _encode(code: int, value: Any) -> bytes:
+    data = Data()
+    data.put_object(Described(ulong(code), value))
+    return bytes(data.encode())
+
+
+def split_transfer(raw: bytes) -> list[list[tuple[int, bytes]]]:
+    """The messages of one transfer: one for a plain message, several for an SDK batch envelope."""
+    outer = split_sections(raw)
+    bodies = [s for code, s in outer if code in _BODY]
+    if bodies and all(code != SEQUENCE and code != VALUE for code, _ in outer):
+        try:
+            inner = [split_sections(_data_payload(s)) for s in bodies]
+        except MalformedMessageError:
+            return [outer]
+        if all(any(code in _BODY for code, _ in msg) for msg in inner):
+            return inner
+    return [outer]
+
+
+def _data_payload(section: bytes) -> bytes:
+    value = _value(section)
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise MalformedMessageError("data section without binary")
+    return bytes(value)
+
+
+@dataclass(slots=True)
+class ParsedMessage:
+    """What the broker reads from a message's sections."""
+
+    sections: list[tuple[int, bytes]]
+    message_id: str | None
+    session_id: str | None
+    partition_key: str | None
+    time_to_live: float | None
+    scheduled_at: float | None
+    properties: dict[str, Any] | None
+
+    @property
+    def raw(self) -> bytes:
+        """The message as stored: every section as received."""
+        return b"".join(s for _, s in self.sections)
+
+
+def parse_message(sections: list[tuple[int, bytes]], with_properties: bool) -> ParsedMessage:
+    """Read ids, TTL, schedule and partition key; ``with_properties`` adds what filters need."""
+    header: list[Any] = []
+    annotations: Mapping[Any, Any] = {}
+    props: list[Any] = []
+    app: Mapping[Any, Any] = {}
+    for code, section in sections:
+        if code == HEADER:
+            header = list(_value(section) or [])
+        elif code == MESSAGE_ANN:
+            annotations = _value(section) or {}
+        elif code == PROPERTIES:
+            props = list(_value(section) or [])
+        elif code == APP_PROPS and with_properties:
+            app = _value(section) or {}
+    ttl_ms = header[2] if len(header) > 2 else None
+    scheduled = annotations.get(SCHEDULED_TIME)
+    partition_key = annotations.get(PARTITION_KEY)
+    filter_props: dict[str, Any] | None = None
+    if with_properties:
+        filter_props = {str(k): _plain(v) for k, v in app.items()}
+        for index, name in _SYSTEM_PROPERTY_INDEX.items():
+            if len(props) > index and props[index] is not None:
+                filter_props[name] = _plain(props[index])
+    return ParsedMessage(
+        sections=sections,
+        message_id=_text(props[0]) if props else None,
+        session_id=_text(props[10]) if len(props) > 10 else None,
+        partition_key=_text(partition_key),
+        time_to_live=ttl_ms / 1000.0 if ttl_ms else None,
+        scheduled_at=_seconds(scheduled),
+        properties=filter_props,
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, symbol):
+        return str(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def _seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return float(value) / 1000.0
+
+
+def ts(seconds: float) -> timestamp:
+    """An AMQP timestamp (milliseconds) for epoch seconds."""
+    return timestamp(int(seconds * 1000))
+
+
+@dataclass(slots=True)
+class BrokerStamp:
+    """What the broker adds to a message it hands out."""
+
+    sequence_number: int
+    enqueued_at: float
+    delivery_count: int
+    locked_until: float | None = None
+    scheduled_at: float | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    dead_letter_source: str | None = None
+
+
+def stamp_message(raw: bytes, stamp: BrokerStamp) -> bytes:
+    """The stored message with a fresh header and broker annotations; other sections byte-for-byte."""
+    sections = split_sections(raw)
+    header: list[Any] = [None, None, None, None, None]
+    annotations: dict[Any, Any] = {}
+    app_section: bytes | None = None
+    rest_before: list[bytes] = []
+    rest_after: list[bytes] = []
+    for code, section in sections:
+        if code == HEADER:
+            header = (list(_value(section) or []) + [None] * 5)[:5]
+        elif code == MESSAGE_ANN:
+            annotations = dict(_value(section) or {})
+        elif code == DELIVERY_ANN:
+            continue
+        elif code == APP_PROPS:
+            app_section = section
+        elif code == PROPERTIES:
+            rest_before.append(section)
+        else:
+            rest_after.append(section)
+    header[4] = uint(stamp.delivery_count)
+    if header[2] is not None:
+        header[2] = uint(int(header[2]))
+    if header[1] is not None:
+        header[1] = ubyte(int(header[1]))
+    annotations[SEQUENCE_NUMBER] = int(stamp.sequence_number)
+    annotations[ENQUEUED_TIME] = ts(stamp.enqueued_at)
+    if stamp.locked_until is not None:
+        annotations[LOCKED_UNTIL] = ts(stamp.locked_until)
+    if stamp.scheduled_at is not None:
+        annotations[SCHEDULED_TIME] = ts(stamp.scheduled_at)
+    if stamp.dead_letter_source is not None:
+        annotations[DEADLETTER_SOURCE] = stamp.dead_letter_source
+    if stamp.dead_letter_reason is not None or stamp.dead_letter_description is not None:
+        app = dict(_value(app_section) or {}) if app_section is not None else {}
+        if stamp.dead_letter_reason is not None:
+            app["DeadLetterReason"] = stamp.dead_letter_reason
+        if stamp.dead_letter_description is not None:
+            app["DeadLetterErrorDescription"] = stamp.dead_letter_description
+        app_section = _encode(APP_PROPS, app)
+    parts = [_encode(HEADER, header), _encode(MESSAGE_ANN, annotations), *rest_before]
+    if app_section is not None:
+        parts.append(app_section)
+    parts.extend(rest_after)
+    return b"".join(parts)

@@ -1,0 +1,192 @@
+"""``<entity>/$management`` operations: request/response messages of azure-servicebus.
+
+Each operation reads a map body, acts on the entity's store and answers ``(statusCode, description,
+body, errorCondition)``; a ``BrokerError`` becomes its HTTP-like status and its AMQP condition, which the
+SDK maps to the same exception it would raise against Azure.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from proton import Array, Message
+
+from bridge.emulator.amqp.broker import Broker
+from bridge.emulator.amqp.codec import BrokerStamp, MalformedMessageError, parse_message, split_sections, \
+    stamp_message, ts
+from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
+from bridge.emulator.model.store import MessageStore
+from bridge.errors import BrokerArgumentError, BrokerError, SessionLockLostBrokerError
+
+Result = tuple[int, str, Any, str | None]
+_WAKING = {"com.microsoft:update-disposition", "com.microsoft:schedule-message"}
+
+
+def wakes_receivers(request: Message) -> bool:
+    """True if the operation can make messages ready (receivers should be pumped)."""
+    return (request.properties or {}).get("operation") in _WAKING
+
+
+def handle(broker: Broker, path: str, request: Message) -> Result:
+    """Run one management request against ``path``."""
+    operation = str((request.properties or {}).get("operation", ""))
+    handler = _HANDLERS.get(operation)
+    if handler is None:
+        return 501, f"Operation {operation!r} is not supported by the local Service Bus.", None, \
+            "amqp:not-implemented"
+    body = request.body if isinstance(request.body, dict) else {}
+    try:
+        if operation == "com.microsoft:schedule-message":
+            return 200, "OK", _schedule(broker, path, body), None
+        store = broker.namespace.store(path, broker.clock())
+        result = handler(broker, store, body)
+    except BrokerError as exc:
+        return exc.http_status, str(exc), None, exc.condition
+    if result is None:
+        return 204, "No Content", None, None
+    return 200, "OK", result, None
+
+
+def _list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, Array):
+        return list(value.elements)
+    return list(value)
+
+
+def _tokens(body: dict[Any, Any]) -> list[uuid.UUID]:
+    out = []
+    for token in _list(body.get("lock-tokens")):
+        out.append(token if isinstance(token, uuid.UUID) else uuid.UUID(str(token)))
+    return out
+
+
+def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
+    return stamp_message(msg.raw, BrokerStamp(
+        sequence_number=msg.seq,
+        enqueued_at=msg.enqueued_at,
+        delivery_count=delivery.delivery_count if delivery else msg.delivery_count,
+        locked_until=delivery.locked_until if delivery else msg.locked_until,
+        scheduled_at=msg.scheduled_at,
+        dead_letter_reason=msg.dead_letter_reason,
+        dead_letter_description=msg.dead_letter_description,
+        dead_letter_source=msg.dead_letter_source,
+    ))
+
+
+def _renew_lock(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    now = broker.clock()
+    return {"expirations": [ts(store.renew(token, now)) for token in _tokens(body)]}
+
+
+def _peek(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    from_seq = int(body.get("from-sequence-number", 0))
+    count = int(body.get("message-count", 1))
+    session = body.get("session-id")
+    found = store.peek(from_seq, count, str(session) if session else None)
+    if not found:
+        return None
+    return {"messages": [{"message": _encode(m, None)} for m in found]}
+
+
+def _schedule(broker: Broker, path: str, body: dict[Any, Any]) -> Any:
+    incoming = []
+    for entry in _list(body.get("messages")):
+        try:
+            parsed = parse_message(split_sections(bytes(entry["message"])), broker.namespace.is_topic(path))
+        except (MalformedMessageError, KeyError, TypeError):
+            raise BrokerArgumentError("A scheduled message could not be decoded.") from None
+        incoming.append(IncomingMessage(
+            raw=parsed.raw, message_id=parsed.message_id, session_id=parsed.session_id,
+            partition_key=parsed.partition_key, time_to_live=parsed.time_to_live,
+            scheduled_at=parsed.scheduled_at, properties=parsed.properties))
+    seqs = broker.namespace.send(path, incoming, broker.clock())
+    return {"sequence-numbers": [int(s) for s in seqs]}
+
+
+def _cancel(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    store.cancel_scheduled(int(s) for s in _list(body.get("sequence-numbers")))
+    return {}
+
+
+def _disposition(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    status = str(body.get("disposition-status", ""))
+    now = broker.clock()
+    for token in _tokens(body):
+        if status == "completed":
+            store.complete(token, now)
+        elif status == "abandoned":
+            store.abandon(token, now)
+        elif status == "defered":
+            store.defer(token, now)
+        elif status == "suspended":
+            reason = body.get("deadletter-reason")
+            desc = body.get("deadletter-description")
+            store.dead_letter(token, now, str(reason) if reason is not None else None,
+                              str(desc) if desc is not None else None)
+        else:
+            raise BrokerArgumentError(f"Unknown disposition status {status!r}.")
+    return {}
+
+
+def _receive_by_sequence(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    seqs = [int(s) for s in _list(body.get("sequence-numbers"))]
+    peek_lock = int(body.get("receiver-settle-mode", 1)) == 1
+    deliveries = store.receive_deferred(seqs, broker.clock(), peek_lock)
+    out = []
+    for delivery in deliveries:
+        entry: dict[str, Any] = {"message": _encode(delivery.message, delivery)}
+        if delivery.lock_token is not None:
+            entry["lock-token"] = delivery.lock_token
+        out.append(entry)
+    return {"messages": out}
+
+
+def _session_id(body: dict[Any, Any]) -> str:
+    session = body.get("session-id")
+    if not session:
+        raise BrokerArgumentError("session-id is required.")
+    return str(session)
+
+
+def _renew_session(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    session = _session_id(body)
+    held = store.session_locks.get(session)
+    now = broker.clock()
+    if held is None or held.locked_until < now:
+        raise SessionLockLostBrokerError(f"The session lock for '{session}' was lost.")
+    until = store.renew_session(session, held.owner, now)
+    return {"expiration": ts(until)}
+
+
+def _get_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    return {"session-state": store.session_state.get(_session_id(body))}
+
+
+def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    state = body.get("session-state")
+    store.set_session_state(_session_id(body), bytes(state) if state is not None else None)
+    return {}
+
+
+def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.session_state))
+    skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
+    return {"skip": skip + len(ids[skip:skip + top]), "sessions-ids": ids[skip:skip + top]}
+
+
+_HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
+    "com.microsoft:renew-lock": _renew_lock,
+    "com.microsoft:peek-message": _peek,
+    "com.microsoft:schedule-message": lambda b, s, body: None,  # handled before store lookup
+    "com.microsoft:cancel-scheduled-message": _cancel,
+    "com.microsoft:update-disposition": _disposition,
+    "com.microsoft:receive-by-sequence-number": _receive_by_sequence,
+    "com.microsoft:renew-session-lock": _renew_session,
+    "com.microsoft:get-session-state": _get_state,
+    "com.microsoft:set-session-state": _set_state,
+    "com.microsoft:get-message-sessions": _sessions,
+}
