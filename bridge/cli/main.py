@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from bridge.cli import check_config, emulator_ctl, pending
+from bridge.cli import check_config, emulator, emulator_ctl, pending
 
 app = typer.Typer(
     name="bridge",
@@ -21,6 +21,7 @@ app = typer.Typer(
 
 pending.register(app)
 check_config.register(app)
+emulator.register(app)
 emulator_ctl.register(app)
 
 

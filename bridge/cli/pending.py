@@ -20,7 +20,6 @@ PENDING: dict[str, str] = {
     "send": "Send one message through the bridge.",
     "receive": "Receive from both namespaces with duplicate suppression.",
     "report": "Run the PySpark ledger report over the journal.",
-    "emulator": "Run a local Service Bus namespace (AMQP + management + fault control).",
     "demo": "Start Redis and two local namespaces and run the bridge end to end.",
 }
 
