@@ -45,7 +45,16 @@ CONFIG_ENV = "BRIDGE_CONFIG"
 Replication = Literal["passive", "active", "paired", "none"]
 
 _ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}$")
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_REDIS_SCHEMES = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    # A Sentinel-managed primary or a Redis Cluster (URL forms: bridge.outbox.connection).
+    "redis+sentinel://",
+    "rediss+sentinel://",
+    "redis+cluster://",
+    "rediss+cluster://",
+)
 
 
 class NamespaceSettings(BaseModel):
@@ -232,7 +241,9 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, value: SecretStr) -> SecretStr:
         # The URL may carry a password, so the message names the accepted schemes, not the value.
         if not value.get_secret_value().startswith(_REDIS_SCHEMES):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
+            )
         return value
 
     @field_validator("entities")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from bridge.cli import check_config, emulator, emulator_ctl, pending
+from bridge.cli import check_config, emulator, emulator_ctl, pending, send, serve, status
 
 app = typer.Typer(
     name="bridge",
@@ -21,6 +21,9 @@ app = typer.Typer(
 
 pending.register(app)
 check_config.register(app)
+serve.register(app)
+send.register(app)
+status.register(app)
 emulator.register(app)
 emulator_ctl.register(app)
 

@@ -12,12 +12,9 @@ from collections.abc import Callable
 import typer
 
 PENDING: dict[str, str] = {
-    "serve": "Run the HTTP ingress (JSON envelope API and Service Bus REST door).",
     "worker": "Run Celery send workers that drain the outbox to Service Bus.",
     "beat": "Run the periodic tasks (sweeper, ping, syphon, journal roll).",
     "provision": "Create backlog queues and configured entities on the namespaces.",
-    "status": "Show roles, namespace availability and outbox depths.",
-    "send": "Send one message through the bridge.",
     "receive": "Receive from both namespaces with duplicate suppression.",
     "report": "Run the PySpark ledger report over the journal.",
     "demo": "Start Redis and two local namespaces and run the bridge end to end.",

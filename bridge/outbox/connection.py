@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+import hiredis
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
@@ -128,7 +129,29 @@ def sync_client(url: str) -> Any:
 
 def async_client(url: str) -> Any:
     """The asyncio counterpart of ``sync_client``."""
-    return _client(parse_redis_url(url), redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+    target = parse_redis_url(url)
+    if target.kind == "single" and url.startswith("redis://"):
+        return redis.asyncio.Redis.from_url(
+            url, connection_class=HiredisPackingConnection, **_options(target)
+        )
+    return _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+
+
+class HiredisPackingConnection(redis.asyncio.Connection):
+    """An asyncio connection that packs commands in C (hiredis), as redis-py's blocking client already does.
+
+    redis-py's asyncio connection encodes every argument in Python; the outbox script call of a busy
+    ingress carries hundreds of arguments, and packing them was a tenth of the server's CPU.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        """The command in RESP (same splitting of a multi-word command name as redis-py)."""
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        pack: Any = hiredis.pack_command  # its stub types the argument as a 1-tuple
+        return [pack(tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args))]
 
 
 def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:

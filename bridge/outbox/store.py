@@ -44,14 +44,14 @@ def _total_full(writer: OutboxWriter) -> BridgeError:
     return BackpressureError("the outbox of the bridge is full; retry later", retry_after=writer.retry_after)
 
 
-def _collect(  # noqa: PLR0917 - private, called from two places with the same six values
+def _collect(
     writer: OutboxWriter,
     groups: Sequence[Group],
     early: dict[int, GroupResult],
     commands: list[Command],
     replies: list[Any],
-    wait_reply: Any,
 ) -> list[GroupResult]:
+    wait_reply = replies[len(commands)] if _waits(writer) else None
     by_group: dict[int, GroupResult] = {}
     for command, reply in zip(commands, replies, strict=True):
         if isinstance(reply, Exception):
@@ -75,6 +75,12 @@ def _collect(  # noqa: PLR0917 - private, called from two places with the same s
     return out
 
 
+def _new_entities(writer: OutboxWriter, groups: Sequence[Group], results: list[GroupResult]) -> list[str]:
+    """Entities this process has not yet listed in ``keys.ENTITIES`` that just got an entry."""
+    found = {g.entity for g, r in zip(groups, results, strict=True) if isinstance(r, list)}
+    return sorted(found - writer.known_entities)
+
+
 def _is_noscript(reply: object) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
 
@@ -86,52 +92,43 @@ class SyncOutbox:
         # ``client``: any blocking client from ``bridge.outbox.connection.sync_client``.
         self.client = client
         self.writer = OutboxWriter(settings, cluster=is_cluster(client))
-        self._loaded = False
 
     def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
         writer = self.writer
-        if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
-            with driver_errors():
-                seen = self.client.hmget(keys.TOTALS, ["messages", "bytes"])
-            writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
-        early, send = _sort(writer, groups)
-        if not send:
-            return [early[i] for i in range(len(groups))]
-        commands = writer.commands(send)
-        new_entities = [c.entity for c in commands if c.entity not in writer.known_entities]
         with driver_errors():
+            if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
+                seen = self.client.hmget(keys.TOTALS, ["messages", "bytes"])
+                writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
+            early, send = _sort(writer, groups)
+            if not send:
+                return [early[i] for i in range(len(groups))]
+            commands = writer.commands(send)
             pipe = self.client.pipeline(transaction=False)
-            for command in commands:
-                pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
-            if new_entities:
-                pipe.sadd(keys.ENTITIES, *new_entities)
-            wait = writer.wait_replicas > 0 and not writer.cluster
-            if wait:
-                pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
+            _queue(pipe, writer, commands)
             replies = pipe.execute(raise_on_error=False)
-            if any(_is_noscript(r) for r in replies[: len(commands)]):
+            retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
+            if retry:
                 self.client.script_load(WRITE.text)
-                for index, command in enumerate(commands):
-                    if _is_noscript(replies[index]):
-                        try:
-                            replies[index] = self.client.evalsha(
-                                WRITE.sha, len(command.keys), *command.keys, *command.args
-                            )
-                        except redis.exceptions.RedisError as exc:
-                            replies[index] = exc
-        writer.known_entities.update(new_entities)
-        results = _collect(
-            writer, groups, early, commands, replies[: len(commands)], replies[-1] if wait else None
-        )
-        if writer.cluster:
-            messages, size = writer.accepted([results[i] for i in range(len(groups)) if i not in early], send)
-            with driver_errors():
+                pipe = self.client.pipeline(transaction=False)
+                _queue(pipe, writer, [commands[i] for i in retry])
+                again = pipe.execute(raise_on_error=False)
+                for slot, index in enumerate(retry):
+                    replies[index] = again[slot]
+                if _waits(writer):
+                    replies[-1] = min(int(replies[-1]), int(again[-1]))
+            results = _collect(writer, groups, early, commands, replies)
+            new_entities = _new_entities(writer, groups, results)
+            if new_entities:
+                self.client.sadd(keys.ENTITIES, *new_entities)
+                writer.known_entities.update(new_entities)
+            if writer.cluster:
+                messages, size = _accepted(writer, results, early, send)
                 pipe = self.client.pipeline(transaction=False)
                 pipe.hincrby(keys.TOTALS, "messages", messages)
                 pipe.hincrby(keys.TOTALS, "bytes", size)
                 totals = pipe.execute()
-            writer.seen_totals = (int(totals[0]), int(totals[1]))
+                writer.seen_totals = (int(totals[0]), int(totals[1]))
         return results
 
 
@@ -145,52 +142,62 @@ class AsyncOutbox:
 
     async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
+        try:
+            return await self._write(groups)
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from None
+
+    async def _write(self, groups: Sequence[Group]) -> list[GroupResult]:
         writer = self.writer
         if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
-            try:
-                seen = await self.client.hmget(keys.TOTALS, ["messages", "bytes"])
-            except redis.exceptions.RedisError as exc:
-                raise translate(exc) from None
+            seen = await self.client.hmget(keys.TOTALS, ["messages", "bytes"])
             writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
         early, send = _sort(writer, groups)
         if not send:
             return [early[i] for i in range(len(groups))]
         commands = writer.commands(send)
-        new_entities = [c.entity for c in commands if c.entity not in writer.known_entities]
-        wait = writer.wait_replicas > 0 and not writer.cluster
-        try:
+        pipe = self.client.pipeline(transaction=False)
+        _queue(pipe, writer, commands)
+        replies = await pipe.execute(raise_on_error=False)
+        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
+        if retry:
+            await self.client.script_load(WRITE.text)
             pipe = self.client.pipeline(transaction=False)
-            for command in commands:
-                pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
-            if new_entities:
-                pipe.sadd(keys.ENTITIES, *new_entities)
-            if wait:
-                pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
-            replies = await pipe.execute(raise_on_error=False)
-            if any(_is_noscript(r) for r in replies[: len(commands)]):
-                await self.client.script_load(WRITE.text)
-                for index, command in enumerate(commands):
-                    if _is_noscript(replies[index]):
-                        try:
-                            replies[index] = await self.client.evalsha(
-                                WRITE.sha, len(command.keys), *command.keys, *command.args
-                            )
-                        except redis.exceptions.RedisError as exc:
-                            replies[index] = exc
-        except redis.exceptions.RedisError as exc:
-            raise translate(exc) from None
-        writer.known_entities.update(new_entities)
-        results = _collect(
-            writer, groups, early, commands, replies[: len(commands)], replies[-1] if wait else None
-        )
+            _queue(pipe, writer, [commands[i] for i in retry])
+            again = await pipe.execute(raise_on_error=False)
+            for slot, index in enumerate(retry):
+                replies[index] = again[slot]
+            if _waits(writer):
+                replies[-1] = min(int(replies[-1]), int(again[-1]))
+        results = _collect(writer, groups, early, commands, replies)
+        new_entities = _new_entities(writer, groups, results)
+        if new_entities:
+            await self.client.sadd(keys.ENTITIES, *new_entities)
+            writer.known_entities.update(new_entities)
         if writer.cluster:
-            messages, size = writer.accepted([results[i] for i in range(len(groups)) if i not in early], send)
-            try:
-                pipe = self.client.pipeline(transaction=False)
-                pipe.hincrby(keys.TOTALS, "messages", messages)
-                pipe.hincrby(keys.TOTALS, "bytes", size)
-                totals = await pipe.execute()
-            except redis.exceptions.RedisError as exc:
-                raise translate(exc) from None
+            messages, size = _accepted(writer, results, early, send)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(keys.TOTALS, "messages", messages)
+            pipe.hincrby(keys.TOTALS, "bytes", size)
+            totals = await pipe.execute()
             writer.seen_totals = (int(totals[0]), int(totals[1]))
         return results
+
+
+def _waits(writer: OutboxWriter) -> bool:
+    return writer.wait_replicas > 0 and not writer.cluster
+
+
+def _queue(pipe: Any, writer: OutboxWriter, commands: Sequence[Command]) -> None:
+    """The script calls, then ``WAIT`` when replicas must confirm (it covers every write before it)."""
+    for command in commands:
+        pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
+    if _waits(writer):
+        pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
+
+
+def _accepted(
+    writer: OutboxWriter, results: list[GroupResult], early: dict[int, GroupResult], send: list[Group]
+) -> tuple[int, int]:
+    sent = [result for index, result in enumerate(results) if index not in early]
+    return writer.accepted(sent, send)

@@ -1,0 +1,220 @@
+"""Ingress throughput and latency, as ratios against raw redis-py measured in the same run.
+
+    python -m bench.ingress [--seconds 5] [--concurrency 32]
+
+Starts a private redis-server (AOF, ``appendfsync everysec``) and a real ``bridge serve`` process, then
+measures, with 1 KB bodies:
+
+1. baseline: one redis-py client doing ``XADD`` one at a time (msgs/s);
+2. baseline: redis-py pipelines of 100 ``XADD`` (msgs/s);
+3. HTTP single-message ingress, 32 concurrent keep-alive connections (msgs/s, p50/p99 of the 202);
+4. HTTP batch ingress, 100 messages per request;
+5. ``bridge.Producer.send_batch`` of 100 messages.
+
+and prints 3/1, 4/2, 5/2 (targets 0.5, 0.3, 0.7). The load generator is a minimal asyncio HTTP/1.1 client so
+that it costs the machine as little as possible; it runs in this process, the server in its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import redis
+
+from bridge.embedded.ports import free_port, wait_listening
+from bridge.embedded.redis_server import RedisServer
+
+BODY = b"x" * 1024
+
+
+def raw_single(port: int, seconds: float) -> float:
+    client = redis.Redis(port=port)
+    fields = {b"b": BODY}
+    count = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(100):
+            client.xadd("bench:raw:single", fields)
+        count += 100
+    rate = count / (time.perf_counter() - start)
+    client.delete("bench:raw:single")
+    client.close()
+    return rate
+
+
+def raw_pipelined(port: int, seconds: float) -> float:
+    client = redis.Redis(port=port)
+    fields = {b"b": BODY}
+    count = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.xadd("bench:raw:pipe", fields)
+        pipe.execute()
+        count += 100
+    rate = count / (time.perf_counter() - start)
+    client.delete("bench:raw:pipe")
+    client.close()
+    return rate
+
+
+def producer_batch(url: str, seconds: float) -> float:
+    from bridge import Producer
+    from bridge.settings import Settings
+
+    producer = Producer(settings=Settings(redis_url=url))
+    batch = [BODY] * 100
+    count = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        producer.send_batch("bench-producer", batch)
+        count += 100
+    rate = count / (time.perf_counter() - start)
+    producer.close()
+    return rate
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection sending the same request again and again."""
+
+    def __init__(self, request: bytes, stop_at: float, latencies: list[float], done: asyncio.Future[None]):
+        self.request = request
+        self.stop_at = stop_at
+        self.latencies = latencies
+        self.done = done
+        self.buffer = b""
+        self.sent_at = 0.0
+        self.statuses: dict[int, int] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self._send()
+
+    def _send(self) -> None:
+        self.sent_at = time.perf_counter()
+        self.transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buffer[:head_end]
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if len(self.buffer) < head_end + 4 + length:
+            return
+        status = int(head[9:12])
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.buffer = self.buffer[head_end + 4 + length :]
+        now = time.perf_counter()
+        self.latencies.append(now - self.sent_at)
+        if now < self.stop_at:
+            self._send()
+        else:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def http_load(port: int, request: bytes, concurrency: int, seconds: float) -> tuple[list[float], dict[int, int]]:
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+    protocols = []
+    waits = []
+    for _ in range(concurrency):
+        done: asyncio.Future[None] = loop.create_future()
+        _, protocol = await loop.create_connection(
+            lambda done=done: _Connection(request, stop_at, latencies, done), "127.0.0.1", port
+        )
+        protocols.append(protocol)
+        waits.append(done)
+    await asyncio.gather(*waits)
+    statuses: dict[int, int] = {}
+    for protocol in protocols:
+        for status, count in protocol.statuses.items():
+            statuses[status] = statuses.get(status, 0) + count
+    return latencies, statuses
+
+
+def _request(path: str, payload: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+
+    with RedisServer(appendfsync="everysec") as server:
+        single = raw_single(server.port, args.seconds)
+        pipelined = raw_pipelined(server.port, args.seconds)
+
+        port = free_port()
+        env = {**os.environ, "BRIDGE_REDIS_URL": server.url, "BRIDGE_LOG_LEVEL": "WARNING"}
+        env.pop("BRIDGE_CONFIG", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)], env=env
+        )
+        try:
+            if not wait_listening("127.0.0.1", port, 20):
+                raise SystemExit("bridge serve did not start")
+            body_text = BODY.decode()
+            one = _request("/v1/entities/bench-http/messages", json.dumps({"body": body_text}).encode())
+            asyncio.run(http_load(port, one, args.concurrency, 1.0))  # warm-up
+            latencies, statuses = asyncio.run(http_load(port, one, args.concurrency, args.seconds))
+            http_single = statuses.get(202, 0) / args.seconds
+            many = _request(
+                "/v1/entities/bench-batch/messages:batch",
+                json.dumps({"messages": [{"body": body_text}] * 100}).encode(),
+            )
+            _, batch_statuses = asyncio.run(http_load(port, many, 8, args.seconds))
+            http_batch = batch_statuses.get(202, 0) * 100 / args.seconds
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        producer = producer_batch(server.url, args.seconds)
+
+    print(f"raw redis-py XADD, one at a time    {single:12,.0f} msgs/s")
+    print(f"raw redis-py XADD, pipelined x100   {pipelined:12,.0f} msgs/s")
+    print(f"HTTP single, concurrency {args.concurrency:<3}       {http_single:12,.0f} msgs/s   statuses {statuses}")
+    print(f"HTTP batch x100, concurrency 8      {http_batch:12,.0f} msgs/s   statuses {batch_statuses}")
+    print(f"Producer.send_batch x100            {producer:12,.0f} msgs/s")
+    print()
+    print(f"HTTP single / raw single XADD       {http_single / single:6.2f}   (target >= 0.5)")
+    print(f"HTTP batch / raw pipelined XADD     {http_batch / pipelined:6.2f}   (target >= 0.3)")
+    print(f"Producer batch / raw pipelined XADD {producer / pipelined:6.2f}   (target >= 0.7)")
+    print(
+        f"HTTP single 202 latency             p50 {_percentile(latencies, 0.5) * 1000:.2f} ms   "
+        f"p99 {_percentile(latencies, 0.99) * 1000:.2f} ms   (mean {statistics.fmean(latencies) * 1000:.2f} ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()

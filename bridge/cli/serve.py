@@ -1,0 +1,44 @@
+"""``bridge serve``: the HTTP ingress (``/v1`` envelope API and the Service Bus REST door) under uvicorn.
+
+Binding to an address other than loopback requires API keys: the command refuses to start when none are
+configured (``ingress.api_keys``, README "Auth"), so an unauthenticated door is never exposed by accident.
+"""
+
+from __future__ import annotations
+
+import typer
+import uvicorn
+
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.errors import ConfigurationError
+from bridge.http.app import create_app, is_loopback
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve``."""
+    app.command(name="serve", help="Run the HTTP ingress (JSON envelope API and Service Bus REST door).")(
+        serve
+    )
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to bind; non-loopback requires API keys."),
+    port: int = typer.Option(8080, help="TCP port."),
+) -> None:
+    """Serve until interrupted."""
+    settings = settings_or_exit()
+    require_auth = settings.ingress.require_api_key or not is_loopback(host)
+    try:
+        app = create_app(settings, require_auth=require_auth)
+    except ConfigurationError as exc:
+        typer.echo(f"bridge: configuration error: {exc}", err=True)
+        raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+    )
