@@ -42,6 +42,7 @@ class LocalNamespace:
     def __init__(
         self,
         name: str = "primary",
+        *,
         entities_file: Path | None = None,
         persistent: bool = True,
         auto_create: bool = False,
@@ -77,6 +78,7 @@ class LocalNamespace:
         if self.auto_create:
             args.append("--auto-create")
         env = dict(os.environ, BRIDGE_EMULATOR_KEY=self.key)  # keeps the key out of `ps`
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "emulator.log").open("a")
         try:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=env,

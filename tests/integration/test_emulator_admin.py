@@ -20,19 +20,20 @@ from azure.servicebus.management import (
     TrueRuleFilter,
 )
 
-from tests.emulator_process import RunningEmulator, running_emulator
+from bridge.embedded.namespaces import LocalNamespace
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulator]:
-    with running_emulator(tmp_path_factory.mktemp("admin-ns")) as running:
-        yield running
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNamespace]:
+    """A namespace of this module's own: listing, paging and namespace properties see only its entities."""
+    with LocalNamespace("primary", data_dir=tmp_path_factory.mktemp("admin-ns")) as ns:
+        yield ns
 
 
 @pytest.fixture
-def admin(emulator: RunningEmulator) -> Iterator[ServiceBusAdministrationClient]:
+def admin(emulator: LocalNamespace) -> Iterator[ServiceBusAdministrationClient]:
     client = ServiceBusAdministrationClient.from_connection_string(
         emulator.connection_string, connection_verify=emulator.certificate, retry_total=0)
     with client:
@@ -151,7 +152,7 @@ def test_topic_subscription_and_rules(admin: ServiceBusAdministrationClient,
         admin.get_topic(topic)
 
 
-def test_runtime_properties_after_real_sends(admin: ServiceBusAdministrationClient, emulator: RunningEmulator,
+def test_runtime_properties_after_real_sends(admin: ServiceBusAdministrationClient, emulator: LocalNamespace,
                                              request: pytest.FixtureRequest) -> None:
     queue, topic = unique("qr", request), unique("tr", request)
     admin.create_queue(queue)
@@ -199,7 +200,7 @@ def test_namespace_properties(admin: ServiceBusAdministrationClient) -> None:
     assert props.name == "primary" and props.messaging_sku == "Standard"
 
 
-def test_wrong_key_is_an_authentication_error(emulator: RunningEmulator) -> None:
+def test_wrong_key_is_an_authentication_error(emulator: LocalNamespace) -> None:
     wrong = emulator.connection_string.replace(emulator.key, "not-the-key")
     with ServiceBusAdministrationClient.from_connection_string(
             wrong, connection_verify=emulator.certificate, retry_total=0) as client, \
@@ -208,7 +209,7 @@ def test_wrong_key_is_an_authentication_error(emulator: RunningEmulator) -> None
     assert emulator.key not in str(caught.value)
 
 
-def test_unknown_key_name_is_an_authentication_error(emulator: RunningEmulator) -> None:
+def test_unknown_key_name_is_an_authentication_error(emulator: LocalNamespace) -> None:
     wrong = emulator.connection_string.replace("SharedAccessKeyName=RootManageSharedAccessKey",
                                                "SharedAccessKeyName=Someone")
     with ServiceBusAdministrationClient.from_connection_string(
@@ -217,7 +218,7 @@ def test_unknown_key_name_is_an_authentication_error(emulator: RunningEmulator) 
         client.get_queue("anything")
 
 
-def test_untrusted_certificate_is_refused(emulator: RunningEmulator, tmp_path: Path) -> None:
+def test_untrusted_certificate_is_refused(emulator: LocalNamespace, tmp_path: Path) -> None:
     from azure.core.exceptions import ServiceRequestError
 
     from bridge.emulator.certs import ensure_certificate
