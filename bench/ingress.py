@@ -133,7 +133,9 @@ class _Connection(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def http_load(port: int, request: bytes, concurrency: int, seconds: float) -> tuple[list[float], dict[int, int]]:
+async def http_load(
+    port: int, request: bytes, concurrency: int, seconds: float
+) -> tuple[list[float], dict[int, int]]:
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
     stop_at = time.perf_counter() + seconds
@@ -167,7 +169,9 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
@@ -180,7 +184,8 @@ def main() -> None:
         env = {**os.environ, "BRIDGE_REDIS_URL": server.url, "BRIDGE_LOG_LEVEL": "WARNING"}
         env.pop("BRIDGE_CONFIG", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)], env=env
+            [sys.executable, "-m", "bridge.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
         )
         try:
             if not wait_listening("127.0.0.1", port, 20):
@@ -203,7 +208,10 @@ def main() -> None:
 
     print(f"raw redis-py XADD, one at a time    {single:12,.0f} msgs/s")
     print(f"raw redis-py XADD, pipelined x100   {pipelined:12,.0f} msgs/s")
-    print(f"HTTP single, concurrency {args.concurrency:<3}       {http_single:12,.0f} msgs/s   statuses {statuses}")
+    print(
+        f"HTTP single, concurrency {args.concurrency:<3}       {http_single:12,.0f} msgs/s   "
+        f"statuses {statuses}"
+    )
     print(f"HTTP batch x100, concurrency 8      {http_batch:12,.0f} msgs/s   statuses {batch_statuses}")
     print(f"Producer.send_batch x100            {producer:12,.0f} msgs/s")
     print()
@@ -212,7 +220,8 @@ def main() -> None:
     print(f"Producer batch / raw pipelined XADD {producer / pipelined:6.2f}   (target >= 0.7)")
     print(
         f"HTTP single 202 latency             p50 {_percentile(latencies, 0.5) * 1000:.2f} ms   "
-        f"p99 {_percentile(latencies, 0.99) * 1000:.2f} ms   (mean {statistics.fmean(latencies) * 1000:.2f} ms)"
+        f"p99 {_percentile(latencies, 0.99) * 1000:.2f} ms   "
+        f"(mean {statistics.fmean(latencies) * 1000:.2f} ms)"
     )
 
 

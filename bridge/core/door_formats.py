@@ -160,7 +160,8 @@ def rest_batch(items: object) -> list[tuple[bytes, dict[str, Any]]]:
         if unknown:
             name = sorted(unknown)[0]
             raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name, index=index)
-        user = item.get("UserProperties") or {}
+        user = item.get("UserProperties")
+        user = {} if user is None else user
         if not isinstance(user, dict):
             raise InvalidMessageError(
                 "invalid_type", "UserProperties must be an object", "UserProperties", index

@@ -144,31 +144,31 @@ class OutboxReader:
         """Acknowledge, delete and un-count entries; returns (messages, bytes) removed."""
         if not entry_ids:
             return 0, 0
+        script_keys, args = self._ack_call(entity, shard, entry_ids)
         with driver_errors():
-            removed = self._run_ack(self.client, entity, shard, entry_ids)
-            if self.cluster and removed[0]:
-                self.client.hincrby(keys.TOTALS, "messages", -removed[0])
-                self.client.hincrby(keys.TOTALS, "bytes", -removed[1])
-        return removed
+            try:
+                reply = self.client.evalsha(ACK.sha, len(script_keys), *script_keys, *args)
+            except redis.exceptions.NoScriptError:
+                reply = self.client.eval(ACK.text, len(script_keys), *script_keys, *args)
+            return self._uncount_totals(reply)
 
-    def _run_ack(self, client: Any, entity: str, shard: int, entry_ids: list[str]) -> tuple[int, int]:
-        script_keys = [
-            keys.stats(entity),
-            keys.outbox(entity, shard),
-            keys.stats(entity) if self.cluster else keys.TOTALS,
-        ]
-        args = [keys.SENDERS_GROUP, "0" if self.cluster else "1", *entry_ids]
-        try:
-            reply = client.evalsha(ACK.sha, len(script_keys), *script_keys, *args)
-        except redis.exceptions.NoScriptError:
-            reply = client.eval(ACK.text, len(script_keys), *script_keys, *args)
-        return int(reply[0]), int(reply[1])
+    def _ack_call(self, entity: str, shard: int, entry_ids: list[str]) -> tuple[list[str], list[str]]:
+        totals = keys.stats(entity) if self.cluster else keys.TOTALS
+        script_keys = [keys.stats(entity), keys.outbox(entity, shard), totals]
+        return script_keys, [keys.SENDERS_GROUP, "0" if self.cluster else "1", *entry_ids]
+
+    def _uncount_totals(self, reply: Any) -> tuple[int, int]:
+        # On a Cluster the totals live in another slot, outside the script: subtract them here.
+        removed = int(reply[0]), int(reply[1])
+        if self.cluster and removed[0]:
+            self.client.hincrby(keys.TOTALS, "messages", -removed[0])
+            self.client.hincrby(keys.TOTALS, "bytes", -removed[1])
+        return removed
 
     def move(
         self, entry: OutboxEntry, *, to: str, code: str, reason: str, now: float, source: str = "outbox"
     ) -> None:
         """Move an entry to ``quarantine`` or ``deadletter`` with the reason, atomically with its ack."""
-        target = keys.quarantine(entry.entity) if to == "quarantine" else keys.deadletter(entry.entity)
         fields = problem_fields(
             entry.fields,
             code=code,
@@ -178,12 +178,14 @@ class OutboxReader:
             source_id=f"{entry.shard} {entry.entry_id}",
             now=now,
         )
+        script_keys, args = self._ack_call(entry.entity, entry.shard, [entry.entry_id])
         with driver_errors():
             self.client.script_load(ACK.text)  # so the MULTI below cannot fail half-way on NOSCRIPT
             pipe = self.client.pipeline(transaction=True)
-            pipe.xadd(target, fields)
-            self._run_ack(pipe, entry.entity, entry.shard, [entry.entry_id])
-            pipe.execute()
+            pipe.xadd(problem_stream(entry.entity, to), fields)
+            pipe.evalsha(ACK.sha, len(script_keys), *script_keys, *args)
+            reply = pipe.execute()[1]
+            self._uncount_totals(reply)
 
     def depth(self, entity: str) -> dict[str, int]:
         """Pending messages and bytes of the entity's outbox, and the lengths of its problem streams."""

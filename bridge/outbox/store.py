@@ -104,19 +104,7 @@ class SyncOutbox:
             if not send:
                 return [early[i] for i in range(len(groups))]
             commands = writer.commands(send)
-            pipe = self.client.pipeline(transaction=False)
-            _queue(pipe, writer, commands)
-            replies = pipe.execute(raise_on_error=False)
-            retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
-            if retry:
-                self.client.script_load(WRITE.text)
-                pipe = self.client.pipeline(transaction=False)
-                _queue(pipe, writer, [commands[i] for i in retry])
-                again = pipe.execute(raise_on_error=False)
-                for slot, index in enumerate(retry):
-                    replies[index] = again[slot]
-                if _waits(writer):
-                    replies[-1] = min(int(replies[-1]), int(again[-1]))
+            replies = self._send(commands)
             results = _collect(writer, groups, early, commands, replies)
             new_entities = _new_entities(writer, groups, results)
             if new_entities:
@@ -130,6 +118,33 @@ class SyncOutbox:
                 totals = pipe.execute()
                 writer.seen_totals = (int(totals[0]), int(totals[1]))
         return results
+
+    def _send(self, commands: list[Command]) -> list[Any]:
+        """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
+        if self.writer.cluster:  # a cluster pipeline refuses EVALSHA: one call per entity
+            return [self._call(command) for command in commands]
+        pipe = self.client.pipeline(transaction=False)
+        _queue(pipe, self.writer, commands)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
+        if retry:
+            self.client.script_load(WRITE.text)
+            pipe = self.client.pipeline(transaction=False)
+            _queue(pipe, self.writer, [commands[i] for i in retry])
+            _merge(self.writer, replies, retry, pipe.execute(raise_on_error=False))
+        return replies
+
+    def _call(self, command: Command) -> Any:
+        for attempt in (1, 2):
+            try:
+                return self.client.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                self.client.script_load(WRITE.text)
+            except redis.exceptions.ResponseError as exc:
+                return exc
+        raise AssertionError("unreachable")
 
 
 class AsyncOutbox:
@@ -156,19 +171,7 @@ class AsyncOutbox:
         if not send:
             return [early[i] for i in range(len(groups))]
         commands = writer.commands(send)
-        pipe = self.client.pipeline(transaction=False)
-        _queue(pipe, writer, commands)
-        replies = await pipe.execute(raise_on_error=False)
-        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
-        if retry:
-            await self.client.script_load(WRITE.text)
-            pipe = self.client.pipeline(transaction=False)
-            _queue(pipe, writer, [commands[i] for i in retry])
-            again = await pipe.execute(raise_on_error=False)
-            for slot, index in enumerate(retry):
-                replies[index] = again[slot]
-            if _waits(writer):
-                replies[-1] = min(int(replies[-1]), int(again[-1]))
+        replies = await self._send(commands)
         results = _collect(writer, groups, early, commands, replies)
         new_entities = _new_entities(writer, groups, results)
         if new_entities:
@@ -182,6 +185,41 @@ class AsyncOutbox:
             totals = await pipe.execute()
             writer.seen_totals = (int(totals[0]), int(totals[1]))
         return results
+
+    async def _send(self, commands: list[Command]) -> list[Any]:
+        """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
+        if self.writer.cluster:  # a cluster pipeline refuses EVALSHA: one call per entity
+            return [await self._call(command) for command in commands]
+        pipe = self.client.pipeline(transaction=False)
+        _queue(pipe, self.writer, commands)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
+        if retry:
+            await self.client.script_load(WRITE.text)
+            pipe = self.client.pipeline(transaction=False)
+            _queue(pipe, self.writer, [commands[i] for i in retry])
+            _merge(self.writer, replies, retry, await pipe.execute(raise_on_error=False))
+        return replies
+
+    async def _call(self, command: Command) -> Any:
+        for attempt in (1, 2):
+            try:
+                return await self.client.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                await self.client.script_load(WRITE.text)
+            except redis.exceptions.ResponseError as exc:
+                return exc
+        raise AssertionError("unreachable")
+
+
+def _merge(writer: OutboxWriter, replies: list[Any], retry: list[int], again: list[Any]) -> None:
+    """Put the replies of re-sent script calls in place; ``WAIT`` counts the weaker of its two answers."""
+    for slot, index in enumerate(retry):
+        replies[index] = again[slot]
+    if _waits(writer):
+        replies[-1] = min(int(replies[-1]), int(again[-1]))
 
 
 def _waits(writer: OutboxWriter) -> bool:

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -42,8 +42,11 @@ def _settings(redis_url: str, **ingress: Any) -> Settings:
             "max_request_bytes": 2 * 1024 * 1024,
             "api_keys": [
                 {"name": "all", "sha256": hashlib.sha256(KEY_ALL.encode()).hexdigest()},
-                {"name": "limited", "sha256": hashlib.sha256(KEY_LIMITED.encode()).hexdigest(),
-                 "entities": ["orders"]},
+                {
+                    "name": "limited",
+                    "sha256": hashlib.sha256(KEY_LIMITED.encode()).hexdigest(),
+                    "entities": ["orders"],
+                },
             ],
             "sas_key_name": SAS_NAME,
             "sas_key": SAS_KEY,
@@ -65,7 +68,9 @@ def base_url(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {KEY_ALL}"}, timeout=10) as client:
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {KEY_ALL}"}, timeout=10
+    ) as client:
         yield client
 
 
@@ -75,12 +80,22 @@ def _read_all(redis_url: str, settings: Settings, entity: str) -> list[Any]:
     return reader.read(entity, "test-reader", count=1000)
 
 
-def test_single_envelope_round_trips_through_the_outbox(http: httpx.Client, redis_url: str, settings: Settings):
+def test_single_envelope_round_trips_through_the_outbox(
+    http: httpx.Client, redis_url: str, settings: Settings
+):
     # Given an envelope with every field set
     envelope = {
-        "body": "héllo", "content_type": "text/plain", "message_id": "m-1", "session_id": "s-1",
-        "partition_key": "s-1", "time_to_live": 30.5, "scheduled_enqueue_time_utc": "2030-01-02T03:04:05+02:00",
-        "correlation_id": "c-1", "subject": "greeting", "reply_to": "replies", "to": "someone",
+        "body": "héllo",
+        "content_type": "text/plain",
+        "message_id": "m-1",
+        "session_id": "s-1",
+        "partition_key": "s-1",
+        "time_to_live": 30.5,
+        "scheduled_enqueue_time_utc": "2030-01-02T03:04:05+02:00",
+        "correlation_id": "c-1",
+        "subject": "greeting",
+        "reply_to": "replies",
+        "to": "someone",
         "application_properties": {"n": 7, "f": 1.5, "flag": True, "s": "x"},
     }
     # When it is posted
@@ -93,15 +108,20 @@ def test_single_envelope_round_trips_through_the_outbox(http: httpx.Client, redi
     assert stored.body == "héllo".encode()
     assert (stored.message_id, stored.session_id, stored.partition_key) == ("m-1", "s-1", "s-1")
     assert stored.time_to_live == 30.5
-    assert stored.scheduled_enqueue_time_utc == datetime(2030, 1, 2, 1, 4, 5, tzinfo=timezone.utc)
-    assert (stored.correlation_id, stored.subject, stored.reply_to, stored.to) == ("c-1", "greeting", "replies",
-                                                                                  "someone")
+    assert stored.scheduled_enqueue_time_utc == datetime(2030, 1, 2, 1, 4, 5, tzinfo=UTC)
+    assert (stored.correlation_id, stored.subject, stored.reply_to, stored.to) == (
+        "c-1",
+        "greeting",
+        "replies",
+        "someone",
+    )
     assert stored.content_type == "text/plain"
     assert stored.application_properties == {"n": 7, "f": 1.5, "flag": True, "s": "x"}
 
 
-def test_message_id_is_assigned_when_absent_and_reposting_it_is_idempotent(http: httpx.Client,
-                                                                            redis_client: redis.Redis):
+def test_message_id_is_assigned_when_absent_and_reposting_it_is_idempotent(
+    http: httpx.Client, redis_client: redis.Redis
+):
     first = http.post("/v1/entities/orders/messages", json={"body": "a"}).json()
     assert len(first["message_id"]) == 32
     again = http.post("/v1/entities/orders/messages", json={"body": "a", "message_id": first["message_id"]})
@@ -113,17 +133,28 @@ def test_message_id_is_assigned_when_absent_and_reposting_it_is_idempotent(http:
 
 def test_body_encodings(http: httpx.Client, redis_url: str, settings: Settings):
     raw = bytes(range(256))
-    assert http.post("/v1/entities/orders/messages",
-                     json={"body": base64.b64encode(raw).decode(), "body_encoding": "base64"}).status_code == 202
-    assert http.post("/v1/entities/orders/messages",
-                     json={"body": {"a": [1, 2]}, "body_encoding": "json"}).status_code == 202
+    assert (
+        http.post(
+            "/v1/entities/orders/messages",
+            json={"body": base64.b64encode(raw).decode(), "body_encoding": "base64"},
+        ).status_code
+        == 202
+    )
+    assert (
+        http.post(
+            "/v1/entities/orders/messages", json={"body": {"a": [1, 2]}, "body_encoding": "json"}
+        ).status_code
+        == 202
+    )
     first, second = _read_all(redis_url, settings, "orders")
     assert first.envelope.body == raw
     assert json.loads(second.envelope.body) == {"a": [1, 2]}
     assert second.envelope.content_type == "application/json"
 
 
-def test_batch_is_stored_in_order_on_one_shard_per_key(http: httpx.Client, redis_url: str, settings: Settings):
+def test_batch_is_stored_in_order_on_one_shard_per_key(
+    http: httpx.Client, redis_url: str, settings: Settings
+):
     messages = [{"body": f"m{i}", "partition_key": "k"} for i in range(20)]
     answer = http.post("/v1/entities/sharded/messages:batch", json={"messages": messages})
     assert answer.status_code == 202
@@ -134,7 +165,9 @@ def test_batch_is_stored_in_order_on_one_shard_per_key(http: httpx.Client, redis
     assert [e.envelope.body for e in entries] == [f"m{i}".encode() for i in range(20)]
 
 
-def test_keyless_messages_spread_round_robin_over_shards(http: httpx.Client, redis_url: str, settings: Settings):
+def test_keyless_messages_spread_round_robin_over_shards(
+    http: httpx.Client, redis_url: str, settings: Settings
+):
     answer = http.post("/v1/entities/sharded/messages:batch", json={"messages": [{"body": "x"}] * 8})
     assert answer.status_code == 202
     shards = sorted(e.shard for e in _read_all(redis_url, settings, "sharded"))
@@ -154,8 +187,12 @@ def test_batch_with_a_bad_50th_message_stores_none_of_100(http: httpx.Client, re
     before = snapshot(redis_client)
     answer = http.post("/v1/entities/orders/messages:batch", json={"messages": messages})
     assert answer.status_code == 422
-    assert answer.json()["error"] == {"code": "time_to_live_not_positive", "field": "time_to_live", "index": 49,
-                                      "message": "time_to_live must be greater than 0"}
+    assert answer.json()["error"] == {
+        "code": "time_to_live_not_positive",
+        "field": "time_to_live",
+        "index": 49,
+        "message": "time_to_live must be greater than 0",
+    }
     assert snapshot(redis_client) == before
 
 
@@ -163,32 +200,63 @@ def test_service_bus_rest_single_message(base_url: str, redis_url: str, settings
     # Given a REST client as it talks to Service Bus: SAS header, BrokerProperties, custom property headers
     expiry = 4_000_000_000
     resource = f"{base_url}/orders"
-    token = (f"SharedAccessSignature sr={resource}&sig={sas_signature(resource, expiry, SAS_KEY)}"
-             f"&se={expiry}&skn={SAS_NAME}")
+    token = (
+        f"SharedAccessSignature sr={resource}&sig={sas_signature(resource, expiry, SAS_KEY)}"
+        f"&se={expiry}&skn={SAS_NAME}"
+    )
     token = token.replace("+", "%2B")
-    broker = {"MessageId": "rest-1", "Label": "lbl", "TimeToLive": 60, "SessionId": "s",
-              "ScheduledEnqueueTimeUtc": "Sun, 06 Nov 2033 08:49:37 GMT", "CorrelationId": "c"}
-    headers = {"Authorization": token, "BrokerProperties": json.dumps(broker), "Content-Type": "application/xml",
-               "Priority": "High", "Count": "3", "Ratio": "0.5", "Flag": "true", "Quoted": '"12"'}
+    broker = {
+        "MessageId": "rest-1",
+        "Label": "lbl",
+        "TimeToLive": 60,
+        "SessionId": "s",
+        "ScheduledEnqueueTimeUtc": "Sun, 06 Nov 2033 08:49:37 GMT",
+        "CorrelationId": "c",
+    }
+    headers = {
+        "Authorization": token,
+        "BrokerProperties": json.dumps(broker),
+        "Content-Type": "application/xml",
+        "Priority": "High",
+        "Count": "3",
+        "Ratio": "0.5",
+        "Flag": "true",
+        "Quoted": '"12"',
+    }
     # When it posts
     answer = httpx.post(f"{base_url}/orders/messages", content=b"<x/>", headers=headers)
     # Then Service Bus's 201, and the message with its properties in the outbox
     assert answer.status_code == 201, answer.text
     (entry,) = _read_all(redis_url, settings, "orders")
     stored = entry.envelope
-    assert (stored.message_id, stored.subject, stored.time_to_live, stored.session_id) == ("rest-1", "lbl", 60, "s")
-    assert stored.scheduled_enqueue_time_utc == datetime(2033, 11, 6, 8, 49, 37, tzinfo=timezone.utc)
+    assert (stored.message_id, stored.subject, stored.time_to_live, stored.session_id) == (
+        "rest-1",
+        "lbl",
+        60,
+        "s",
+    )
+    assert stored.scheduled_enqueue_time_utc == datetime(2033, 11, 6, 8, 49, 37, tzinfo=UTC)
     assert stored.content_type == "application/xml"
     assert stored.body == b"<x/>"
-    assert stored.application_properties == {"priority": "High", "count": 3, "ratio": 0.5, "flag": True,
-                                             "quoted": "12"}
+    assert stored.application_properties == {
+        "priority": "High",
+        "count": 3,
+        "ratio": 0.5,
+        "flag": True,
+        "quoted": "12",
+    }
 
 
 def test_service_bus_rest_batch(http: httpx.Client, redis_url: str, settings: Settings):
-    batch = [{"Body": "one", "BrokerProperties": {"MessageId": "b1", "Label": "x"}, "UserProperties": {"k": 1}},
-             {"Body": "two"}]
-    answer = http.post("/orders/messages", content=json.dumps(batch),
-                       headers={"Content-Type": "application/vnd.microsoft.servicebus.json"})
+    batch = [
+        {"Body": "one", "BrokerProperties": {"MessageId": "b1", "Label": "x"}, "UserProperties": {"k": 1}},
+        {"Body": "two"},
+    ]
+    answer = http.post(
+        "/orders/messages",
+        content=json.dumps(batch),
+        headers={"Content-Type": "application/vnd.microsoft.servicebus.json"},
+    )
     assert answer.status_code == 201, answer.text
     first, second = _read_all(redis_url, settings, "orders")
     assert (first.envelope.message_id, first.envelope.subject, first.envelope.body) == ("b1", "x", b"one")
@@ -203,13 +271,15 @@ def test_entity_paths_with_slashes(http: httpx.Client, redis_client: redis.Redis
 
 
 def test_limited_key_may_use_its_entity(base_url: str):
-    answer = httpx.post(f"{base_url}/v1/entities/orders/messages", json={"body": "x"},
-                        headers={"x-api-key": KEY_LIMITED})
+    answer = httpx.post(
+        f"{base_url}/v1/entities/orders/messages", json={"body": "x"}, headers={"x-api-key": KEY_LIMITED}
+    )
     assert answer.status_code == 202
 
 
-def test_backpressure_answers_503_with_retry_after_and_recovers(http: httpx.Client, redis_url: str,
-                                                               settings: Settings, redis_client: redis.Redis):
+def test_backpressure_answers_503_with_retry_after_and_recovers(
+    http: httpx.Client, redis_url: str, settings: Settings, redis_client: redis.Redis
+):
     for _ in range(2):
         assert http.post("/v1/entities/tiny/messages", json={"body": "x"}).status_code == 202
     before = snapshot(redis_client)
@@ -227,10 +297,13 @@ def test_backpressure_answers_503_with_retry_after_and_recovers(http: httpx.Clie
 
 def test_total_bound_over_all_entities(redis_url: str, redis_client: redis.Redis):
     settings = _settings(redis_url, max_total_messages=3)
-    with running_ingress(settings) as url, httpx.Client(base_url=url,
-                                                        headers={"x-api-key": KEY_ALL}) as http:
-        assert http.post("/v1/entities/orders/messages:batch",
-                         json={"messages": [{"body": "a"}, {"body": "b"}]}).status_code == 202
+    with running_ingress(settings) as url, httpx.Client(base_url=url, headers={"x-api-key": KEY_ALL}) as http:
+        assert (
+            http.post(
+                "/v1/entities/orders/messages:batch", json={"messages": [{"body": "a"}, {"body": "b"}]}
+            ).status_code
+            == 202
+        )
         assert http.post("/v1/entities/sharded/messages", json={"body": "c"}).status_code == 202
         before = snapshot(redis_client)
         refused = http.post("/v1/entities/small/messages", json={"body": "d"})
