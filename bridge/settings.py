@@ -216,6 +216,16 @@ class PairedSettings(BaseModel):
     )
 
 
+class WorkerSettings(BaseModel):
+    """The Celery send workers and beat: where tasks queue and how long a drain holds a shard."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: str = Field(default="bridge", min_length=1, description="Celery queue of the bridge's tasks.")
+    sweep_interval: float = Field(default=1.0, gt=0, description="Seconds between sweeper runs.")
+    drain_budget: float = Field(default=20.0, gt=0, description="Seconds one drain task may run.")
+
+
 class Settings(BaseSettings):
     """Everything the bridge's processes are configured with."""
 
@@ -235,6 +245,10 @@ class Settings(BaseSettings):
     ingress: IngressSettings = Field(default_factory=IngressSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     paired: PairedSettings = Field(default_factory=PairedSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
+    celery_broker_url: SecretStr | None = Field(
+        default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
+    )
 
     @field_validator("redis_url")
     @classmethod
