@@ -1,0 +1,88 @@
+"""Passive replication's shared role state in Redis: which namespace is active per entity, and their health.
+
+``RoleStore`` applies what ``bridge.core.roles`` decides. The swap is one Lua script (``scripts.SWAP``)
+that copies ``apply_swap``: it applies only while the stored epoch and active role are still those the
+worker observed, so of two workers that saw the active namespace fail only one swaps, and a worker acting
+on a stale epoch can never swap back. Health is a plain hash per namespace, replaced as a whole (absent
+fields mean None); skipping a write when ``next_health`` returned the same object is the caller's job.
+
+Connection: any blocking client from ``bridge.outbox.connection.sync_client`` (single, Sentinel, Cluster:
+every key here carries the entity's hash tag). Driver errors leave as ``OutboxUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bridge.core.roles import ROLES, NamespaceHealth, Role, RoleState, Swap
+from bridge.outbox.connection import driver_errors
+from bridge.state import keys, scripts
+
+log = logging.getLogger(__name__)
+
+
+class RoleStore:
+    """Role state and namespace health of entities, shared by every worker."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def get(self, entity: str) -> RoleState:
+        """The entity's current role state (primary at epoch 0 when never swapped)."""
+        with driver_errors():
+            return RoleState.from_fields(self.client.hgetall(keys.role(entity)))
+
+    def swap(self, entity: str, swap: Swap) -> tuple[bool, RoleState]:
+        """Compare-and-swap: ``(applied, state after)``, with the semantics of ``core.roles.apply_swap``.
+
+        When not applied, the state returned is the one another worker stored; the caller re-reads nothing.
+        """
+        fields = swap.state().to_fields()
+        args: list[str] = [str(swap.expected_epoch), swap.from_role]
+        for name, value in fields.items():
+            args += [name, value]
+        with driver_errors():
+            reply = scripts.run(self.client, scripts.SWAP, [keys.role(entity)], args)
+        applied = int(reply[0]) == 1
+        state = RoleState.from_fields(scripts.pairs(reply[1:]))
+        if applied:
+            log.warning(
+                "roles swapped for %s: %s -> %s (epoch %d): %s",
+                entity,
+                swap.from_role,
+                swap.to_role,
+                swap.new_epoch,
+                swap.reason,
+            )
+        else:
+            log.debug(
+                "stale swap for %s refused (expected epoch %d, stored %d)",
+                entity,
+                swap.expected_epoch,
+                state.epoch,
+            )
+        return applied, state
+
+    def health(self, entity: str, role: Role) -> NamespaceHealth:
+        """Health of the namespace that has ``role`` for this entity (healthy when never recorded)."""
+        with driver_errors():
+            return NamespaceHealth.from_fields(self.client.hgetall(keys.health(entity, role)))
+
+    def healths(self, entity: str) -> dict[Role, NamespaceHealth]:
+        """Health of both namespaces in one round trip."""
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for role in ROLES:
+                pipe.hgetall(keys.health(entity, role))
+            replies = pipe.execute()
+        return {role: NamespaceHealth.from_fields(reply) for role, reply in zip(ROLES, replies, strict=True)}
+
+    def set_health(self, entity: str, role: Role, health: NamespaceHealth) -> None:
+        """Replace the namespace's health record (``DEL`` + ``HSET`` in one transaction)."""
+        key = keys.health(entity, role)
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.hset(key, mapping=health.to_fields())
+            pipe.execute()

@@ -1,0 +1,140 @@
+"""The Lua scripts that apply shared-state changes atomically, and the one way to run them.
+
+Each script is the Redis twin of a pure function in ``bridge.core`` and must keep its semantics exactly
+(the integration tests use the pure function as the oracle). A script touches one entity's keys only (one
+hash tag), except where a caller passes a shared key explicitly on a single server. ``#!lua`` makes Redis
+refuse a writing script before it starts when memory is full, so a change is never half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from bridge.outbox.scripts import LuaScript
+
+# KEYS: role hash. ARGV: expected_epoch, from_role, then the new state's field/value pairs.
+# Reply: {applied (1/0), field, value, ...} with the hash as it is after the call.
+# bridge.core.roles.apply_swap: applied only while the stored epoch AND active role are those the swap was
+# decided on; an absent hash is the initial state (primary, epoch 0).
+SWAP = LuaScript(
+    """#!lua
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'active', 'epoch')
+local active = cur[1] or 'primary'
+local epoch = tonumber(cur[2] or '0')
+if epoch ~= tonumber(ARGV[1]) or active ~= ARGV[2] then
+  local out = redis.call('HGETALL', key)
+  table.insert(out, 1, 0)
+  return out
+end
+redis.call('DEL', key)
+redis.call('HSET', key, unpack(ARGV, 3))
+local out = redis.call('HGETALL', key)
+table.insert(out, 1, 1)
+return out
+"""
+)
+
+# KEYS: paired hash, failed-over set (ignored unless ARGV[1] == '1'). ARGV: use_set, entity, then ops:
+#   start <at> | engage <at> | available | error <at> <text> | ping <at>
+# Reply: {before field/value list, after field/value list}.
+# bridge.core.paired.apply_change: StartTimer is HSETNX; EngageFailover does nothing once engaged, else
+# keeps a running timer's start (HSETNX) and sets failed_over_at; MarkAvailable deletes both.
+PAIRED = LuaScript(
+    """#!lua
+local key, set = KEYS[1], KEYS[2]
+local use_set, entity = ARGV[1] == '1', ARGV[2]
+local before = redis.call('HGETALL', key)
+local i = 3
+while i <= #ARGV do
+  local op = ARGV[i]
+  if op == 'start' then
+    redis.call('HSETNX', key, 'failing_since', ARGV[i + 1])
+    i = i + 2
+  elseif op == 'engage' then
+    if redis.call('HEXISTS', key, 'failed_over_at') == 0 then
+      redis.call('HSETNX', key, 'failing_since', ARGV[i + 1])
+      redis.call('HSET', key, 'failed_over_at', ARGV[i + 1])
+    end
+    i = i + 2
+  elseif op == 'available' then
+    redis.call('HDEL', key, 'failing_since', 'failed_over_at')
+    i = i + 1
+  elseif op == 'error' then
+    redis.call('HSET', key, 'last_error', ARGV[i + 2], 'last_error_at', ARGV[i + 1])
+    i = i + 3
+  elseif op == 'ping' then
+    redis.call('HSET', key, 'last_ping_at', ARGV[i + 1])
+    i = i + 2
+  else
+    return redis.error_reply('unknown paired op ' .. tostring(op))
+  end
+end
+if use_set then
+  if redis.call('HEXISTS', key, 'failed_over_at') == 1 then
+    redis.call('SADD', set, entity)
+  else
+    redis.call('SREM', set, entity)
+  end
+end
+return {before, redis.call('HGETALL', key)}
+"""
+)
+
+# KEYS: lease key. ARGV: owner, ttl_ms. Reply 1 when ``owner`` holds the lease afterwards.
+# Taking a lease one already holds refreshes it, so a retried acquire is not refused by its own success.
+LEASE_ACQUIRE = LuaScript(
+    """#!lua
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if holder then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+)
+
+# KEYS: lease key. ARGV: owner, ttl_ms. Reply 1 when renewed; an expired or foreign lease is not taken.
+LEASE_RENEW = LuaScript(
+    """#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+)
+
+# KEYS: lease key. ARGV: owner. Reply 1 when released; only the holder may release.
+LEASE_RELEASE = LuaScript(
+    """#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+)
+
+
+def run(client: Any, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+    """``EVALSHA``, falling back to ``EVAL`` once when the server does not have the script cached.
+
+    Driver errors propagate; callers wrap the call in ``bridge.outbox.connection.driver_errors``.
+    """
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except redis.exceptions.NoScriptError:
+        return client.eval(script.text, len(keys), *keys, *args)
+
+
+def pairs(flat: Sequence[Any]) -> dict[bytes | str, bytes | str]:
+    """A ``HGETALL``-style flat reply ``[field, value, ...]`` as a dict."""
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}

@@ -1,0 +1,149 @@
+"""What ``bridge status --json`` prints: one JSON object, a PUBLIC CONTRACT for scripts and dashboards.
+
+Keys are only ever added, never renamed or retyped. The contract (issue 4)::
+
+    {"entities": [{"name": str,
+                   "replication": "passive" | "active" | "paired" | "none",
+                   "active": "primary" | "secondary",
+                   "namespaces": {"primary":   {"available": bool, "last_error": str | null},
+                                  "secondary": {"available": bool, "last_error": str | null}},
+                   "outbox_depth": int,            # messages in the outbox, not yet accepted by Service Bus
+                   "dead_letter_depth": int}]}     # entries in the local dead-letter stream
+
+Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``role_reason``,
+``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds),
+``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
+``last_error_at``, ``error_class``, and for paired entities ``paired`` (``failed_over``, ``failing_since``,
+``failed_over_at``, ``last_ping_at``, ``last_error``, ``last_error_at``); at the top ``cost`` (totals) and,
+when an entity is paired, ``backlog`` (the rotation of the backlog queues).
+
+For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
+secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
+record's and the paired state's errors is its ``last_error``. Entities are those configured plus those that
+ever had an outbox, sorted by name. Every text that came from an error passes ``scrub_secrets`` again here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from bridge.core.outcomes import scrub_secrets
+from bridge.core.paired import PairedState
+from bridge.core.roles import ROLES, NamespaceHealth, Role
+from bridge.outbox.reader import OutboxReader
+from bridge.settings import Settings
+from bridge.state.cost import CostStore
+from bridge.state.paired import PairedStore
+from bridge.state.retry import RetryStore
+from bridge.state.roles import RoleStore
+
+
+def _scrubbed(text: str | None) -> str | None:
+    return None if text is None else scrub_secrets(text)
+
+
+def _namespace(health: NamespaceHealth, configured: bool) -> dict[str, Any]:
+    return {
+        "available": health.available,
+        "last_error": _scrubbed(health.last_error),
+        "configured": configured,
+        "since": health.since,
+        "last_error_at": health.last_error_at,
+        "error_class": health.error_class.value if health.error_class else None,
+    }
+
+
+def _paired_primary(view: dict[str, Any], state: PairedState) -> None:
+    # Failover engaged means no primary sends: the primary is unavailable for this entity whatever the
+    # last health record said; its newest error is whichever of the two was recorded last.
+    if state.failed_over:
+        view["available"] = False
+    if state.last_error is not None and (state.last_error_at or 0.0) >= (view["last_error_at"] or 0.0):
+        view["last_error"] = _scrubbed(state.last_error)
+        view["last_error_at"] = state.last_error_at
+
+
+def _paired_view(state: PairedState) -> dict[str, Any]:
+    return {
+        "failed_over": state.failed_over,
+        "failing_since": state.failing_since,
+        "failed_over_at": state.failed_over_at,
+        "last_ping_at": state.last_ping_at,
+        "last_error": _scrubbed(state.last_error),
+        "last_error_at": state.last_error_at,
+    }
+
+
+def entity_status(settings: Settings, client: Any, name: str) -> dict[str, Any]:
+    """The status record of one entity (see the module docstring for its fields)."""
+    options = settings.entity(name)
+    roles, paired = RoleStore(client), PairedStore(client)
+    role = roles.get(name)
+    healths = roles.healths(name)
+    depth = OutboxReader(client, settings).depth(name)
+    cost = CostStore(client).get(name)
+    configured: dict[Role, bool] = {
+        "primary": settings.primary is not None,
+        "secondary": settings.secondary is not None,
+    }
+    namespaces = {r: _namespace(healths[r], configured[r]) for r in ROLES}
+    active: Role = role.active
+    record: dict[str, Any] = {
+        "name": name,
+        "replication": options.replication,
+        "active": active,
+        "namespaces": namespaces,
+        "outbox_depth": depth["pending_messages"],
+        "dead_letter_depth": depth["deadletter"],
+        "configured": name in settings.entities,
+        "epoch": role.epoch,
+        "role_swapped_at": role.swapped_at,
+        "role_reason": _scrubbed(role.reason),
+        "outbox_bytes": depth["pending_bytes"],
+        "quarantine_depth": depth["quarantine"],
+        "ingress_depth": depth["ingress"],
+        "retry_not_before": {str(k): v for k, v in sorted(RetryStore(client).all_not_before(name).items())},
+        "cost": {**asdict(cost), "total": cost.total},
+    }
+    if options.replication == "paired":
+        state = paired.get(name)
+        _paired_primary(namespaces["primary"], state)
+        if state.failed_over:
+            record["active"] = "secondary"
+        record["paired"] = _paired_view(state)
+    return record
+
+
+def backlog_status(settings: Settings, client: Any, now: float) -> dict[str, Any] | None:
+    """The shared backlog rotation, or None without a primary namespace to name the queues after."""
+    if settings.primary is None:
+        return None
+    namespace = settings.primary.namespace_name
+    count = settings.paired.backlog_queue_count
+    store = PairedStore(client)
+    rotation = store.rotation(namespace, count)
+    errors = store.rotation_errors(namespace)
+    return {
+        "namespace": namespace,
+        "count": count,
+        "in_rotation": list(rotation.in_rotation(now, settings.paired.backlog_readmit_after)),
+        "removed": {
+            str(index): {"at": at, "error": _scrubbed(errors.get(index))}
+            for index, at in sorted(rotation.removed.items())
+        },
+    }
+
+
+def collect_status(settings: Settings, client: Any, now: float | None = None) -> dict[str, Any]:
+    """The whole ``bridge status --json`` object; ``now`` (default: the clock) decides readmitted queues."""
+    names = sorted(set(settings.entities) | set(OutboxReader(client, settings).entities()))
+    entities = [entity_status(settings, client, name) for name in names]
+    totals = CostStore(client).totals()
+    out: dict[str, Any] = {"entities": entities, "cost": {**asdict(totals), "total": totals.total}}
+    if any(e["replication"] == "paired" for e in entities):
+        backlog = backlog_status(settings, client, time.time() if now is None else now)
+        if backlog is not None:
+            out["backlog"] = backlog
+    return out
