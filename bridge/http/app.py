@@ -63,6 +63,17 @@ async def check_redis(client: Any, settings: Settings) -> None:
         raise ConfigurationError("ingress.wait_replicas is not supported on a Redis Cluster")
     try:
         await client.script_load(WRITE.text)
+    except redis.exceptions.ConnectionError as exc:
+        if ingress.require_appendfsync:
+            raise ConfigurationError(
+                f"cannot verify ingress.require_appendfsync: Redis unreachable ({type(exc).__name__})"
+            ) from None
+        # Start anyway: /readyz reports 503 and writes answer 503 until Redis is back.
+        log.warning("Redis unreachable at start-up (%s); answering 503 until it is back", type(exc).__name__)
+        return
+    except redis.exceptions.RedisError as exc:
+        raise ConfigurationError(f"cannot load the outbox script ({type(exc).__name__})") from None
+    try:
         if ingress.require_appendfsync:
             config = await client.config_get("append*")
             appendonly = config.get(b"appendonly", config.get("appendonly"))

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from bridge.errors import BridgeError, OutboxUnavailableError
+from bridge.errors import BackpressureError, BridgeError, OutboxUnavailableError
 from bridge.outbox import keys
 from bridge.outbox.connection import driver_errors, is_cluster, translate
 from bridge.outbox.scripts import WRITE
@@ -39,8 +39,6 @@ def _sort(writer: OutboxWriter, groups: Sequence[Group]) -> tuple[dict[int, Grou
 
 
 def _total_full(writer: OutboxWriter) -> BridgeError:
-    from bridge.errors import BackpressureError
-
     return BackpressureError("the outbox of the bridge is full; retry later", retry_after=writer.retry_after)
 
 
@@ -53,7 +51,7 @@ def _collect(
 ) -> list[GroupResult]:
     wait_reply = replies[len(commands)] if _waits(writer) else None
     by_group: dict[int, GroupResult] = {}
-    for command, reply in zip(commands, replies, strict=True):
+    for command, reply in zip(commands, replies[: len(commands)], strict=True):
         if isinstance(reply, Exception):
             error = translate(reply)
             results: list[GroupResult] = [
