@@ -121,10 +121,12 @@ class PairedStore:
     def _log(entity: str, changes: Sequence[PairedChange], update: PairedUpdate) -> None:
         if update.engaged:
             reason = next((c.reason for c in changes if isinstance(c, EngageFailover)), "")
-            log.warning("paired failover engaged for %s: primary -> backlog: %s", entity, reason)
+            log.warning(
+                "paired failover engaged for %s: primary -> backlog: %s", entity, scrub_secrets(reason)
+            )
         elif update.restored:
             reason = next((c.reason for c in changes if isinstance(c, MarkAvailable)), "")
-            log.warning("paired failover ended for %s: backlog -> primary: %s", entity, reason)
+            log.warning("paired failover ended for %s: backlog -> primary: %s", entity, scrub_secrets(reason))
 
     def failed_over_entities(self, candidates: Iterable[str] = ()) -> list[str]:
         """Entities with failover engaged, sorted: the set's members and ``candidates``, each checked."""
@@ -144,15 +146,13 @@ class PairedStore:
 
     def remove_from_rotation(self, namespace: str, change: RemoveFromRotation) -> None:
         """Take a backlog queue out of the rotation for every worker (``HSET <index> <at>``, and why)."""
+        error = scrub_secrets(change.error)
         with driver_errors():
             self.client.hset(
                 keys.rotation(namespace),
-                mapping={
-                    str(change.index): _text(change.at),
-                    f"{change.index}.error": scrub_secrets(change.error),
-                },
+                mapping={str(change.index): _text(change.at), f"{change.index}.error": error},
             )
-        log.warning("backlog queue %s/%d left the rotation: %s", namespace, change.index, change.error)
+        log.warning("backlog queue %s/%d left the rotation: %s", namespace, change.index, error)
 
     def rotation_errors(self, namespace: str) -> dict[int, str]:
         """Why each removed backlog queue left the rotation (the last failure recorded for it)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from bridge.core.outcomes import scrub_secrets
 from bridge.core.roles import ROLES, NamespaceHealth, Role, RoleState, Swap
 from bridge.outbox.connection import driver_errors
 from bridge.state import keys, scripts
@@ -53,7 +54,7 @@ class RoleStore:
                 swap.from_role,
                 swap.to_role,
                 swap.new_epoch,
-                swap.reason,
+                scrub_secrets(swap.reason),
             )
         else:
             log.debug(
