@@ -13,6 +13,10 @@ key                                        holds
 ``bridge:{E}:paired``                      hash ``PairedState`` (failover timer, failed_over_at, ping)
 ``bridge:{E}:cost``                        hash ``CostTally`` counters (HINCRBY)
 ``bridge:{E}:notbefore``                   hash shard -> epoch seconds before which not to retry it
+``bridge:{E}:attempts``                    hash shard -> retries in a row of the shard's head entry
+``bridge:{E}:delivered:<i>``               hash entry id -> targets that already accepted it (active
+                                           mode, policy ``all``: not sent there again on retry)
+``bridge:{E}:scheduled:<i>``               string, short PX: a drain of shard i is queued (-1: ingest)
 ``bridge:{E}:lease:<i>``                   string: owner of the drain lease of outbox shard i (PX ttl)
 ``bridge:{backlog:<N>}:rotation``          hash index -> removed_at, ``<index>.error`` -> why, for the
                                            backlog queues ``<N>/x-servicebus-transfer/<i>``
@@ -60,6 +64,21 @@ def not_before(entity: str) -> str:
     return _tag(entity) + "notbefore"
 
 
+def attempts(entity: str) -> str:
+    """Retry counts of the entity's outbox shards."""
+    return _tag(entity) + "attempts"
+
+
+def delivered(entity: str, shard: int) -> str:
+    """Targets that already accepted entries of one shard."""
+    return f"{_tag(entity)}delivered:{shard}"
+
+
+def scheduled(entity: str, shard: int) -> str:
+    """Marker that a drain (or, for shard -1, an ingest) of the entity is already queued."""
+    return f"{_tag(entity)}scheduled:{shard}"
+
+
 def shard_lease(entity: str, shard: int) -> str:
     """The drain lease of one outbox shard."""
     return f"{_tag(entity)}lease:{shard}"
@@ -76,7 +95,7 @@ def lease(name: str) -> str:
 
 
 def entity_keys(entity: str) -> tuple[str, ...]:
-    """Every per-entity state key except the shard leases (for slot checks and clean-up)."""
+    """Every per-entity state key except the per-shard ones (for slot checks and clean-up)."""
     return (
         role(entity),
         health(entity, "primary"),
@@ -84,4 +103,5 @@ def entity_keys(entity: str) -> tuple[str, ...]:
         paired(entity),
         cost(entity),
         not_before(entity),
+        attempts(entity),
     )

@@ -1,10 +1,11 @@
 """An owner-checked lease on one Redis key: at most one holder at a time, and a dead holder's lease expires.
 
-Used for "one consumer per keyed outbox shard" (``RetryStore``), "at most one syphon per backlog queue" and
+Used for "one consumer per keyed outbox shard" (``LeaseStore``), "at most one syphon per backlog queue" and
 beat high availability. The holder is a string the caller chooses (e.g. ``<host>:<pid>:<uuid>``); every
 operation is a Lua script that compares it first, so a process whose lease expired and was taken over can
 neither renew nor release the new holder's lease (the classic ``GET`` then ``DEL`` race). The TTL is the
-longest a crashed holder blocks others; renew well inside it (a third is customary).
+longest a crashed holder blocks others; renew well inside it (a third is customary). TTLs are whole
+milliseconds, as ``SET ... PX`` takes them.
 
 Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
 ``OutboxUnavailableError``.
@@ -18,11 +19,11 @@ from bridge.outbox.connection import driver_errors
 from bridge.state import keys, scripts
 
 
-def ttl_ms(ttl: float) -> int:
-    """``ttl`` seconds as whole milliseconds, at least 1 (``PX 0`` is an error in Redis)."""
-    if ttl <= 0:
-        raise ValueError("a lease TTL must be positive")
-    return max(1, round(ttl * 1000))
+def _checked(ttl_ms: int) -> int:
+    # PX 0 or a negative PX is an error in Redis, and a fraction would be refused as "not an integer".
+    if int(ttl_ms) != ttl_ms or ttl_ms <= 0:
+        raise ValueError("a lease TTL must be a positive whole number of milliseconds")
+    return int(ttl_ms)
 
 
 class Lease:
@@ -37,15 +38,17 @@ class Lease:
         """The lease called ``name`` (e.g. ``syphon:<backlog queue path>``, ``beat``)."""
         return cls(client, keys.lease(name))
 
-    def acquire(self, owner: str, ttl: float) -> bool:
-        """Take the lease for ``ttl`` seconds; True when ``owner`` holds it now (re-acquiring refreshes)."""
+    def acquire(self, owner: str, ttl_ms: int) -> bool:
+        """Take the lease for ``ttl_ms``; True when ``owner`` holds it now (re-acquiring refreshes it)."""
+        args: list[str | int] = [owner, _checked(ttl_ms)]
         with driver_errors():
-            return int(scripts.run(self.client, scripts.LEASE_ACQUIRE, [self.key], [owner, ttl_ms(ttl)])) == 1
+            return int(scripts.run(self.client, scripts.LEASE_ACQUIRE, [self.key], args)) == 1
 
-    def renew(self, owner: str, ttl: float) -> bool:
-        """Extend the lease to ``ttl`` seconds from now; False when ``owner`` no longer holds it."""
+    def renew(self, owner: str, ttl_ms: int) -> bool:
+        """Extend the lease to ``ttl_ms`` from now; False when ``owner`` no longer holds it."""
+        args: list[str | int] = [owner, _checked(ttl_ms)]
         with driver_errors():
-            return int(scripts.run(self.client, scripts.LEASE_RENEW, [self.key], [owner, ttl_ms(ttl)])) == 1
+            return int(scripts.run(self.client, scripts.LEASE_RENEW, [self.key], args)) == 1
 
     def release(self, owner: str) -> bool:
         """Give the lease up; False (and nothing deleted) when ``owner`` does not hold it."""
@@ -59,3 +62,30 @@ class Lease:
         if value is None:
             return None
         return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LeaseStore:
+    """Drain leases of outbox shards: one consumer per (entity, shard) at a time, so keyed order holds."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def lease(self, entity: str, shard: int) -> Lease:
+        """The drain lease of one shard."""
+        return Lease(self.client, keys.shard_lease(entity, shard))
+
+    def acquire(self, entity: str, shard: int, owner: str, ttl_ms: int) -> bool:
+        """Become the shard's only consumer for ``ttl_ms``; False while another owner holds it."""
+        return self.lease(entity, shard).acquire(owner, ttl_ms)
+
+    def renew(self, entity: str, shard: int, owner: str, ttl_ms: int) -> bool:
+        """Extend ``owner``'s lease; False when it expired or another owner holds it (stop draining)."""
+        return self.lease(entity, shard).renew(owner, ttl_ms)
+
+    def release(self, entity: str, shard: int, owner: str) -> bool:
+        """Give the shard up; refused (False) for anyone but the holder."""
+        return self.lease(entity, shard).release(owner)
+
+    def holder(self, entity: str, shard: int) -> str | None:
+        """The shard's current consumer, None when free."""
+        return self.lease(entity, shard).holder()

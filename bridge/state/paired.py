@@ -117,6 +117,16 @@ class PairedStore:
         self._log(entity, changes, update)
         return update
 
+    def apply_all(
+        self, entity: str, namespace: str, changes: Sequence[PairedChange | RemoveFromRotation]
+    ) -> PairedUpdate:
+        """Apply a decision's paired changes: rotation removals to ``namespace``'s rotation, the rest to
+        the entity (in order, atomically)."""
+        for change in changes:
+            if isinstance(change, RemoveFromRotation):
+                self.remove_from_rotation(namespace, change)
+        return self.apply(entity, [c for c in changes if not isinstance(c, RemoveFromRotation)])
+
     @staticmethod
     def _log(entity: str, changes: Sequence[PairedChange], update: PairedUpdate) -> None:
         if update.engaged:

@@ -1,10 +1,12 @@
-"""When and by whom an outbox shard may be drained: retry "not before" times and shard drain leases.
+"""When an outbox shard may be drained again, and what its waiting entries already achieved.
 
-Both answer the send workers' question "may I drain this shard now?". After both namespaces failed, the
-shard's entries stay in the outbox and the core's backoff says how long to wait; the time is stored here
-(``set_not_before``) so that every worker and the sweeper respect it, not only the worker that failed. A
-keyed shard must be drained in order, so only one consumer may hold it at a time: ``acquire`` takes an
-owner-checked lease (``SET NX PX`` semantics, see ``lease.Lease``) that expires if its holder dies.
+After both namespaces failed, a shard's entries stay in the outbox and the core's backoff says how long to
+wait. The time is stored here (``schedule``) so that every worker and the sweeper respect it, not only the
+worker that failed; the number of retries in a row (``attempts``) feeds the next backoff and is reset by
+``clear`` once the shard drains again. In active mode with success policy ``all``, an entry that one
+namespace already accepted remembers it (``remember_delivered``) so the retry goes to the other one only.
+``mark_scheduled`` is a short-lived "a drain is already queued" marker that keeps the sweeper from
+enqueueing the same shard twice. One consumer per keyed shard is ``bridge.state.lease.LeaseStore``.
 
 Times are epoch seconds chosen by the caller (the core takes ``now`` as an argument, never a clock).
 
@@ -14,26 +16,51 @@ Connection: any blocking client from ``bridge.outbox.connection.sync_client``; d
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from bridge.core.decisions import Target
 from bridge.core.hash_fields import decode_fields
+from bridge.core.roles import as_role
 from bridge.outbox.connection import driver_errors
 from bridge.state import keys
-from bridge.state.lease import Lease
+from bridge.state.lease import Lease, LeaseStore
 
-__all__ = ["Lease", "RetryStore"]
+__all__ = ["Lease", "LeaseStore", "RetryStore", "decode_targets", "encode_targets"]
+
+
+def encode_targets(targets: Iterable[Target]) -> str:
+    """Targets as JSON ``[[namespace, queue-or-null], ...]`` (a queue path may hold any character)."""
+    # Sorted by a key of our own: ``Target``'s ordering cannot compare a None queue with a path.
+    unique = sorted(set(targets), key=lambda t: (t.namespace, t.queue or ""))
+    return json.dumps([[t.namespace, t.queue] for t in unique])
+
+
+def decode_targets(raw: str | bytes) -> tuple[Target, ...]:
+    """Inverse of ``encode_targets``."""
+    return tuple(Target(as_role(namespace), queue) for namespace, queue in json.loads(raw))
 
 
 class RetryStore:
-    """Retry times and drain leases of outbox shards."""
+    """Retry times, retry counts, delivered-to markers and drain-queued markers of outbox shards."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
+    # ---- not before -----------------------------------------------------------------------------
     def set_not_before(self, entity: str, shard: int, at: float) -> None:
         """Do not drain ``shard`` of ``entity`` before ``at`` (replaces an earlier time)."""
         with driver_errors():
             self.client.hset(keys.not_before(entity), str(shard), repr(float(at)))
+
+    def schedule(self, entity: str, shard: int, at: float) -> int:
+        """``set_not_before`` and count one more retry in a row, atomically; returns the new count."""
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(keys.not_before(entity), str(shard), repr(float(at)))
+            pipe.hincrby(keys.attempts(entity), str(shard), 1)
+            return int(pipe.execute()[1])
 
     def not_before(self, entity: str, shard: int) -> float | None:
         """The time before which the shard waits, None when it may be drained now."""
@@ -47,27 +74,50 @@ class RetryStore:
             data = decode_fields(self.client.hgetall(keys.not_before(entity)))
         return {int(shard): float(at) for shard, at in data.items()}
 
-    def clear(self, entity: str, shard: int) -> None:
-        """The shard may be drained at once again (after a successful send)."""
+    def attempts(self, entity: str, shard: int) -> int:
+        """Retries in a row of the shard's head entry (0 after ``clear``): the backoff's attempt number."""
         with driver_errors():
-            self.client.hdel(keys.not_before(entity), str(shard))
+            raw = self.client.hget(keys.attempts(entity), str(shard))
+        return 0 if raw is None else int(raw)
 
-    def lease(self, entity: str, shard: int) -> Lease:
-        """The drain lease of one shard."""
-        return Lease(self.client, keys.shard_lease(entity, shard))
+    def clear(self, entity: str, shard: int) -> None:
+        """The shard drained: it may be drained at once again and its retry count starts over."""
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hdel(keys.not_before(entity), str(shard))
+            pipe.hdel(keys.attempts(entity), str(shard))
+            pipe.execute()
 
-    def acquire(self, entity: str, shard: int, owner: str, ttl: float) -> bool:
-        """Become the shard's only consumer for ``ttl`` seconds; False while another owner holds it."""
-        return self.lease(entity, shard).acquire(owner, ttl)
+    # ---- delivered-to (active mode) -------------------------------------------------------------
+    def remember_delivered(self, entity: str, shard: int, entry_id: str, targets: Iterable[Target]) -> None:
+        """Record every target that has accepted entry ``entry_id`` so far (replaces the earlier record)."""
+        with driver_errors():
+            self.client.hset(keys.delivered(entity, shard), entry_id, encode_targets(targets))
 
-    def renew(self, entity: str, shard: int, owner: str, ttl: float) -> bool:
-        """Extend ``owner``'s lease; False when it expired or another owner holds it (stop draining)."""
-        return self.lease(entity, shard).renew(owner, ttl)
+    def delivered(self, entity: str, shard: int, entry_ids: Sequence[str]) -> dict[str, tuple[Target, ...]]:
+        """The recorded targets of those entries that have a record."""
+        if not entry_ids:
+            return {}
+        with driver_errors():
+            raw = self.client.hmget(keys.delivered(entity, shard), list(entry_ids))
+        return {eid: decode_targets(value) for eid, value in zip(entry_ids, raw, strict=True) if value}
 
-    def release(self, entity: str, shard: int, owner: str) -> bool:
-        """Give the shard up; refused (False) for anyone but the holder."""
-        return self.lease(entity, shard).release(owner)
+    def forget_delivered(self, entity: str, shard: int, entry_ids: Sequence[str]) -> None:
+        """Drop the records of entries that left the outbox (acknowledged or dead-lettered)."""
+        if entry_ids:
+            with driver_errors():
+                self.client.hdel(keys.delivered(entity, shard), *entry_ids)
 
-    def holder(self, entity: str, shard: int) -> str | None:
-        """The shard's current consumer, None when free."""
-        return self.lease(entity, shard).holder()
+    # ---- drain queued ---------------------------------------------------------------------------
+    def mark_scheduled(self, entity: str, shard: int, ttl_ms: int) -> bool:
+        """Note that a drain of the shard (an ingest for shard -1) is queued; False when one already is.
+
+        The marker expires after ``ttl_ms`` so a lost task message never blocks the shard for long.
+        """
+        with driver_errors():
+            return bool(self.client.set(keys.scheduled(entity, shard), "1", nx=True, px=int(ttl_ms)))
+
+    def unmark_scheduled(self, entity: str, shard: int) -> None:
+        """The queued drain started: the sweeper may queue the next one."""
+        with driver_errors():
+            self.client.delete(keys.scheduled(entity, shard))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bridge.core.outcomes import scrub_secrets
 from bridge.core.roles import ROLES, NamespaceHealth, Role, RoleState, Swap
 from bridge.outbox.connection import driver_errors
 from bridge.state import keys, scripts
@@ -47,22 +46,15 @@ class RoleStore:
             reply = scripts.run(self.client, scripts.SWAP, [keys.role(entity)], args)
         applied = int(reply[0]) == 1
         state = RoleState.from_fields(scripts.pairs(reply[1:]))
-        if applied:
-            log.warning(
-                "roles swapped for %s: %s -> %s (epoch %d): %s",
-                entity,
-                swap.from_role,
-                swap.to_role,
-                swap.new_epoch,
-                scrub_secrets(swap.reason),
-            )
-        else:
-            log.debug(
-                "stale swap for %s refused (expected epoch %d, stored %d)",
-                entity,
-                swap.expected_epoch,
-                state.epoch,
-            )
+        # The caller logs an applied swap at WARNING (it knows the batch and the outcome); only it sees
+        # ``applied`` True, so the transition is logged once across all workers.
+        log.debug(
+            "swap for %s %s (expected epoch %d, stored now %d)",
+            entity,
+            "applied" if applied else "refused",
+            swap.expected_epoch,
+            state.epoch,
+        )
         return applied, state
 
     def health(self, entity: str, role: Role) -> NamespaceHealth:

@@ -9,10 +9,11 @@ import pytest
 import redis
 
 from bridge.core.cost import CostTally, Operation
+from bridge.core.decisions import PRIMARY, SECONDARY, Target
 from bridge.outbox.connection import sync_client
 from bridge.state import keys
 from bridge.state.cost import CostStore
-from bridge.state.lease import Lease
+from bridge.state.lease import Lease, LeaseStore
 from bridge.state.retry import RetryStore
 
 # ---- leases -------------------------------------------------------------------------------------------
@@ -27,7 +28,7 @@ def test_only_one_of_many_racing_owners_gets_the_lease(redis_url: str) -> None:
 
     def contend(index: int) -> None:
         barrier.wait()
-        if RetryStore(clients[index]).acquire("orders", 2, f"worker-{index}", ttl=30):
+        if LeaseStore(clients[index]).acquire("orders", 2, f"worker-{index}", ttl_ms=30000):
             with lock:
                 won.append(f"worker-{index}")
 
@@ -41,15 +42,15 @@ def test_only_one_of_many_racing_owners_gets_the_lease(redis_url: str) -> None:
         for c in clients:
             c.close()
     assert len(won) == 1
-    assert RetryStore(redis.Redis.from_url(redis_url)).holder("orders", 2) == won[0]
+    assert LeaseStore(redis.Redis.from_url(redis_url)).holder("orders", 2) == won[0]
 
 
 def test_leases_of_different_shards_are_independent(redis_client: redis.Redis) -> None:
-    store = RetryStore(redis_client)
-    assert store.acquire("orders", 0, "a", ttl=30)
-    assert store.acquire("orders", 1, "b", ttl=30)
-    assert store.acquire("invoices", 0, "c", ttl=30)
-    assert not store.acquire("orders", 0, "b", ttl=30)
+    store = LeaseStore(redis_client)
+    assert store.acquire("orders", 0, "a", ttl_ms=30000)
+    assert store.acquire("orders", 1, "b", ttl_ms=30000)
+    assert store.acquire("invoices", 0, "c", ttl_ms=30000)
+    assert not store.acquire("orders", 0, "b", ttl_ms=30000)
     assert (store.holder("orders", 0), store.holder("orders", 1), store.holder("invoices", 0)) == (
         "a",
         "b",
@@ -59,30 +60,30 @@ def test_leases_of_different_shards_are_independent(redis_client: redis.Redis) -
 
 def test_reacquire_by_the_holder_refreshes(redis_client: redis.Redis) -> None:
     lease = Lease.named(redis_client, "beat")
-    assert lease.acquire("me", ttl=1)
-    assert lease.acquire("me", ttl=60)
+    assert lease.acquire("me", ttl_ms=1000)
+    assert lease.acquire("me", ttl_ms=60000)
     assert redis_client.pttl(keys.lease("beat")) > 30_000
 
 
 def test_renew_by_owner_only(redis_client: redis.Redis) -> None:
-    store = RetryStore(redis_client)
-    assert store.acquire("orders", 0, "owner", ttl=5)
-    assert not store.renew("orders", 0, "intruder", ttl=60)
+    store = LeaseStore(redis_client)
+    assert store.acquire("orders", 0, "owner", ttl_ms=5000)
+    assert not store.renew("orders", 0, "intruder", ttl_ms=60000)
     assert redis_client.pttl(keys.shard_lease("orders", 0)) <= 5000
-    assert store.renew("orders", 0, "owner", ttl=60)
+    assert store.renew("orders", 0, "owner", ttl_ms=60000)
     assert redis_client.pttl(keys.shard_lease("orders", 0)) > 5000
     assert store.holder("orders", 0) == "owner"
 
 
 def test_renewing_a_free_lease_does_not_take_it(redis_client: redis.Redis) -> None:
-    store = RetryStore(redis_client)
-    assert not store.renew("orders", 0, "owner", ttl=5)
+    store = LeaseStore(redis_client)
+    assert not store.renew("orders", 0, "owner", ttl_ms=5000)
     assert store.holder("orders", 0) is None
 
 
 def test_release_by_non_owner_is_refused(redis_client: redis.Redis) -> None:
-    store = RetryStore(redis_client)
-    assert store.acquire("orders", 0, "owner", ttl=30)
+    store = LeaseStore(redis_client)
+    assert store.acquire("orders", 0, "owner", ttl_ms=30000)
     assert not store.release("orders", 0, "intruder")
     assert store.holder("orders", 0) == "owner"
     assert store.release("orders", 0, "owner")
@@ -95,26 +96,27 @@ def test_a_dead_holders_lease_expires_and_its_late_calls_cannot_hurt_the_new_hol
 ) -> None:
     # Given a syphon lease whose holder stopped renewing (it died)
     dead = Lease.named(redis_client, "syphon:ns1/x-servicebus-transfer/3")
-    assert dead.acquire("dead-process", ttl=0.2)
+    assert dead.acquire("dead-process", ttl_ms=200)
     taker = Lease.named(redis_client, "syphon:ns1/x-servicebus-transfer/3")
-    assert not taker.acquire("survivor", ttl=30)
+    assert not taker.acquire("survivor", ttl_ms=30000)
 
     # When the TTL passes, another process takes over
     deadline = time.monotonic() + 5
-    while not taker.acquire("survivor", ttl=30):
+    while not taker.acquire("survivor", ttl_ms=30000):
         assert time.monotonic() < deadline, "the expired lease was never released"
         time.sleep(0.05)
 
     # Then the old holder, come back to life, can neither renew nor release the new holder's lease
-    assert not dead.renew("dead-process", ttl=30)
+    assert not dead.renew("dead-process", ttl_ms=30000)
     assert not dead.release("dead-process")
     assert taker.holder() == "survivor"
 
 
-@pytest.mark.parametrize("ttl", [0, -1.0])
-def test_a_lease_needs_a_positive_ttl(redis_client: redis.Redis, ttl: float) -> None:
-    with pytest.raises(ValueError, match="positive"):
-        Lease.named(redis_client, "beat").acquire("me", ttl=ttl)
+@pytest.mark.parametrize("ttl_ms", [0, -1, 1.5])
+def test_a_lease_needs_a_positive_whole_ttl(redis_client: redis.Redis, ttl_ms: int) -> None:
+    with pytest.raises(ValueError, match="positive whole"):
+        Lease.named(redis_client, "beat").acquire("me", ttl_ms=ttl_ms)
+    assert Lease.named(redis_client, "beat").holder() is None
 
 
 # ---- retry not-before ---------------------------------------------------------------------------------
@@ -138,6 +140,48 @@ def test_not_before_per_shard(redis_client: redis.Redis) -> None:
     assert other.not_before("orders", 0) is None
     assert other.all_not_before("orders") == {3: 1700000005.5}
     assert other.not_before("invoices", 0) == 42.0
+
+
+def test_schedule_counts_retries_in_a_row_until_clear(redis_client: redis.Redis) -> None:
+    store = RetryStore(redis_client)
+    assert store.attempts("orders", 1) == 0
+    assert store.schedule("orders", 1, 100.0) == 1
+    assert store.schedule("orders", 1, 102.5) == 2
+    assert (store.attempts("orders", 1), store.not_before("orders", 1)) == (2, 102.5)
+    assert store.attempts("orders", 0) == 0
+    store.clear("orders", 1)
+    assert (store.attempts("orders", 1), store.not_before("orders", 1)) == (0, None)
+    assert store.schedule("orders", 1, 200.0) == 1
+
+
+def test_delivered_targets_per_entry(redis_client: redis.Redis) -> None:
+    store = RetryStore(redis_client)
+    backlog = Target("secondary", "ns:1/x-servicebus-transfer/0")
+    store.remember_delivered("orders", 0, "1-0", (PRIMARY,))
+    store.remember_delivered("orders", 0, "2-0", (SECONDARY, PRIMARY, backlog))
+    store.remember_delivered("orders", 1, "1-0", (SECONDARY,))
+
+    got = store.delivered("orders", 0, ["1-0", "2-0", "3-0"])
+    assert got == {"1-0": (PRIMARY,), "2-0": (PRIMARY, SECONDARY, backlog)}
+    assert store.delivered("orders", 1, ["1-0"]) == {"1-0": (SECONDARY,)}
+    assert store.delivered("orders", 0, []) == {}
+
+    store.forget_delivered("orders", 0, ["1-0", "3-0"])
+    assert store.delivered("orders", 0, ["1-0", "2-0"]).keys() == {"2-0"}
+    store.forget_delivered("orders", 0, [])
+
+
+def test_a_drain_is_marked_scheduled_once_until_unmarked_or_expired(redis_client: redis.Redis) -> None:
+    store = RetryStore(redis_client)
+    assert store.mark_scheduled("orders", 0, 60_000)
+    assert not store.mark_scheduled("orders", 0, 60_000)
+    assert store.mark_scheduled("orders", -1, 60_000)  # the ingest marker is its own
+    store.unmark_scheduled("orders", 0)
+    assert store.mark_scheduled("orders", 0, 100)
+    deadline = time.monotonic() + 5
+    while not store.mark_scheduled("orders", 0, 100):
+        assert time.monotonic() < deadline, "the marker never expired"
+        time.sleep(0.05)
 
 
 # ---- cost ---------------------------------------------------------------------------------------------

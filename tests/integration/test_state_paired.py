@@ -206,3 +206,11 @@ def test_rotation_removal_log_carries_no_secret(
             "ns1", RemoveFromRotation(index=0, at=1.0, error="denied: SharedAccessKey=TOPSECRET0123;")
         )
     assert caplog.records and "TOPSECRET" not in caplog.text
+
+
+def test_apply_all_routes_rotation_removals_to_the_shared_rotation(redis_client: redis.Redis) -> None:
+    store = PairedStore(redis_client)
+    removal = RemoveFromRotation(index=2, at=5.0, error="entity outage")
+    update = store.apply_all("orders", "ns1", [StartTimer(4.0), removal, RecordError(5.0, "entity outage")])
+    assert update.after == PairedState(failing_since=4.0, last_error="entity outage", last_error_at=5.0)
+    assert store.rotation("ns1", 10) == BacklogRotation(count=10).apply(removal)

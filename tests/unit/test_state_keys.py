@@ -13,7 +13,8 @@ ENTITIES = ["orders", "topic/sub", "a.b-c_d~e", "weird}name{", "x" * 200]
 
 @pytest.mark.parametrize("entity", ENTITIES)
 def test_all_keys_of_an_entity_share_one_slot_with_its_outbox(entity: str) -> None:
-    state = [*keys.entity_keys(entity), *(keys.shard_lease(entity, i) for i in range(16))]
+    per_shard = (keys.shard_lease, keys.delivered, keys.scheduled)
+    state = [*keys.entity_keys(entity), *(f(entity, i) for f in per_shard for i in range(-1, 16))]
     outbox = [
         outbox_keys.outbox(entity, 0),
         outbox_keys.stats(entity),
