@@ -149,6 +149,7 @@ class Broker:
             delivery_count=delivery.delivery_count,
             locked_until=delivery.locked_until,
             scheduled_at=msg.scheduled_at,
+            time_to_live=msg.time_to_live,
             dead_letter_reason=msg.dead_letter_reason,
             dead_letter_description=msg.dead_letter_description,
             dead_letter_source=msg.dead_letter_source,

@@ -206,6 +206,7 @@ class BrokerStamp:
     delivery_count: int
     locked_until: float | None = None
     scheduled_at: float | None = None
+    time_to_live: float | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
@@ -233,7 +234,9 @@ def stamp_message(raw: bytes, stamp: BrokerStamp) -> bytes:
         else:
             rest_after.append(section)
     header[4] = uint(stamp.delivery_count)
-    if header[2] is not None:
+    if stamp.time_to_live is not None:  # the effective TTL: an entity default caps or fills it in
+        header[2] = uint(min(int(stamp.time_to_live * 1000), 2**32 - 1))
+    elif header[2] is not None:
         header[2] = uint(int(header[2]))
     if header[1] is not None:
         header[1] = ubyte(int(header[1]))
