@@ -1,56 +1,110 @@
-"""``bridge status``: outbox depth, quarantine and dead-letter counts per entity (``--json`` for scripts).
+"""``bridge status``: per entity the active namespace, namespace health, outbox and dead-letter depths.
 
-``--quarantine ENTITY`` / ``--deadletter ENTITY`` list that stream's entries with their reasons.
+``--json`` prints exactly one JSON object, the public contract assembled by ``bridge.state.status``
+(``{"entities": [{"name", "replication", "active", "namespaces", "outbox_depth", "dead_letter_depth",
+...}]}``; fields are added, never renamed). Without it the same is shown as a table.
+``--quarantine ENTITY`` / ``--deadletter ENTITY`` list that stream's entries with their reasons instead.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 
-from bridge.cli.context import settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
 from bridge.errors import BridgeError
 
 
 def register(app: typer.Typer) -> None:
     """Add ``status``."""
-    app.command(name="status", help="Show outbox depths, quarantine and dead-letter entries.")(status)
+    app.command(
+        name="status", help="Show roles, namespace health, outbox depths, quarantine and dead-letter entries."
+    )(status)
 
 
 def status(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (one JSON object)."),
     quarantine: str | None = typer.Option(None, help="List this entity's quarantine stream."),
     deadletter: str | None = typer.Option(None, help="List this entity's local dead-letter stream."),
     count: int = typer.Option(50, help="Entries to list."),
 ) -> None:
-    """Print the outbox state."""
+    """Print the replication and outbox state."""
     from bridge.outbox.connection import sync_client
-    from bridge.outbox.reader import OutboxReader, list_problems
+    from bridge.outbox.reader import list_problems
+    from bridge.state.status import collect_status
 
     settings = settings_or_exit()
     try:
         client = sync_client(settings.redis_url.get_secret_value())
+    except ValueError:
+        # redis-py's URL parser quotes the offending part, which may be the password: never show it.
+        typer.echo(
+            "bridge: configuration error: redis_url cannot be parsed "
+            "(percent-encode '/', '@', ':' and '%' in a password)",
+            err=True,
+        )
+        raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+    try:
         try:
             if quarantine or deadletter:
                 which = "quarantine" if quarantine else "deadletter"
                 entity = str(quarantine or deadletter)
                 typer.echo(json.dumps(list_problems(client, entity, which, count=count), indent=2))
                 return
-            reader = OutboxReader(client, settings)
-            names = sorted(set(reader.entities()) | set(settings.entities))
-            depths = {name: reader.depth(name) for name in names}
+            report = collect_status(settings, client)
         finally:
             client.close()
     except BridgeError as exc:
         typer.echo(f"bridge status: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None
     if as_json:
-        typer.echo(json.dumps({"entities": depths}, indent=2))
+        typer.echo(json.dumps(report, indent=2))
         return
-    typer.echo(f"{'entity':<40} {'pending':>10} {'bytes':>12} {'ingress':>8} {'quarant.':>8} {'deadlet.':>8}")
-    for name, depth in depths.items():
-        typer.echo(
-            f"{name:<40} {depth['pending_messages']:>10} {depth['pending_bytes']:>12} {depth['ingress']:>8} "
-            f"{depth['quarantine']:>8} {depth['deadletter']:>8}"
+    _print_table(report)
+
+
+def _health(namespace: dict[str, Any]) -> str:
+    # A recorded failure is shown even when the settings no longer name the namespace: it is history.
+    if not namespace["available"]:
+        return f"UNAVAILABLE: {namespace['last_error'] or '?'}"
+    return "available" if namespace["configured"] else "not configured"
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    # Cells are ``Text``, not markup: an error like "[amqp:not-found]" must print as it is.
+    table = Table(title="bridge status")
+    for column in ("entity", "mode", "active", "epoch", "primary", "secondary"):
+        table.add_column(column)
+    for column in ("outbox", "bytes", "dead-letter", "quarantine", "ops"):
+        table.add_column(column, justify="right")
+    for entity in report["entities"]:
+        active = entity["active"]
+        if entity.get("paired", {}).get("failed_over"):
+            active += " (backlog)"
+        cells = (
+            entity["name"],
+            entity["replication"],
+            active,
+            str(entity["epoch"]),
+            _health(entity["namespaces"]["primary"]),
+            _health(entity["namespaces"]["secondary"]),
+            str(entity["outbox_depth"]),
+            str(entity["outbox_bytes"]),
+            str(entity["dead_letter_depth"]),
+            str(entity["quarantine_depth"]),
+            str(entity["cost"]["total"]),
         )
+        table.add_row(*(Text(cell) for cell in cells))
+    console = Console()
+    console.print(table)
+    backlog = report.get("backlog")
+    if backlog and backlog["removed"]:
+        removed = ", ".join(f"{i} ({r['error'] or '?'})" for i, r in backlog["removed"].items())
+        console.print(f"backlog queues of {backlog['namespace']} out of rotation: {removed}", markup=False)
+    console.print(f"billable operations: {report['cost']['total']}", markup=False)
