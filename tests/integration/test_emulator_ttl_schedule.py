@@ -1,6 +1,6 @@
 """Time-to-live and scheduled messages of the local Service Bus, through the public SDK.
 
-TTLs and schedules are 1–2 s so the suite stays fast; waits poll peek or receive with generous deadlines
+TTLs and schedules are 1 to 3 s so the suite stays fast; waits poll peek or receive with generous deadlines
 and nothing asserts a precise time.
 """
 
