@@ -4,6 +4,8 @@ Every key of one entity carries the hash tag ``{<entity>}`` so that, on a Redis 
 counters, idempotency markers, the ingress stream, quarantine and dead-letter streams of an entity sit in
 one slot: the writer's Lua script touches several of them atomically, which a cluster only allows within a
 slot. Totals across entities live under ``{bridge}`` and are updated outside the per-entity script.
+The replication state (roles, health, paired failover, cost, retry times, leases) follows the same scheme;
+its keys are listed in ``bridge.state.keys``.
 
 =======================================  =================================================================
 key                                      holds
