@@ -119,6 +119,14 @@ class MessagePermanentError(NamespaceError):
     retryable = False
 
 
+class NamespaceTimeoutError(TransientNamespaceError):
+    """No answer within the SDK's timeout: transient, but it starts the paired failover timer."""
+
+
+class NamespaceEntityNotFoundError(NamespaceConfigurationError):
+    """The entity does not exist in the namespace (the syphon dead-letters messages bound for it)."""
+
+
 class EmulatorError(BridgeError):
     """The local Service Bus could not start or answer its control interface."""
 

@@ -93,6 +93,8 @@ ERROR_CLASSES: Mapping[str, ErrorClass] = MappingProxyType(
         "TransientNamespaceError": _T,
         "NamespaceOutageError": _O,
         "AttemptDeadlineExceeded": _O,
+        "NamespaceTimeoutError": _T,
+        "NamespaceEntityNotFoundError": _C,
         "NamespaceConfigurationError": _C,
         "MessagePermanentError": _P,
         "InvalidMessageError": _P,
@@ -110,6 +112,7 @@ TIMEOUT_NAMES: frozenset[str] = frozenset(
     {
         "OperationTimeoutError",
         "AttemptDeadlineExceeded",
+        "NamespaceTimeoutError",
         "ServiceRequestTimeoutError",
         "ServiceResponseTimeoutError",
         "AutoLockRenewTimeout",
@@ -118,7 +121,9 @@ TIMEOUT_NAMES: frozenset[str] = frozenset(
 )
 """Class names that are timeouts: they start the paired FailoverInterval timer even when TRANSIENT."""
 
-ENTITY_MISSING_NAMES: frozenset[str] = frozenset({"MessagingEntityNotFoundError", "ResourceNotFoundError"})
+ENTITY_MISSING_NAMES: frozenset[str] = frozenset(
+    {"MessagingEntityNotFoundError", "ResourceNotFoundError", "NamespaceEntityNotFoundError"}
+)
 """Class names meaning the entity does not exist (the syphon dead-letters such messages)."""
 
 

@@ -1,0 +1,292 @@
+"""Envelopes to ``ServiceBusMessage``s and back: direct sends, backlog aliasing (paired mode), pings.
+
+Field mapping (``Envelope`` → broker message): ``message_id`` → MessageId, ``session_id`` → SessionId,
+``partition_key`` → PartitionKey, ``time_to_live`` (seconds) → TimeToLive, ``scheduled_enqueue_time_utc``
+→ ScheduledEnqueueTimeUtc, ``correlation_id``, ``subject`` (Label), ``reply_to``, ``to``,
+``content_type``, the body as one AMQP data section, and application properties with their AMQP types.
+
+Application property types. The SDK's own encoder would send every ``int`` as a 32-bit AMQP int (and fail
+on larger ones) and cannot send a ``timedelta``; here an int outside the int32 range goes as AMQP long and
+a ``timedelta`` as the described type ``com.microsoft:timespan`` (ticks of 100 ns), as the .NET client
+writes a ``TimeSpan``. On receipt the SDK decodes AMQP string and binary both to ``bytes`` and timestamps
+to ``int`` milliseconds, so a *received* message cannot tell them apart. A backlog message therefore
+carries one more application property, ``x-bridge-ptypes`` (compact JSON ``{"name": "b" | "t"}``, written
+only when some property is binary or a timestamp), and ``from_backlog_message`` restores the exact types:
+``bytes`` values become ``str`` unless marked ``b``; ints marked ``t`` become aware UTC datetimes
+(millisecond precision, the AMQP timestamp's).
+
+Backlog aliasing is ``bridge.core.aliasing``: ``to_backlog_message`` leaves no SessionId, TTL, schedule or
+partition key on the broker message; ``from_backlog_message`` is its inverse for the syphon, with the
+remaining TTL (or the core's expired / not-aliased decision).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeAlias
+
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus.amqp import AmqpMessageBodyType
+
+from bridge.core.aliasing import (
+    Aliased,
+    ExpiredInBacklog,
+    NotAliased,
+    ReservedPropertyConflict,
+    TooLargeForBacklog,
+    alias_for_backlog,
+    unalias,
+)
+from bridge.core.envelope import Envelope
+from bridge.core.message_fields import MessageFields, PropertyValue
+from bridge.core.paired import PingMode
+from bridge.core.paired import ping_message as core_ping_message
+
+TYPES_PROPERTY = "x-bridge-ptypes"
+"""Application property naming the binary (``b``) and timestamp (``t``) properties of a backlog message."""
+TIMESPAN_DESCRIPTOR = b"com.microsoft:timespan"
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+_INT32 = range(-(2**31), 2**31)
+_TICKS_PER_SECOND = 10_000_000
+
+
+@dataclass(frozen=True)
+class BacklogMessage:
+    """An aliased message for a backlog queue; ``destination`` is its original entity (``x-ms-path``)."""
+
+    message: ServiceBusMessage
+    destination: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RestoredMessage:
+    """A backlog message restored for ``destination`` on the primary (``fields.time_to_live`` = remaining)."""
+
+    message: ServiceBusMessage
+    destination: str
+    fields: MessageFields
+
+
+BacklogDecision: TypeAlias = BacklogMessage | TooLargeForBacklog | ReservedPropertyConflict
+RestoreDecision: TypeAlias = RestoredMessage | ExpiredInBacklog | NotAliased
+
+
+def sdk_property_value(value: PropertyValue) -> Any:
+    """``value`` as the SDK's encoder should write it (AMQP long, timespan or the plain value)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and value not in _INT32:
+        return {"TYPE": "LONG", "VALUE": value}
+    if isinstance(value, timedelta):
+        ticks = round(value.total_seconds() * _TICKS_PER_SECOND)
+        descriptor = {"TYPE": "SYMBOL", "VALUE": TIMESPAN_DESCRIPTOR}
+        return {"TYPE": "DESCRIBED", "VALUE": (descriptor, {"TYPE": "LONG", "VALUE": ticks})}
+    if isinstance(value, datetime) and value.utcoffset() is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def envelope_fields(envelope: Envelope) -> MessageFields:
+    """The broker-level fields of ``envelope`` that replication and aliasing reason about."""
+    return MessageFields(
+        message_id=envelope.message_id,
+        body_size=len(envelope.body),
+        session_id=envelope.session_id,
+        partition_key=envelope.partition_key,
+        time_to_live=envelope.time_to_live,
+        scheduled_enqueue_time_utc=envelope.scheduled_enqueue_time_utc,
+        application_properties=envelope.application_properties,
+    )
+
+
+def _build(
+    body: bytes,
+    fields: MessageFields,
+    *,
+    content_type: str | None,
+    correlation_id: str | None,
+    subject: str | None,
+    reply_to: str | None,
+    to: str | None,
+    extra_properties: dict[str, PropertyValue] | None = None,
+) -> ServiceBusMessage:
+    # dict[str | bytes, Any]: typed values such as {"TYPE": "LONG", ...} are what the SDK's encoder reads.
+    properties: dict[str | bytes, Any] = {
+        name: sdk_property_value(value) for name, value in fields.application_properties.items()
+    }
+    for name, value in (extra_properties or {}).items():
+        properties[name] = sdk_property_value(value)
+    ttl = None if fields.time_to_live is None else timedelta(seconds=fields.time_to_live)
+    return ServiceBusMessage(
+        body,
+        application_properties=properties or None,
+        session_id=fields.session_id,
+        message_id=fields.message_id,
+        scheduled_enqueue_time_utc=fields.scheduled_enqueue_time_utc,
+        time_to_live=ttl,
+        content_type=content_type,
+        correlation_id=correlation_id,
+        subject=subject,
+        partition_key=fields.partition_key,
+        to=to,
+        reply_to=reply_to,
+    )
+
+
+def to_message(envelope: Envelope) -> ServiceBusMessage:
+    """The broker message for a direct send of ``envelope`` to its entity; every field is preserved."""
+    return _build(
+        envelope.body,
+        envelope_fields(envelope),
+        content_type=envelope.content_type,
+        correlation_id=envelope.correlation_id,
+        subject=envelope.subject,
+        reply_to=envelope.reply_to,
+        to=envelope.to,
+    )
+
+
+def _type_marks(properties: Mapping[str, PropertyValue]) -> dict[str, str]:
+    marks: dict[str, str] = {}
+    for name, value in properties.items():
+        if isinstance(value, bytes):
+            marks[name] = "b"
+        elif isinstance(value, datetime):
+            marks[name] = "t"
+    return marks
+
+
+def to_backlog_message(
+    envelope: Envelope,
+    destination: str | None = None,
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> BacklogDecision:
+    """``envelope`` aliased for a backlog queue, or why it must stay in the outbox for the primary.
+
+    ``destination`` defaults to the envelope's entity. ``max_message_size`` is the backlog queue's limit;
+    the type marks this module adds are counted against it as well.
+    """
+    fields = envelope_fields(envelope)
+    target = destination or envelope.entity
+    probe = alias_for_backlog(fields, target, max_message_size)
+    if not isinstance(probe, Aliased):
+        return probe
+    marks = _type_marks(probe.fields.application_properties)
+    extra: dict[str, PropertyValue] = {}
+    extra_bytes = 0
+    if marks:
+        extra[TYPES_PROPERTY] = json.dumps(marks, separators=(",", ":"), ensure_ascii=False)
+        extra_bytes = len(TYPES_PROPERTY) + len(str(extra[TYPES_PROPERTY]).encode()) + 10
+    if probe.size + extra_bytes > max_message_size:
+        return TooLargeForBacklog(
+            size=probe.size + extra_bytes, limit=max_message_size, added_bytes=probe.added_bytes + extra_bytes
+        )
+    message = _build(
+        envelope.body,
+        probe.fields,
+        content_type=envelope.content_type,
+        correlation_id=envelope.correlation_id,
+        subject=envelope.subject,
+        reply_to=envelope.reply_to,
+        to=envelope.to,
+        extra_properties=extra,
+    )
+    return BacklogMessage(message=message, destination=target, size=probe.size + extra_bytes)
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def received_properties(received: ServiceBusReceivedMessage) -> dict[str, PropertyValue]:
+    """The received message's application properties with Python types restored (see module docstring).
+
+    ``ValueError`` when the type marks are malformed.
+    """
+    raw = received.application_properties or {}
+    props: dict[str, PropertyValue] = {}
+    for key, value in raw.items():
+        props[_text(key) or ""] = value
+    marks_raw = props.pop(TYPES_PROPERTY, None)
+    marks: dict[str, str] = {}
+    if marks_raw is not None:
+        loaded = json.loads(marks_raw if isinstance(marks_raw, str | bytes) else "")
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{TYPES_PROPERTY} is not a JSON object")
+        marks = {str(k): str(v) for k, v in loaded.items()}
+    return {name: _restore_value(value, marks.get(name)) for name, value in props.items()}
+
+
+def _restore_value(value: object, mark: str | None) -> PropertyValue:
+    if getattr(value, "descriptor", None) == TIMESPAN_DESCRIPTOR and isinstance(value, int):
+        return timedelta(microseconds=int(value) // 10)
+    if mark == "t" and isinstance(value, int) and not isinstance(value, bool):
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    if isinstance(value, bytes):
+        if mark == "b":
+            return bytes(value)
+        return value.decode("utf-8")
+    if isinstance(value, bool | int | float | str | uuid.UUID | datetime) or value is None:
+        return value
+    raise ValueError(f"unsupported application property value type {type(value).__name__}")
+
+
+def from_backlog_message(received: ServiceBusReceivedMessage, now: float) -> RestoreDecision:
+    """The syphon's view of one backlog message at ``now``: restored for its destination, or why not.
+
+    The TTL clock starts at the backlog enqueue time (the original send), so the restored TTL is what is
+    left of it; a message with nothing left is ``ExpiredInBacklog``; a message without aliases (or with
+    malformed ones, or a body that is not one data section) is ``NotAliased``. Both are dead-lettered by
+    the syphon with the decision's ``reason``.
+    """
+    if received.body_type != AmqpMessageBodyType.DATA:
+        return NotAliased(reason=f"not_aliased: body type {received.body_type} is not data")
+    body = b"".join(received.body)
+    try:
+        properties = received_properties(received)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return NotAliased(reason=f"not_aliased: {exc}")
+    message_id = _text(received.message_id) or ""
+    fields = MessageFields(message_id=message_id, body_size=len(body), application_properties=properties)
+    enqueued = received.enqueued_time_utc
+    enqueued_at = enqueued.timestamp() if enqueued is not None else now
+    decision = unalias(fields, enqueued_at, now)
+    if isinstance(decision, ExpiredInBacklog | NotAliased):
+        return decision
+    message = _build(
+        body,
+        decision.fields,
+        content_type=_text(received.content_type),
+        correlation_id=_text(received.correlation_id),
+        subject=_text(received.subject),
+        reply_to=_text(received.reply_to),
+        to=_text(received.to),
+    )
+    return RestoredMessage(message=message, destination=decision.destination, fields=decision.fields)
+
+
+def ping_message(mode: PingMode, session_id: str, now: float) -> ServiceBusMessage:
+    """The ping for ``mode`` (``bridge.core.paired.ping_message``) as a broker message.
+
+    In ``schedule`` mode the message carries its far-future ScheduledEnqueueTimeUtc; send it with
+    ``NamespacePool.schedule_and_cancel`` so it is cancelled at once and never becomes visible.
+    """
+    ping = core_ping_message(mode, session_id, now)
+    fields = MessageFields(
+        message_id=f"ping-{uuid.uuid4().hex}",
+        session_id=ping.session_id,
+        time_to_live=ping.time_to_live,
+        scheduled_enqueue_time_utc=ping.scheduled_enqueue_time_utc,
+    )
+    return _build(
+        b"", fields, content_type=ping.content_type, correlation_id=None, subject=None, reply_to=None, to=None
+    )
+

@@ -1,0 +1,413 @@
+"""``NamespacePool``: the per-process Service Bus clients of the two namespace roles.
+
+Connection strings (``Settings.primary`` / ``Settings.secondary``, secrets as ``SecretStr``)::
+
+    Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<rule>;SharedAccessKey=<key>
+    Endpoint=sb://127.0.0.1:<port>;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true
+
+Options (``Settings.retry``): ``retry_total``, ``retry_backoff_factor``, ``retry_backoff_max`` go to the
+SDK unchanged (its own bounded retries); ``attempt_deadline`` bounds every SDK call from outside
+(``deadline.AttemptRunner``); the SDK also gets an operation timeout of half the deadline (``timeout=`` per
+send/schedule/cancel, ``try_timeout`` and ``auth_timeout`` per link) so a slow broker answers with its own
+timeout before the hard deadline. The socket timeout is the SDK's default (0.2 s for AMQP over TCP).
+
+One ``ServiceBusClient`` per role ("primary", "secondary"), created lazily; one sender per (role, entity
+path) — ``get_queue_sender`` for queues and topics alike, the AMQP link target is just the path — and one
+PEEK_LOCK receiver per (role, queue). A fault of the outage class (lost connection, refused connection,
+deadline overrun) retires the role's whole client: calls in flight finish on it, the next call opens a
+fresh one. An overrun closes the stuck client at once on a background thread.
+
+Close/fault coupling (SPEC §3, seed 001; the decision is ``bridge.core.coupling``): when one role's client
+faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the partner is closed
+too, by a timer thread; both reopen cleanly on next use.
+
+Per process: a pool must not cross a fork (its sockets and threads belong to the parent). Celery workers
+create one pool per worker process after fork (``worker_process_init``). As a safety net a pool used in a
+forked child forgets the parent's clients without closing them and starts afresh.
+
+Thread safety: calls may come from several threads; each sender/receiver is used by one call at a time
+(a lock per handler, waited for at most the attempt deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from functools import partial
+from typing import TypeVar
+
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusMessageBatch,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusReceiver,
+    ServiceBusSender,
+)
+
+from bridge.core.coupling import (
+    COUPLING_GRACE,
+    ROLES,
+    CloseCause,
+    CouplingState,
+    Role,
+    due_closes,
+    next_due_at,
+    on_close,
+    on_open,
+)
+from bridge.core.error_classes import ErrorClass, classify
+from bridge.errors import AttemptDeadlineExceeded, NamespaceConfigurationError, NamespaceError
+from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner
+from bridge.servicebus.sending import SendResult, send_in_batches
+from bridge.servicebus.translate import translate
+from bridge.settings import NamespaceSettings, Settings
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+class _Client:
+    """One generation of a role's ``ServiceBusClient`` with its senders and receivers."""
+
+    def __init__(self, role: Role, generation: int, client: ServiceBusClient) -> None:
+        self.role = role
+        self.generation = generation
+        self.client = client
+        self.senders: dict[str, ServiceBusSender] = {}
+        self.receivers: dict[str, ServiceBusReceiver] = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.users = 0
+        self.retired = False
+        self.closing = False
+
+    def close(self) -> None:
+        """Close every handler, then the client; errors are expected from a faulted client."""
+        for handler in (*self.senders.values(), *self.receivers.values()):
+            try:
+                handler.close()
+            except Exception as exc:  # already broken; the client close below still runs
+                logger.debug("closing a %s handler failed: %s", self.role, type(exc).__name__)
+        self.client.close()
+
+
+class _Channel:
+    """The ``BatchChannel`` of one sender: every call under the deadline, errors translated."""
+
+    def __init__(self, pool: NamespacePool, client: _Client, sender: ServiceBusSender, entity: str) -> None:
+        self.pool, self.client, self.sender, self.entity = pool, client, sender, entity
+
+    def new_batch(self) -> ServiceBusMessageBatch:
+        return self.pool._call(self.client, f"batch for {self.entity}", self.sender.create_message_batch)
+
+    def send_batch(self, batch: ServiceBusMessageBatch) -> None:
+        timeout = self.pool.sdk_timeout
+        self.pool._call(
+            self.client, f"send to {self.entity}", lambda: self.sender.send_messages(batch, timeout=timeout)
+        )
+
+
+class NamespacePool:
+    """The Service Bus clients of one process; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        coupling_grace: float = COUPLING_GRACE,
+        max_stuck_threads: int = DEFAULT_MAX_STUCK,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._namespaces: dict[Role, NamespaceSettings | None] = {
+            "primary": settings.primary,
+            "secondary": settings.secondary,
+        }
+        self._retry = settings.retry
+        self.attempt_deadline = settings.retry.attempt_deadline
+        self.sdk_timeout = max(0.5, settings.retry.attempt_deadline / 2)
+        self.coupling_grace = coupling_grace
+        self._max_stuck = max_stuck_threads
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._clients: dict[Role, _Client] = {}
+        self._coupling = CouplingState()
+        self._generation = 0
+        self._timer: threading.Timer | None = None
+        self._pid = os.getpid()
+        self._runner = AttemptRunner(max_stuck=max_stuck_threads)
+
+    # ---- public operations -----------------------------------------------------------------------------
+    def send(self, role: Role, entity: str, messages: Sequence[ServiceBusMessage]) -> SendResult:
+        """Send ``messages`` to ``entity`` in order, in as few batches as fit; never raises for failures.
+
+        ``SendResult.accepted`` lists the indexes the namespace accepted, ``failed`` maps the others to
+        their ``NamespaceError`` (``bridge.servicebus.sending`` describes which fail with what).
+        """
+        if not messages:
+            return SendResult()
+        try:
+            with self._using(role, f"send:{entity}") as client:
+                channel = _Channel(self, client, self._sender(client, entity), entity)
+                return send_in_batches(channel, messages, namespace=role)
+        except NamespaceError as error:
+            return SendResult(failed=dict.fromkeys(range(len(messages)), error))
+
+    def schedule_and_cancel(self, role: Role, entity: str, message: ServiceBusMessage) -> None:
+        """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").
+
+        Raises ``NamespaceError``; ``ValueError`` when the message has no scheduled time.
+        """
+        when = message.scheduled_enqueue_time_utc
+        if when is None:
+            raise ValueError("schedule_and_cancel needs a message with scheduled_enqueue_time_utc")
+        timeout = self.sdk_timeout
+        with self._using(role, f"send:{entity}") as client:
+            sender = self._sender(client, entity)
+            numbers = self._call(
+                client,
+                f"schedule on {entity}",
+                lambda: sender.schedule_messages(message, when, timeout=timeout),
+            )
+            self._call(
+                client,
+                f"cancel on {entity}",
+                lambda: sender.cancel_scheduled_messages(numbers, timeout=timeout),
+            )
+
+    def receive_batch(
+        self, role: Role, queue: str, max_count: int, max_wait: float
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_count`` PEEK_LOCK messages from ``queue``, waiting at most ``max_wait`` seconds."""
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = self._receiver(client, queue)
+            return self._call(
+                client,
+                f"receive from {queue}",
+                lambda: receiver.receive_messages(max_message_count=max_count, max_wait_time=max_wait),
+                extra=max_wait,
+            )
+
+    def complete(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
+        """Complete a message received from ``queue``; raises ``NamespaceError``."""
+        self._settle(role, queue, "complete", lambda r: r.complete_message(message))
+
+    def abandon(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
+        """Abandon a message received from ``queue`` (it becomes receivable again)."""
+        self._settle(role, queue, "abandon", lambda r: r.abandon_message(message))
+
+    def dead_letter(
+        self, role: Role, queue: str, message: ServiceBusReceivedMessage, reason: str, description: str = ""
+    ) -> None:
+        """Dead-letter a message received from ``queue`` with ``reason`` (and ``description``)."""
+        self._settle(
+            role,
+            queue,
+            "dead-letter",
+            lambda r: r.dead_letter_message(message, reason=reason, error_description=description or None),
+        )
+
+    def renew_locks(
+        self, role: Role, queue: str, messages: Sequence[ServiceBusReceivedMessage]
+    ) -> list[datetime]:
+        """Renew the locks of ``messages`` received from ``queue``; their new expiry times, in order."""
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = self._receiver(client, queue)
+            return [
+                self._call(client, f"renew lock on {queue}", partial(receiver.renew_message_lock, message))
+                for message in messages
+            ]
+
+    def close(self) -> None:
+        """Close both roles' clients (on background threads) and stop the coupling timer."""
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+            self._coupling = CouplingState()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        for client in clients:
+            client.retired = True
+            self._discard(client, force=client.users == 0)
+        self._runner.shutdown()
+
+    # ---- observation (status, tests) -------------------------------------------------------------------
+    def generation(self, role: Role) -> int | None:
+        """The open client generation of ``role`` (increases with every reopen), None when closed."""
+        with self._lock:
+            client = self._clients.get(role)
+            return None if client is None else client.generation
+
+    @property
+    def stuck_threads(self) -> int:
+        """Threads abandoned by deadline overruns (or closing stuck clients) that have not returned."""
+        return self._runner.stuck
+
+    # ---- clients -----------------------------------------------------------------------------------------
+    @contextmanager
+    def _using(self, role: Role, handler_key: str) -> Iterator[_Client]:
+        client = self._acquire(role)
+        try:
+            lock = client.locks.setdefault(handler_key, threading.Lock())
+            if not lock.acquire(timeout=self.attempt_deadline):
+                raise AttemptDeadlineExceeded(
+                    f"{role} {handler_key}: still busy with another call after {self.attempt_deadline:g}s",
+                    namespace=role,
+                )
+            try:
+                yield client
+            finally:
+                lock.release()
+        finally:
+            self._release(client)
+
+    def _acquire(self, role: Role) -> _Client:
+        with self._lock:
+            self._forget_parent_clients()
+            client = self._clients.get(role)
+            if client is None:
+                client = self._open(role)
+            client.users += 1
+            return client
+
+    def _open(self, role: Role) -> _Client:
+        namespace = self._namespaces[role]
+        if namespace is None:
+            raise NamespaceConfigurationError(f"no {role} namespace is configured", namespace=role)
+        try:
+            sdk_client = ServiceBusClient.from_connection_string(
+                namespace.connection_string.get_secret_value(),
+                retry_total=self._retry.retry_total,
+                retry_backoff_factor=self._retry.retry_backoff_factor,
+                retry_backoff_max=self._retry.retry_backoff_max,
+                try_timeout=self.sdk_timeout,
+            )
+        except Exception as exc:  # a malformed connection string: never echo it
+            error = NamespaceConfigurationError(
+                f"{role} namespace: cannot build a client ({type(exc).__name__})", namespace=role
+            )
+        else:
+            self._generation += 1
+            client = _Client(role, self._generation, sdk_client)
+            self._clients[role] = client
+            self._coupling = on_open(self._coupling, role, client.generation)
+            logger.debug("opened %s client generation %d", role, client.generation)
+            return client
+        raise error from None
+
+    def _sender(self, client: _Client, entity: str) -> ServiceBusSender:
+        sender = client.senders.get(entity)
+        if sender is None:
+            sender = client.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
+            client.senders[entity] = sender
+        return sender
+
+    def _receiver(self, client: _Client, queue: str) -> ServiceBusReceiver:
+        receiver = client.receivers.get(queue)
+        if receiver is None:
+            receiver = client.client.get_queue_receiver(
+                queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=0,
+                auth_timeout=self.sdk_timeout,
+            )
+            client.receivers[queue] = receiver
+        return receiver
+
+    def _release(self, client: _Client) -> None:
+        with self._lock:
+            client.users -= 1
+            close_now = client.retired and client.users == 0 and not client.closing
+            if close_now:
+                client.closing = True
+        if close_now:
+            self._runner.discard(client.close, f"{client.role} client {client.generation}")
+
+    def _settle(
+        self, role: Role, queue: str, what: str, settle: Callable[[ServiceBusReceiver], object]
+    ) -> None:
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = self._receiver(client, queue)
+            self._call(client, f"{what} on {queue}", lambda: settle(receiver))
+
+    def _call(self, client: _Client, what: str, call: Callable[[], T], extra: float = 0.0) -> T:
+        """``call()`` under the deadline (+ ``extra``), errors translated; an outage retires the client."""
+        role = client.role
+        try:
+            return self._runner.run(call, self.attempt_deadline + extra, namespace=role, what=what)
+        except AttemptDeadlineExceeded as exc:
+            error: NamespaceError = exc
+            self._retire(client, CloseCause.FAULT, force=True)
+        except Exception as exc:  # every SDK failure; translated below, outside this block
+            error = translate(exc, role, what)
+            if classify(error).error_class is ErrorClass.OUTAGE:
+                self._retire(client, CloseCause.FAULT, force=False)
+        raise error from None
+
+    # ---- retiring and coupling ---------------------------------------------------------------------------
+    def _retire(self, client: _Client, cause: CloseCause, force: bool) -> None:
+        """Take ``client`` out of use; close it now (``force``) or when its last call returns."""
+        with self._lock:
+            if self._clients.get(client.role) is client:
+                del self._clients[client.role]
+                self._coupling = on_close(
+                    self._coupling, client.role, client.generation, self._clock(),
+                    cause=cause, grace=self.coupling_grace,
+                )
+                self._schedule_coupling()
+                logger.info("retired %s client generation %d (%s)", client.role, client.generation, cause)
+            client.retired = True
+        self._discard(client, force=force or client.users == 0)
+
+    def _discard(self, client: _Client, force: bool) -> None:
+        with self._lock:
+            if not force or client.closing:
+                return
+            client.closing = True
+        self._runner.discard(client.close, f"{client.role} client {client.generation}")
+
+    def _schedule_coupling(self) -> None:
+        """(Under the lock.) Arm the timer for the earliest pending partner close."""
+        due_at = next_due_at(self._coupling)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if due_at is None:
+            return
+        timer = threading.Timer(max(0.0, due_at - self._clock()), self._apply_coupling)
+        timer.daemon = True
+        timer.name = "servicebus-coupling"
+        self._timer = timer
+        timer.start()
+
+    def _apply_coupling(self) -> None:
+        with self._lock:
+            self._coupling, due = due_closes(self._coupling, self._clock())
+            targets = [
+                (close, self._clients[close.role])
+                for close in due
+                if close.role in self._clients and self._clients[close.role].generation == close.generation
+            ]
+        for close, client in targets:
+            logger.warning("closing the %s client: %s", close.role, close.reason)
+            self._retire(client, CloseCause.COUPLING, force=False)
+        with self._lock:
+            self._schedule_coupling()
+
+    def _forget_parent_clients(self) -> None:
+        """(Under the lock.) In a forked child, drop the parent's clients unclosed and start afresh."""
+        if os.getpid() == self._pid:
+            return
+        logger.warning("namespace pool used across fork; dropping %d parent clients", len(self._clients))
+        self._pid = os.getpid()
+        self._clients = {}
+        self._coupling = CouplingState()
+        self._timer = None
+        self._runner = AttemptRunner(max_stuck=self._max_stuck)
+
+
+__all__ = ["ROLES", "NamespacePool", "Role", "SendResult"]

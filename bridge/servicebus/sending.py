@@ -1,0 +1,146 @@
+"""Packing messages into ``ServiceBusMessageBatch``es, in order, with per-message outcomes.
+
+``send_in_batches`` packs the messages in order into as few batches as fit the link's size limit (each
+batch is one transfer, accepted or refused as a whole) and reports, per message index, accepted or failed:
+
+- A message too large even for an empty batch (or that the SDK cannot encode) fails alone with
+  ``MessagePermanentError``; the others go on. It will never be sent, so it does not hold back its key.
+- When a batch send fails, that batch and every later message fail with the same error and nothing after
+  it is sent: order per SessionId/PartitionKey is kept, message k+1 never goes out after k failed.
+- Except when a batch of several messages is refused as message-permanent (the broker's own size check):
+  its messages are re-sent one by one, so only the culprit fails.
+
+The channel does the I/O (``NamespacePool`` passes one that runs each SDK call under the attempt deadline
+and translates errors); this module never raises for a send failure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+from azure.servicebus.exceptions import MessageSizeExceededError
+
+from bridge.core.outcomes import describe_error
+from bridge.errors import MessagePermanentError, NamespaceError
+
+
+@dataclass
+class SendResult:
+    """Per-message outcome of one ``send``: indexes accepted (ascending) and failed with their error."""
+
+    accepted: list[int] = field(default_factory=list)
+    failed: dict[int, NamespaceError] = field(default_factory=dict)
+    batches: int = 0
+    """Batches (transfers) the namespace accepted."""
+
+    @property
+    def ok(self) -> bool:
+        """Every message was accepted."""
+        return not self.failed
+
+
+class BatchChannel(Protocol):
+    """Where batches come from and go to; both calls raise ``NamespaceError`` only."""
+
+    def new_batch(self) -> ServiceBusMessageBatch:
+        """An empty batch sized for the link."""
+        ...
+
+    def send_batch(self, batch: ServiceBusMessageBatch) -> None:
+        """Send one batch; returns when the namespace accepted it."""
+        ...
+
+
+class _Packer:
+    def __init__(
+        self, channel: BatchChannel, messages: Sequence[ServiceBusMessage], namespace: str | None
+    ) -> None:
+        self.channel = channel
+        self.messages = messages
+        self.namespace = namespace
+        self.result = SendResult()
+        self.work: deque[int] = deque(range(len(messages)))
+        self.alone: set[int] = set()
+        self.batch: ServiceBusMessageBatch | None = None
+        self.members: list[int] = []
+
+    def run(self) -> SendResult:
+        while self.work:
+            index = self.work.popleft()
+            if self.members and index in self.alone:
+                self.work.appendleft(index)
+                self.flush()
+                continue
+            if self.batch is None:
+                try:
+                    self.batch = self.channel.new_batch()
+                except NamespaceError as error:
+                    self.fail_rest([index], error)
+                    break
+            if not self.add(index):
+                continue
+            if index in self.alone:
+                self.flush()
+        if self.members:
+            self.flush()
+        return self.result
+
+    def add(self, index: int) -> bool:
+        """Add message ``index`` to the open batch; False when it went elsewhere (requeued or failed)."""
+        assert self.batch is not None
+        try:
+            self.batch.add_message(self.messages[index])
+        except MessageSizeExceededError as exc:
+            if self.members:
+                self.work.appendleft(index)  # the batch is full: send it, then retry this one
+                self.flush()
+            else:
+                limit = self.batch.max_size_in_bytes
+                self.fail_permanent(index, f"too large for any batch ({limit} bytes): {exc}")
+            return False
+        except (TypeError, ValueError) as exc:  # the SDK cannot encode it (e.g. a property value type)
+            self.fail_permanent(index, f"cannot be encoded: {describe_error(exc)}")
+            return False
+        self.members.append(index)
+        return True
+
+    def flush(self) -> None:
+        batch, members = self.batch, self.members
+        self.batch, self.members = None, []
+        if batch is None or not members:
+            return
+        try:
+            self.channel.send_batch(batch)
+        except MessagePermanentError as error:
+            if len(members) == 1:
+                self.result.failed[members[0]] = error
+            else:
+                self.alone.update(members)
+                self.work.extendleft(reversed(members))
+            return
+        except NamespaceError as error:
+            self.fail_rest(members, error)
+            return
+        self.result.accepted.extend(members)
+        self.result.batches += 1
+
+    def fail_permanent(self, index: int, reason: str) -> None:
+        self.result.failed[index] = MessagePermanentError(
+            f"{self.namespace or 'namespace'}: message {index} {reason}", namespace=self.namespace
+        )
+
+    def fail_rest(self, members: list[int], error: NamespaceError) -> None:
+        for index in (*members, *self.work):
+            self.result.failed[index] = error
+        self.work.clear()
+
+
+def send_in_batches(
+    channel: BatchChannel, messages: Sequence[ServiceBusMessage], namespace: str | None = None
+) -> SendResult:
+    """Send ``messages`` in order in as few batches as fit; see the module docstring for failures."""
+    return _Packer(channel, messages, namespace).run()
