@@ -104,7 +104,9 @@ class PairedStore:
         ops = encode_changes(changes)
         args = ["0" if self.cluster else "1", entity, *ops]
         with driver_errors():
-            reply = scripts.run(self.client, scripts.PAIRED, [keys.paired(entity), keys.FAILED_OVER], args)
+            # On a Cluster the set is in another slot and may not even be declared to the script.
+            script_keys = [keys.paired(entity)] if self.cluster else [keys.paired(entity), keys.FAILED_OVER]
+            reply = scripts.run(self.client, scripts.PAIRED, script_keys, args)
             update = PairedUpdate(
                 before=PairedState.from_fields(scripts.pairs(reply[0])),
                 after=PairedState.from_fields(scripts.pairs(reply[1])),

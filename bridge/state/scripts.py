@@ -38,7 +38,8 @@ return out
 """
 )
 
-# KEYS: paired hash, failed-over set (ignored unless ARGV[1] == '1'). ARGV: use_set, entity, then ops:
+# KEYS: paired hash, failed-over set (only on a single server, with ARGV[1] == '1').
+# ARGV: use_set, entity, then ops:
 #   start <at> | engage <at> | available | error <at> <text> | ping <at>
 # Reply: {before field/value list, after field/value list}.
 # bridge.core.paired.apply_change: StartTimer is HSETNX; EngageFailover does nothing once engaged, else

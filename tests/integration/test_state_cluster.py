@@ -1,0 +1,101 @@
+"""The state stores on a real Redis Cluster (one node owning all 16384 slots).
+
+A one-node cluster is a real cluster to the client and the server: redis-py routes by slot and the server
+refuses a script whose keys span slots (CROSSSLOT), so this proves every script keeps to one entity's slot
+and exercises the stores' cluster branches (failed-over set and cost totals updated outside the script).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from bridge.core.cost import CostTally, Operation
+from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
+from bridge.core.roles import RoleState, Swap
+from bridge.embedded.ports import free_port
+from bridge.embedded.redis_server import RedisServer
+from bridge.outbox.connection import is_cluster, sync_client
+from bridge.settings import Settings
+from bridge.state.cost import CostStore
+from bridge.state.lease import Lease, LeaseStore
+from bridge.state.paired import PairedStore
+from bridge.state.retry import RetryStore
+from bridge.state.roles import RoleStore
+from bridge.state.status import collect_status
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    # The bus port defaults to port + 10000, past 65535 for a high free port: name one explicitly.
+    bus = ("--cluster-port", str(free_port()))
+    server = RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", *bus))
+    try:
+        server.start()
+        admin = redis.Redis(port=server.port, socket_timeout=5)
+        try:
+            admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+            deadline = time.monotonic() + 10
+            while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
+                assert time.monotonic() < deadline, "the one-node cluster never became ok"
+                time.sleep(0.05)
+        finally:
+            admin.close()
+        yield f"redis+cluster://127.0.0.1:{server.port}"
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def client(cluster_url: str) -> Iterator[object]:
+    c = sync_client(cluster_url)
+    assert is_cluster(c)
+    c.flushall()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_role_swap_and_health(client: object) -> None:
+    store = RoleStore(client)
+    applied, state = store.swap("orders", Swap("primary", "secondary", 0, 1, 1.0, "outage"))
+    assert applied and state == store.get("orders") == RoleState("secondary", 1, 1.0, "outage")
+    assert not store.swap("orders", Swap("primary", "secondary", 0, 1, 2.0, "stale"))[0]
+    assert store.healths("orders")["primary"].available
+
+
+def test_paired_apply_keeps_the_failed_over_set(client: object) -> None:
+    store = PairedStore(client)
+    update = store.apply("orders", [StartTimer(1.0), EngageFailover(2.0, "interval")])
+    assert update.engaged and update.after == PairedState(failing_since=1.0, failed_over_at=2.0)
+    assert store.failed_over_entities() == ["orders"]
+    assert store.apply("orders", [MarkAvailable(3.0, "ping ok")]).restored
+    assert store.failed_over_entities() == []
+
+
+def test_cost_leases_and_retry(client: object) -> None:
+    cost = CostStore(client)
+    cost.add("orders", Operation.PRIMARY_SEND, 2)
+    cost.add("invoices", CostTally(pings=1))
+    assert cost.totals() == CostTally(primary_sends=2, pings=1) == cost.totals_from(["orders", "invoices"])
+
+    leases = LeaseStore(client)
+    assert leases.acquire("orders", 3, "a", 10_000) and not leases.acquire("orders", 3, "b", 10_000)
+    assert leases.renew("orders", 3, "a", 10_000) and not leases.release("orders", 3, "b")
+    assert Lease.named(client, "beat").acquire("a", 10_000)
+
+    retry = RetryStore(client)
+    assert retry.schedule("orders", 3, 5.0) == 1 and retry.not_before("orders", 3) == 5.0
+
+
+def test_status(client: object, cluster_url: str) -> None:
+    settings = Settings(redis_url=cluster_url, entities={"orders": {"replication": "paired"}})
+    PairedStore(client).apply("orders", [EngageFailover(2.0, "interval")])
+    report = collect_status(settings, client)
+    assert report["entities"][0]["name"] == "orders" and report["entities"][0]["active"] == "secondary"
