@@ -110,12 +110,13 @@ class Broker:
         self.pump_consumer(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """Forget a closed receiver link; its session lock goes, its message locks run out."""
+        """Forget a closed receiver link: a session lock goes with its messages' locks; others run out."""
         group = self.consumers.get(id(consumer.store), [])
         if consumer in group:
             group.remove(consumer)
-        if consumer.session_id is not None:
-            consumer.store.release_session(consumer.session_id, consumer.owner)
+        if consumer.session_id is not None and consumer.store.release_session(
+                consumer.session_id, consumer.owner, self.clock()):
+            self.pump_store(consumer.store)
 
     def pump_store(self, store: MessageStore, skip: Consumer | None = None) -> None:
         """Hand ready messages of ``store`` to its consumers with credit, and wake waiting session attaches."""

@@ -377,11 +377,21 @@ class MessageStore:
         held.locked_until = now + self.options.lock_duration
         return held.locked_until
 
-    def release_session(self, session_id: str, owner: str) -> None:
-        """Drop the owner's session lock (its link closed)."""
+    def release_session(self, session_id: str, owner: str, now: float) -> bool:
+        """Drop the owner's session lock (its link closed); True if messages it held became ready.
+
+        As on Azure, a session's message locks go with the session lock: its unsettled messages are
+        delivered again (delivery count + 1) to the next holder, ahead of later ones, so FIFO holds.
+        """
         held = self.session_locks.get(session_id)
-        if held is not None and held.owner == owner:
-            del self.session_locks[session_id]
+        if held is None or held.owner != owner:
+            return False
+        del self.session_locks[session_id]
+        locked = [m for m in self.messages.values() if m.session_id == session_id and m.lock_token is not None]
+        for msg in locked:
+            self._unlock(msg)
+            self._count_failed_delivery(msg, now)
+        return bool(locked)
 
     def set_session_state(self, session_id: str, state: bytes | None) -> None:
         """Store (or clear, with None) a session's state blob."""
