@@ -15,7 +15,7 @@ from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.emulator import sas
-from tests.integration.servicebus_support import receive, sb_client
+from tests.integration.sdk_conformance import receive, sb_client
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBu
 from azure.servicebus.exceptions import MessageLockLostError, ServiceBusError
 
 from bridge.embedded.namespaces import LocalNamespace
-from tests.integration.servicebus_support import admin_client, receive, receive_nothing, sb_client
+from tests.integration.sdk_conformance import admin_client, receive, receive_nothing, sb_client
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from bridge.embedded.namespaces import LocalNamespace
-from tests.integration.servicebus_support import admin_client, receive, sb_client
+from tests.integration.sdk_conformance import admin_client, receive, sb_client
 
 pytestmark = pytest.mark.timeout(60)
 

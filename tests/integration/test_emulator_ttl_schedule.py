@@ -12,7 +12,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from bridge.embedded.namespaces import LocalNamespace
-from tests.integration.servicebus_support import admin_client, eventually, receive, receive_nothing, sb_client
+from tests.integration.sdk_conformance import admin_client, eventually, receive, receive_nothing, sb_client
 
 pytestmark = pytest.mark.timeout(60)
 
