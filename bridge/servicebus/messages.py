@@ -6,9 +6,9 @@ Field mapping (``Envelope`` → broker message): ``message_id`` → MessageId, `
 ``content_type``, the body as one AMQP data section, and application properties with their AMQP types.
 
 Application property types. The SDK's own encoder would send every ``int`` as a 32-bit AMQP int (and fail
-on larger ones) and cannot send a ``timedelta``; here an int outside the int32 range goes as AMQP long and
-a ``timedelta`` as the described type ``com.microsoft:timespan`` (ticks of 100 ns), as the .NET client
-writes a ``TimeSpan``. On receipt the SDK decodes AMQP string and binary both to ``bytes`` and timestamps
+on larger ones), turns ``bytes`` into strings (failing on non-UTF-8) and cannot send a ``timedelta``; here
+``bytes`` go as AMQP binary, an int outside the int32 range as AMQP long and a ``timedelta`` as the
+described type ``com.microsoft:timespan`` (ticks of 100 ns), as the .NET client writes a ``TimeSpan``. On receipt the SDK decodes AMQP string and binary both to ``bytes`` and timestamps
 to ``int`` milliseconds, so a *received* message cannot tell them apart. A backlog message therefore
 carries one more application property, ``x-bridge-ptypes`` (compact JSON ``{"name": "b" | "t"}``, written
 only when some property is binary or a timestamp), and ``from_backlog_message`` restores the exact types:
@@ -80,6 +80,8 @@ def sdk_property_value(value: PropertyValue) -> Any:
     """``value`` as the SDK's encoder should write it (AMQP long, timespan or the plain value)."""
     if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, bytes):
+        return {"TYPE": "BINARY", "VALUE": value}
     if isinstance(value, int) and value not in _INT32:
         return {"TYPE": "LONG", "VALUE": value}
     if isinstance(value, timedelta):

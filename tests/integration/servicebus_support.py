@@ -1,64 +1,63 @@
-"""Small helpers for the SDK conformance tests of the local Service Bus (``test_emulator_*.py``).
-
-Only the public azure-servicebus SDK is used: ``ServiceBusClient`` for messages and
-``ServiceBusAdministrationClient`` (over the namespace's self-signed TLS) for entities with options.
-"""
+"""Helpers for the Service Bus adapter tests: settings for local namespaces and a plain SDK reader."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
-from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiver
-from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage, ServiceBusReceiveMode
 
 from bridge.embedded.namespaces import LocalNamespace
+from bridge.servicebus.pool import NamespacePool
+from bridge.settings import Settings
 
-T = TypeVar("T")
+TEST_DEADLINE = 2.0
+
+
+def settings_for(
+    primary: LocalNamespace, secondary: LocalNamespace | None = None, *, attempt_deadline: float = TEST_DEADLINE
+) -> Settings:
+    """Settings naming the local namespaces, default SDK retries and a short attempt deadline."""
+    def ns(local: LocalNamespace) -> dict[str, str]:
+        return {
+            "connection_string": local.connection_string,
+            "management_endpoint": local.management_endpoint,
+            "certificate": local.certificate,
+        }
+
+    return Settings(
+        primary=ns(primary),
+        secondary=ns(secondary) if secondary is not None else None,
+        retry={"attempt_deadline": attempt_deadline},
+    )
 
 
 @contextmanager
-def sb_client(ns: LocalNamespace, connection_string: str | None = None) -> Iterator[ServiceBusClient]:
-    """A client without SDK retries, so each call shows the namespace's answer right now."""
-    with ServiceBusClient.from_connection_string(connection_string or ns.connection_string,
-                                                 retry_total=0) as client:
-        yield client
+def pool_for(
+    primary: LocalNamespace, secondary: LocalNamespace | None = None, **options: float
+) -> Iterator[NamespacePool]:
+    """A ``NamespacePool`` on the local namespaces, closed afterwards."""
+    deadline = options.pop("attempt_deadline", TEST_DEADLINE)
+    pool = NamespacePool(settings_for(primary, secondary, attempt_deadline=deadline), **options)  # type: ignore[arg-type]
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
-@contextmanager
-def admin_client(ns: LocalNamespace) -> Iterator[ServiceBusAdministrationClient]:
-    """The administration client, trusting the namespace's self-signed certificate."""
-    with ServiceBusAdministrationClient.from_connection_string(
-            ns.connection_string, connection_verify=ns.certificate, retry_total=0) as admin:
-        yield admin
-
-
-def receive(receiver: ServiceBusReceiver, count: int,
-            timeout: float = 10.0) -> list[ServiceBusReceivedMessage]:
-    """Exactly ``count`` messages (fails the test if fewer arrive within ``timeout`` seconds)."""
+def drain(ns: LocalNamespace, queue: str, expected: int, max_wait: float = 5.0) -> list[ServiceBusReceivedMessage]:
+    """Receive (and delete) messages from ``queue`` with the plain SDK until ``expected`` arrived or it waits in vain."""
     got: list[ServiceBusReceivedMessage] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(receiver.receive_messages(max_message_count=count - len(got), max_wait_time=1))
-    assert len(got) == count, f"only {len(got)} of {count} messages arrived within {timeout} s"
+    with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client, \
+            client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        while len(got) < expected:
+            batch = receiver.receive_messages(max_message_count=expected - len(got), max_wait_time=max_wait)
+            if not batch:
+                break
+            got.extend(batch)
     return got
 
 
-def receive_nothing(receiver: ServiceBusReceiver, wait: float = 1.0) -> None:
-    """Assert that no message arrives within ``wait`` seconds."""
-    got = receiver.receive_messages(max_message_count=10, max_wait_time=wait)
-    assert got == [], f"unexpected messages: {[str(m) for m in got]}"
-
-
-def eventually(probe: Callable[[], T], accept: Callable[[T], bool], timeout: float = 10.0,
-               interval: float = 0.1) -> T:
-    """Poll ``probe`` until ``accept`` holds for its result; returns that result or fails with the last."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if accept(value):
-            return value
-        assert time.monotonic() < deadline, f"condition not reached within {timeout} s; last value {value!r}"
-        time.sleep(interval)
+def body_of(message: ServiceBusReceivedMessage) -> bytes:
+    """The data body of a received message."""
+    return b"".join(message.body)
