@@ -209,6 +209,56 @@ class OutboxReader:
         with driver_errors():
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
+    # ---- one shard at a time (ordered draining: one lease holder per shard) ------------------------
+    def read_shard(
+        self, entity: str, shard: int, consumer: str, count: int = 100, block_ms: int | None = None
+    ) -> list[OutboxEntry]:
+        """New entries of one shard for ``consumer``, oldest first."""
+        stream = keys.outbox(entity, shard)
+        with driver_errors():
+            reply = self.client.xreadgroup(keys.SENDERS_GROUP, consumer, {stream: ">"}, count=count,
+                                           block=block_ms)
+        return [entry for _, items in reply or [] for entry in self._entries(entity, stream, items)]
+
+    def claim_shard(self, entity: str, shard: int, consumer: str, count: int = 1000) -> list[OutboxEntry]:
+        """Every entry of the shard still pending for anyone, now ``consumer``'s, oldest first.
+
+        Only the shard's lease holder calls this: whoever held the entries before is dead or lost its
+        lease, so they are taken regardless of idle time. Entries deleted while pending are dropped from
+        the group by ``XAUTOCLAIM`` itself.
+        """
+        stream = keys.outbox(entity, shard)
+        out: list[OutboxEntry] = []
+        cursor = "0-0"
+        with driver_errors():
+            while len(out) < count:
+                reply = self.client.xautoclaim(stream, keys.SENDERS_GROUP, consumer, 0, cursor,
+                                               count=min(100, count - len(out)))
+                out.extend(self._entries(entity, stream, reply[1]))
+                cursor = _text(reply[0])
+                if cursor == "0-0":
+                    break
+        return out
+
+    def reclaim_shard(self, entity: str, shard: int, consumer: str, min_idle_ms: int) -> int:
+        """Move entries idle longer than ``min_idle_ms`` to ``consumer`` (a dead consumer's); how many."""
+        stream = keys.outbox(entity, shard)
+        with driver_errors():
+            reply = self.client.xautoclaim(stream, keys.SENDERS_GROUP, consumer, min_idle_ms, "0-0",
+                                           count=1000, justid=True)
+        # redis-py answers JUSTID with the bare list of ids (no cursor, no deleted list).
+        return len(reply)
+
+    def shard_length(self, entity: str, shard: int) -> int:
+        """Entries in the shard (acknowledged entries are deleted, so this is what is left to send)."""
+        with driver_errors():
+            return int(self.client.xlen(keys.outbox(entity, shard)))
+
+    def ingress_length(self, entity: str) -> int:
+        """Entries waiting in the entity's Redis-door stream."""
+        with driver_errors():
+            return int(self.client.xlen(keys.ingress(entity)))
+
 
 def problem_stream(entity: str, which: str) -> str:
     """Key of the entity's ``quarantine`` or ``deadletter`` stream."""

@@ -1,0 +1,84 @@
+"""From what a namespace did with a batch to per-message outcomes the replication core can decide on.
+
+A batched send answers per message: the accepted ones, the ones the namespace will never take (too large)
+and, from the first failing batch on, one shared error. ``outcomes`` turns that into ``Outcome``s with the
+*effective* error class: a transient failure that keeps coming for the same entity and namespace is
+escalated to an outage (``error_classes.escalate``), tracked per process in ``Streaks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bridge.core.error_classes import EscalationPolicy, TransientStreak, classify, escalate
+from bridge.core.outcomes import Outcome, describe_error
+from bridge.core.roles import Role
+from bridge.errors import NamespaceError
+
+
+@dataclass
+class Streaks:
+    """Transient-failure streaks per (entity, namespace role) of this process."""
+
+    policy: EscalationPolicy
+    streaks: dict[tuple[str, str], TransientStreak] = field(default_factory=dict)
+
+    def outcome(self, entity: str, role: Role, error: NamespaceError | None, now: float) -> Outcome:
+        """The effective outcome of one attempt (``error`` None: accepted)."""
+        key = (entity, role)
+        if error is None:
+            self.streaks[key] = TransientStreak()
+            return Outcome.success()
+        classification = classify(error)
+        effective, self.streaks[key] = escalate(
+            self.streaks.get(key, TransientStreak()), classification.error_class, now, self.policy
+        )
+        assert effective is not None
+        return Outcome.failure(
+            effective, describe_error(error),
+            timeout=classification.timeout, entity_missing=classification.entity_missing,
+        )
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """Outcomes of one batched send, by position in the batch."""
+
+    outcomes: Sequence[Outcome]
+
+    @property
+    def all_ok(self) -> bool:
+        """True when every message was accepted."""
+        return all(o.ok for o in self.outcomes)
+
+
+def batch_outcome(
+    streaks: Streaks,
+    entity: str,
+    role: Role,
+    size: int,
+    accepted: Sequence[int],
+    failed: Mapping[int, NamespaceError],
+    now: float,
+) -> BatchOutcome:
+    """Per-position outcomes; one shared error object is classified (and escalated) once."""
+    by_error: dict[int, Outcome] = {}
+    outcomes: list[Outcome] = []
+    accepted_set = set(accepted)
+    any_accepted = bool(accepted_set)
+    for index in range(size):
+        if index in accepted_set:
+            outcomes.append(Outcome.success())
+            continue
+        error = failed.get(index)
+        if error is None:  # neither accepted nor failed: not attempted, treat as the batch error
+            error = next(iter(failed.values()))
+        outcome = by_error.get(id(error))
+        if outcome is None:
+            outcome = streaks.outcome(entity, role, error, now)
+            by_error[id(error)] = outcome
+        outcomes.append(outcome)
+    if any_accepted and not by_error:
+        streaks.outcome(entity, role, None, now)
+    return BatchOutcome(outcomes)

@@ -1,0 +1,91 @@
+"""Per-process wiring of the delivery side: settings, Redis, the outbox reader, the namespace pool, state.
+
+One ``DeliveryContext`` per worker process, built lazily on first use *after* the fork (Celery prefork
+children must not share the parent's sockets or SDK clients; ``reset_after_fork`` drops an inherited one).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.core.backoff import BackoffPolicy
+from bridge.core.error_classes import EscalationPolicy
+from bridge.delivery.attempts import Streaks
+from bridge.outbox.connection import sync_client
+from bridge.outbox.reader import OutboxReader
+from bridge.servicebus.pool import NamespacePool
+from bridge.settings import Settings, load_settings
+from bridge.state.cost import CostStore
+from bridge.state.paired import PairedStore
+from bridge.state.retry import LeaseStore, RetryStore
+from bridge.state.roles import RoleStore
+
+
+@dataclass
+class DeliveryContext:
+    """Everything a drain, sweep, ping or syphon needs in this process."""
+
+    settings: Settings
+    redis: Any
+    reader: OutboxReader
+    pool: NamespacePool
+    roles: RoleStore
+    retry: RetryStore
+    leases: LeaseStore
+    paired: PairedStore
+    cost: CostStore
+    streaks: Streaks
+    backoff: BackoffPolicy
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    clock: Any = time.time
+
+    @classmethod
+    def build(cls, settings: Settings) -> DeliveryContext:
+        """Connect the adapters (lazily: the pool opens SDK clients on first send)."""
+        client = sync_client(settings.redis_url.get_secret_value())
+        retry = settings.retry
+        return cls(
+            settings=settings,
+            redis=client,
+            reader=OutboxReader(client, settings),
+            pool=NamespacePool(settings),
+            roles=RoleStore(client),
+            retry=RetryStore(client),
+            leases=LeaseStore(client),
+            paired=PairedStore(client),
+            cost=CostStore(client),
+            streaks=Streaks(EscalationPolicy(retry.transient_failures_to_outage, retry.transient_seconds_to_outage)),
+            backoff=BackoffPolicy(retry.outbox_backoff_factor, retry.outbox_backoff_max),
+        )
+
+    def close(self) -> None:
+        """Close SDK clients and the Redis connection pool."""
+        self.pool.close()
+        self.redis.close()
+
+
+_lock = threading.Lock()
+_context: DeliveryContext | None = None
+_pid: int | None = None
+
+
+def get_context(settings: Settings | None = None) -> DeliveryContext:
+    """This process's context (built on first call; rebuilt in a forked child)."""
+    global _context, _pid
+    with _lock:
+        if _context is None or _pid != os.getpid():
+            _context = DeliveryContext.build(settings or load_settings())
+            _pid = os.getpid()
+        return _context
+
+
+def reset_after_fork() -> None:
+    """Forget a context inherited from the parent process (its sockets belong to the parent)."""
+    global _context, _pid
+    with _lock:
+        _context, _pid = None, None
