@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from bridge.cli import check_config, emulator, emulator_ctl, pending, send, serve, status
+from bridge.cli import check_config, emulator, emulator_ctl, pending, send, serve, status, worker
 
 app = typer.Typer(
     name="bridge",
@@ -26,6 +26,7 @@ send.register(app)
 status.register(app)
 emulator.register(app)
 emulator_ctl.register(app)
+worker.register(app)
 
 
 def main() -> None:

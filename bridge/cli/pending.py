@@ -12,8 +12,6 @@ from collections.abc import Callable
 import typer
 
 PENDING: dict[str, str] = {
-    "worker": "Run Celery send workers that drain the outbox to Service Bus.",
-    "beat": "Run the periodic tasks (sweeper, ping, syphon, journal roll).",
     "provision": "Create backlog queues and configured entities on the namespaces.",
     "receive": "Receive from both namespaces with duplicate suppression.",
     "report": "Run the PySpark ledger report over the journal.",
