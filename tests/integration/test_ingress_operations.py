@@ -86,8 +86,9 @@ def test_send_and_status_commands(redis_url: str, redis_client: redis.Redis):
     redis_client.xadd(keys.quarantine("orders"), {"code": "unknown_field", "reason": "r"})
     status = _bridge("status", "--json", env=env)
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["entities"]["orders"]["pending_messages"] == 1
-    assert json.loads(status.stdout)["entities"]["orders"]["quarantine"] == 1
+    (orders,) = [e for e in json.loads(status.stdout)["entities"] if e["name"] == "orders"]
+    assert orders["outbox_depth"] == 1
+    assert orders["quarantine_depth"] == 1
     listed = _bridge("status", "--quarantine", "orders", env=env)
     assert json.loads(listed.stdout)[0]["code"] == "unknown_field"
 
