@@ -58,7 +58,9 @@ def _prepare(
     fresh: list[bool] = []
     empty: dict[str, Any] = {}
     for index, message in enumerate(messages):
-        if isinstance(message, Mapping):
+        if type(message) is bytes:
+            props, body = empty, message
+        elif isinstance(message, Mapping):
             props = dict(message)
             body = _body(props.pop("body", b""))
         else:

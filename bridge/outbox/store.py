@@ -119,7 +119,8 @@ class SyncOutbox:
 
     def _send(self, commands: list[Command]) -> list[Any]:
         """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
-        if self.writer.cluster:  # a cluster pipeline refuses EVALSHA: one call per entity
+        # A cluster pipeline refuses EVALSHA: one call per entity. A lone call needs no pipeline either.
+        if self.writer.cluster or (len(commands) == 1 and not _waits(self.writer)):
             return [self._call(command) for command in commands]
         pipe = self.client.pipeline(transaction=False)
         _queue(pipe, self.writer, commands)
