@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from bridge.core.error_classes import EscalationPolicy, TransientStreak, classify, escalate
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.roles import Role
-from bridge.errors import NamespaceError
+from bridge.errors import NamespaceError, TransientNamespaceError
 
 
 @dataclass
@@ -72,8 +72,9 @@ def batch_outcome(
             outcomes.append(Outcome.success())
             continue
         error = failed.get(index)
-        if error is None:  # neither accepted nor failed: not attempted, treat as the batch error
-            error = next(iter(failed.values()))
+        if error is None:  # neither accepted nor failed: not attempted, so it must be tried again
+            error = next(iter(failed.values()), None) or TransientNamespaceError(
+                f"message {index} was not attempted", namespace=role)
         outcome = by_error.get(id(error))
         if outcome is None:
             outcome = streaks.outcome(entity, role, error, now)
