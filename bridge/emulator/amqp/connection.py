@@ -24,6 +24,7 @@ from proton import (
     Message,
     Receiver,
     Sender,
+    Terminus,
     Transport,
     symbol,
 )
@@ -235,6 +236,10 @@ class AmqpConnection(asyncio.Protocol):
             self._attach_outgoing(link)  # the client's receiver
 
     def _refuse(self, link: Link, exc: BrokerError) -> None:
+        # A refused attach answers with a null terminus for the node, then detaches with the error (AMQP
+        # 1.0 section 2.6.3, and what Azure does): echoing the address would let the SDK think the link
+        # usable and send before it reads the detach, losing the error (MessagingEntityNotFoundError).
+        (link.target if link.is_receiver else link.source).type = Terminus.UNSPECIFIED
         link.open()
         link.condition = error_condition(exc)
         link.close()
