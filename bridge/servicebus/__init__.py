@@ -11,6 +11,7 @@ Modules, one responsibility each:
 - ``translate``: SDK exceptions → ``bridge.errors.NamespaceError`` subclasses (``classify`` decides).
 - ``deadline``: the hard per-attempt deadline enforced outside the SDK (``AttemptRunner``).
 - ``sending``: packing messages into batches with per-message outcomes (``SendResult``).
+- ``clients``: one generation of a role's ``ServiceBusClient`` with its cached senders and receivers.
 - ``pool``: ``NamespacePool``, the per-process clients, senders and receivers with close/fault coupling.
 - ``admin``: ``NamespaceAdmin``, a thin wrapper over ``ServiceBusAdministrationClient``.
 

@@ -8,9 +8,10 @@ Field mapping (``Envelope`` → broker message): ``message_id`` → MessageId, `
 Application property types. The SDK's own encoder would send every ``int`` as a 32-bit AMQP int (and fail
 on larger ones), turns ``bytes`` into strings (failing on non-UTF-8) and cannot send a ``timedelta``; here
 ``bytes`` go as AMQP binary, an int outside the int32 range as AMQP long and a ``timedelta`` as the
-described type ``com.microsoft:timespan`` (ticks of 100 ns), as the .NET client writes a ``TimeSpan``. On receipt the SDK decodes AMQP string and binary both to ``bytes`` and timestamps
-to ``int`` milliseconds, so a *received* message cannot tell them apart. A backlog message therefore
-carries one more application property, ``x-bridge-ptypes`` (compact JSON ``{"name": "b" | "t"}``, written
+described type ``com.microsoft:timespan`` (ticks of 100 ns), as the .NET client writes a ``TimeSpan``.
+On receipt the SDK decodes AMQP string and binary both to ``bytes`` and timestamps to ``int``
+milliseconds, so a *received* message cannot tell them apart. A backlog message therefore carries one more
+application property, ``x-bridge-ptypes`` (compact JSON ``{"name": "b" | "t"}``, written
 only when some property is binary or a timestamp), and ``from_backlog_message`` restores the exact types:
 ``bytes`` values become ``str`` unless marked ``b``; ints marked ``t`` become aware UTC datetimes
 (millisecond precision, the AMQP timestamp's).

@@ -6,10 +6,11 @@ Connection strings (``Settings.primary`` / ``Settings.secondary``, secrets as ``
     Endpoint=sb://127.0.0.1:<port>;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true
 
 Options (``Settings.retry``): ``retry_total``, ``retry_backoff_factor``, ``retry_backoff_max`` go to the
-SDK unchanged (its own bounded retries); ``attempt_deadline`` bounds every SDK call from outside
-(``deadline.AttemptRunner``); the SDK also gets an operation timeout of half the deadline (``timeout=`` per
-send/schedule/cancel, ``try_timeout`` and ``auth_timeout`` per link) so a slow broker answers with its own
-timeout before the hard deadline. The socket timeout is the SDK's default (0.2 s for AMQP over TCP).
+SDK unchanged (its own bounded retries, see ``clients``); ``attempt_deadline`` bounds every SDK call from
+outside (``deadline.AttemptRunner``); the SDK also gets an operation timeout of half the deadline
+(``timeout=`` per send/schedule/cancel, ``try_timeout`` and ``auth_timeout`` per link, at least 0.5 s) so
+a slow broker answers with its own timeout before the hard deadline. ``coupling_grace`` (5 s) and
+``max_stuck_threads`` (8) are keyword options of the pool.
 
 One ``ServiceBusClient`` per role ("primary", "secondary"), created lazily; one sender per (role, entity
 path) — ``get_queue_sender`` for queues and topics alike, the AMQP link target is just the path — and one
@@ -42,11 +43,9 @@ from functools import partial
 from typing import TypeVar
 
 from azure.servicebus import (
-    ServiceBusClient,
     ServiceBusMessage,
     ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
-    ServiceBusReceiveMode,
     ServiceBusReceiver,
     ServiceBusSender,
 )
@@ -64,6 +63,7 @@ from bridge.core.coupling import (
 )
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.errors import AttemptDeadlineExceeded, NamespaceConfigurationError, NamespaceError
+from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner
 from bridge.servicebus.sending import SendResult, send_in_batches
 from bridge.servicebus.translate import translate
@@ -73,34 +73,12 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-class _Client:
-    """One generation of a role's ``ServiceBusClient`` with its senders and receivers."""
-
-    def __init__(self, role: Role, generation: int, client: ServiceBusClient) -> None:
-        self.role = role
-        self.generation = generation
-        self.client = client
-        self.senders: dict[str, ServiceBusSender] = {}
-        self.receivers: dict[str, ServiceBusReceiver] = {}
-        self.locks: dict[str, threading.Lock] = {}
-        self.users = 0
-        self.retired = False
-        self.closing = False
-
-    def close(self) -> None:
-        """Close every handler, then the client; errors are expected from a faulted client."""
-        for handler in (*self.senders.values(), *self.receivers.values()):
-            try:
-                handler.close()
-            except Exception as exc:  # already broken; the client close below still runs
-                logger.debug("closing a %s handler failed: %s", self.role, type(exc).__name__)
-        self.client.close()
-
-
 class _Channel:
     """The ``BatchChannel`` of one sender: every call under the deadline, errors translated."""
 
-    def __init__(self, pool: NamespacePool, client: _Client, sender: ServiceBusSender, entity: str) -> None:
+    def __init__(
+        self, pool: NamespacePool, client: RoleClient, sender: ServiceBusSender, entity: str
+    ) -> None:
         self.pool, self.client, self.sender, self.entity = pool, client, sender, entity
 
     def new_batch(self) -> ServiceBusMessageBatch:
@@ -135,7 +113,7 @@ class NamespacePool:
         self._max_stuck = max_stuck_threads
         self._clock = clock
         self._lock = threading.Lock()
-        self._clients: dict[Role, _Client] = {}
+        self._clients: dict[Role, RoleClient] = {}
         self._coupling = CouplingState()
         self._generation = 0
         self._timer: threading.Timer | None = None
@@ -153,7 +131,7 @@ class NamespacePool:
             return SendResult()
         try:
             with self._using(role, f"send:{entity}") as client:
-                channel = _Channel(self, client, self._sender(client, entity), entity)
+                channel = _Channel(self, client, client.sender(entity), entity)
                 return send_in_batches(channel, messages, namespace=role)
         except NamespaceError as error:
             return SendResult(failed=dict.fromkeys(range(len(messages)), error))
@@ -168,7 +146,7 @@ class NamespacePool:
             raise ValueError("schedule_and_cancel needs a message with scheduled_enqueue_time_utc")
         timeout = self.sdk_timeout
         with self._using(role, f"send:{entity}") as client:
-            sender = self._sender(client, entity)
+            sender = client.sender(entity)
             numbers = self._call(
                 client,
                 f"schedule on {entity}",
@@ -185,7 +163,7 @@ class NamespacePool:
     ) -> list[ServiceBusReceivedMessage]:
         """Up to ``max_count`` PEEK_LOCK messages from ``queue``, waiting at most ``max_wait`` seconds."""
         with self._using(role, f"receive:{queue}") as client:
-            receiver = self._receiver(client, queue)
+            receiver = client.receiver(queue)
             return self._call(
                 client,
                 f"receive from {queue}",
@@ -217,7 +195,7 @@ class NamespacePool:
     ) -> list[datetime]:
         """Renew the locks of ``messages`` received from ``queue``; their new expiry times, in order."""
         with self._using(role, f"receive:{queue}") as client:
-            receiver = self._receiver(client, queue)
+            receiver = client.receiver(queue)
             return [
                 self._call(client, f"renew lock on {queue}", partial(receiver.renew_message_lock, message))
                 for message in messages
@@ -251,7 +229,7 @@ class NamespacePool:
 
     # ---- clients -----------------------------------------------------------------------------------------
     @contextmanager
-    def _using(self, role: Role, handler_key: str) -> Iterator[_Client]:
+    def _using(self, role: Role, handler_key: str) -> Iterator[RoleClient]:
         client = self._acquire(role)
         try:
             lock = client.locks.setdefault(handler_key, threading.Lock())
@@ -267,7 +245,7 @@ class NamespacePool:
         finally:
             self._release(client)
 
-    def _acquire(self, role: Role) -> _Client:
+    def _acquire(self, role: Role) -> RoleClient:
         with self._lock:
             self._forget_parent_clients()
             client = self._clients.get(role)
@@ -276,49 +254,18 @@ class NamespacePool:
             client.users += 1
             return client
 
-    def _open(self, role: Role) -> _Client:
+    def _open(self, role: Role) -> RoleClient:
         namespace = self._namespaces[role]
         if namespace is None:
             raise NamespaceConfigurationError(f"no {role} namespace is configured", namespace=role)
-        try:
-            sdk_client = ServiceBusClient.from_connection_string(
-                namespace.connection_string.get_secret_value(),
-                retry_total=self._retry.retry_total,
-                retry_backoff_factor=self._retry.retry_backoff_factor,
-                retry_backoff_max=self._retry.retry_backoff_max,
-                try_timeout=self.sdk_timeout,
-            )
-        except Exception as exc:  # a malformed connection string: never echo it
-            error = NamespaceConfigurationError(
-                f"{role} namespace: cannot build a client ({type(exc).__name__})", namespace=role
-            )
-        else:
-            self._generation += 1
-            client = _Client(role, self._generation, sdk_client)
-            self._clients[role] = client
-            self._coupling = on_open(self._coupling, role, client.generation)
-            logger.debug("opened %s client generation %d", role, client.generation)
-            return client
-        raise error from None
+        client = RoleClient.open(role, self._generation + 1, namespace, self._retry, self.sdk_timeout)
+        self._generation = client.generation
+        self._clients[role] = client
+        self._coupling = on_open(self._coupling, role, client.generation)
+        logger.debug("opened %s client generation %d", role, client.generation)
+        return client
 
-    def _sender(self, client: _Client, entity: str) -> ServiceBusSender:
-        sender = client.senders.get(entity)
-        if sender is None:
-            sender = client.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
-            client.senders[entity] = sender
-        return sender
-
-    def _receiver(self, client: _Client, queue: str) -> ServiceBusReceiver:
-        receiver = client.receivers.get(queue)
-        if receiver is None:
-            receiver = client.client.get_queue_receiver(
-                queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=0,
-                auth_timeout=self.sdk_timeout,
-            )
-            client.receivers[queue] = receiver
-        return receiver
-
-    def _release(self, client: _Client) -> None:
+    def _release(self, client: RoleClient) -> None:
         with self._lock:
             client.users -= 1
             close_now = client.retired and client.users == 0 and not client.closing
@@ -331,10 +278,10 @@ class NamespacePool:
         self, role: Role, queue: str, what: str, settle: Callable[[ServiceBusReceiver], object]
     ) -> None:
         with self._using(role, f"receive:{queue}") as client:
-            receiver = self._receiver(client, queue)
+            receiver = client.receiver(queue)
             self._call(client, f"{what} on {queue}", lambda: settle(receiver))
 
-    def _call(self, client: _Client, what: str, call: Callable[[], T], extra: float = 0.0) -> T:
+    def _call(self, client: RoleClient, what: str, call: Callable[[], T], extra: float = 0.0) -> T:
         """``call()`` under the deadline (+ ``extra``), errors translated; an outage retires the client."""
         role = client.role
         try:
@@ -349,7 +296,7 @@ class NamespacePool:
         raise error from None
 
     # ---- retiring and coupling ---------------------------------------------------------------------------
-    def _retire(self, client: _Client, cause: CloseCause, force: bool) -> None:
+    def _retire(self, client: RoleClient, cause: CloseCause, force: bool) -> None:
         """Take ``client`` out of use; close it now (``force``) or when its last call returns."""
         with self._lock:
             if self._clients.get(client.role) is client:
@@ -363,7 +310,7 @@ class NamespacePool:
             client.retired = True
         self._discard(client, force=force or client.users == 0)
 
-    def _discard(self, client: _Client, force: bool) -> None:
+    def _discard(self, client: RoleClient, force: bool) -> None:
         with self._lock:
             if not force or client.closing:
                 return

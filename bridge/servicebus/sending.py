@@ -69,7 +69,10 @@ class _Packer:
         self.members: list[int] = []
 
     def run(self) -> SendResult:
-        while self.work:
+        while self.work or self.members:
+            if not self.work:
+                self.flush()  # may put a refused batch's messages back to be sent one by one
+                continue
             index = self.work.popleft()
             if self.members and index in self.alone:
                 self.work.appendleft(index)
@@ -81,25 +84,22 @@ class _Packer:
                 except NamespaceError as error:
                     self.fail_rest([index], error)
                     break
-            if not self.add(index):
-                continue
-            if index in self.alone:
+            if self.add(index) and index in self.alone:
                 self.flush()
-        if self.members:
-            self.flush()
         return self.result
 
     def add(self, index: int) -> bool:
         """Add message ``index`` to the open batch; False when it went elsewhere (requeued or failed)."""
         assert self.batch is not None
+        message = self.messages[index]
         try:
-            self.batch.add_message(self.messages[index])
+            self.batch.add_message(message)
         except MessageSizeExceededError as exc:
-            if self.members:
-                self.work.appendleft(index)  # the batch is full: send it, then retry this one
+            limit = self.batch.max_size_in_bytes
+            if self.members and _fits_alone(message, limit):
+                self.work.appendleft(index)  # the batch is full: send it, then this one opens the next
                 self.flush()
             else:
-                limit = self.batch.max_size_in_bytes
                 self.fail_permanent(index, f"too large for any batch ({limit} bytes): {exc}")
             return False
         except (TypeError, ValueError) as exc:  # the SDK cannot encode it (e.g. a property value type)
@@ -137,6 +137,15 @@ class _Packer:
         for index in (*members, *self.work):
             self.result.failed[index] = error
         self.work.clear()
+
+
+def _fits_alone(message: ServiceBusMessage, limit: int) -> bool:
+    """Whether ``message`` fits an empty batch of ``limit`` bytes (sized locally, no I/O)."""
+    try:
+        ServiceBusMessageBatch(max_size_in_bytes=limit).add_message(message)
+    except MessageSizeExceededError:
+        return False
+    return True
 
 
 def send_in_batches(

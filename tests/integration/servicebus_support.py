@@ -15,7 +15,10 @@ TEST_DEADLINE = 2.0
 
 
 def settings_for(
-    primary: LocalNamespace, secondary: LocalNamespace | None = None, *, attempt_deadline: float = TEST_DEADLINE
+    primary: LocalNamespace,
+    secondary: LocalNamespace | None = None,
+    *,
+    attempt_deadline: float = TEST_DEADLINE,
 ) -> Settings:
     """Settings naming the local namespaces, default SDK retries and a short attempt deadline."""
     def ns(local: LocalNamespace) -> dict[str, str]:
@@ -45,11 +48,14 @@ def pool_for(
         pool.close()
 
 
-def drain(ns: LocalNamespace, queue: str, expected: int, max_wait: float = 5.0) -> list[ServiceBusReceivedMessage]:
-    """Receive (and delete) messages from ``queue`` with the plain SDK until ``expected`` arrived or it waits in vain."""
+def drain(
+    ns: LocalNamespace, queue: str, expected: int, max_wait: float = 5.0
+) -> list[ServiceBusReceivedMessage]:
+    """Receive and delete up to ``expected`` messages from ``queue`` with the plain SDK."""
     got: list[ServiceBusReceivedMessage] = []
+    mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
     with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client, \
-            client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            client.get_queue_receiver(queue, receive_mode=mode) as receiver:
         while len(got) < expected:
             batch = receiver.receive_messages(max_message_count=expected - len(got), max_wait_time=max_wait)
             if not batch:

@@ -59,9 +59,9 @@ def test_management_endpoint_replaces_the_endpoint_host(shared_namespace: LocalN
     endpoint = original.split(";", 1)[0]
     assert management_connection_string(settings) == original.replace(endpoint, "Endpoint=sb://127.0.0.1:1/")
     # A management endpoint that refuses connections fails fast as an outage, naming no secret
-    with NamespaceAdmin(settings, retry_total=0, timeout=2) as admin:
-        with pytest.raises(NamespaceOutageError) as caught:
-            admin.get_queue("anything")
+    with NamespaceAdmin(settings, retry_total=0, timeout=2) as admin, \
+            pytest.raises(NamespaceOutageError) as caught:
+        admin.get_queue("anything")
     assert shared_namespace.key not in str(caught.value)
     # The right management endpoint (the emulator serves it on the AMQP port) works
     right = namespace_settings(shared_namespace, management_endpoint=shared_namespace.management_endpoint)

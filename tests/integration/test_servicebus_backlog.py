@@ -24,6 +24,7 @@ from bridge.core.aliasing import (
 from bridge.core.envelope import Envelope
 from bridge.core.paired import backlog_queue_path
 from bridge.embedded.namespaces import LocalNamespace
+from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import (
     BacklogMessage,
     RestoredMessage,
@@ -31,7 +32,6 @@ from bridge.servicebus.messages import (
     to_backlog_message,
     to_message,
 )
-from bridge.servicebus.admin import NamespaceAdmin
 from tests.integration.servicebus_support import body_of, drain, pool_for, settings_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,7 +51,9 @@ PROPERTIES = {
 
 
 @pytest.fixture
-def namespace_pair(namespace_pair: tuple[LocalNamespace, LocalNamespace]) -> tuple[LocalNamespace, LocalNamespace]:
+def namespace_pair(
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+) -> tuple[LocalNamespace, LocalNamespace]:
     """The pair, with the backlog queue created in the secondary through the admin wrapper."""
     secondary_settings = settings_for(*namespace_pair).secondary
     assert secondary_settings is not None
@@ -60,7 +62,9 @@ def namespace_pair(namespace_pair: tuple[LocalNamespace, LocalNamespace]) -> tup
     return namespace_pair
 
 
-def test_backlog_round_trip_restores_every_field(namespace_pair: tuple[LocalNamespace, LocalNamespace]) -> None:
+def test_backlog_round_trip_restores_every_field(
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+) -> None:
     primary, secondary = namespace_pair
     scheduled = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
     env = Envelope(
@@ -110,7 +114,8 @@ def test_expired_and_foreign_backlog_messages_are_decisions(
     namespace_pair: tuple[LocalNamespace, LocalNamespace],
 ) -> None:
     primary, secondary = namespace_pair
-    short = Envelope(entity="orders", message_id="short", body=b"x", accepted_at=time.time(), time_to_live=1.0)
+    short = Envelope(entity="orders", message_id="short", body=b"x", accepted_at=time.time(),
+                     time_to_live=1.0)
     aliased = to_backlog_message(short)
     assert isinstance(aliased, BacklogMessage)
     foreign = to_message(Envelope(entity=BACKLOG, message_id="foreign", body=b"y", accepted_at=time.time()))

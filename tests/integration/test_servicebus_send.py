@@ -33,7 +33,9 @@ PROPERTIES = {
 
 
 def envelope(entity: str, index: int = 0, body: bytes = b"payload", **fields: object) -> Envelope:
-    return Envelope(entity=entity, message_id=f"m-{index}", body=body, accepted_at=time.time(), **fields)  # type: ignore[arg-type]
+    return Envelope(  # type: ignore[arg-type]  # fields are Envelope's optional keyword fields
+        entity=entity, message_id=f"m-{index}", body=body, accepted_at=time.time(), **fields
+    )
 
 
 def test_every_envelope_field_arrives_intact(shared_namespace: LocalNamespace, unique_name: str) -> None:
@@ -72,7 +74,9 @@ def test_every_envelope_field_arrives_intact(shared_namespace: LocalNamespace, u
     assert span == 35_000_000 and getattr(span, "descriptor", None) == b"com.microsoft:timespan"
 
 
-def test_large_sends_are_split_into_batches_in_order(shared_namespace: LocalNamespace, unique_name: str) -> None:
+def test_large_sends_are_split_into_batches_in_order(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     # Given 30 messages of 20 KB: about twelve fit one 256 KB batch
     messages = [to_message(envelope(unique_name, i, body=bytes([i]) * 20_000)) for i in range(30)]
     with pool_for(shared_namespace) as pool:

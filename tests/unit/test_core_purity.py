@@ -12,6 +12,7 @@ MODULES = [
     "aliasing",
     "backoff",
     "cost",
+    "coupling",
     "decisions",
     "error_classes",
     "hash_fields",

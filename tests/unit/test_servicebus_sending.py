@@ -1,0 +1,94 @@
+"""Batch packing (bridge.servicebus.sending) with real SDK batches and a recording channel.
+
+The channel stands in for the network only (the pool's real channel is exercised in
+tests/integration/test_servicebus_send.py); batches, encoding and size limits are the SDK's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+
+from bridge.errors import MessagePermanentError, NamespaceError, NamespaceOutageError
+from bridge.servicebus.sending import send_in_batches
+
+LIMIT = 4096
+
+
+class Recorder:
+    """Creates real batches of ``LIMIT`` bytes, records what is sent, fails when ``fail`` says so."""
+
+    def __init__(self, fail: Callable[[list[str]], NamespaceError | None] = lambda ids: None) -> None:
+        self.sent: list[list[str]] = []
+        self.fail = fail
+        self.open: list[tuple[ServiceBusMessageBatch, list[str]]] = []
+
+    def new_batch(self) -> ServiceBusMessageBatch:
+        return ServiceBusMessageBatch(max_size_in_bytes=LIMIT)
+
+    def send_batch(self, batch: ServiceBusMessageBatch) -> None:
+        ids = [str(m.message_id) for m in batch._messages]  # the batch's own record of what it holds
+        error = self.fail(ids)
+        if error is not None:
+            raise error
+        self.sent.append(ids)
+
+
+def msgs(*sizes: int) -> list[ServiceBusMessage]:
+    return [ServiceBusMessage(b"x" * size, message_id=str(i)) for i, size in enumerate(sizes)]
+
+
+def test_packs_in_order_into_few_batches() -> None:
+    channel = Recorder()
+    result = send_in_batches(channel, msgs(*[1000] * 7))
+    assert result.accepted == list(range(7)) and result.failed == {}
+    # Three 1000-byte messages fill a 4096-byte batch (encoding overhead), so 3 + 3 + 1
+    assert result.batches == len(channel.sent) == 3
+    assert channel.sent == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+
+
+def test_oversized_message_fails_alone_and_others_go_on() -> None:
+    channel = Recorder()
+    result = send_in_batches(channel, msgs(10, LIMIT * 2, 10), namespace="primary")
+    assert result.accepted == [0, 2]
+    assert isinstance(result.failed[1], MessagePermanentError) and result.failed[1].namespace == "primary"
+    assert channel.sent == [["0", "2"]]
+
+
+def test_unencodable_message_fails_alone() -> None:
+    bad = ServiceBusMessage(b"x", message_id="1", application_properties={"p": object()})  # type: ignore[dict-item]
+    result = send_in_batches(Recorder(), [*msgs(1), bad, ServiceBusMessage(b"y", message_id="2")])
+    assert result.accepted == [0, 2] and isinstance(result.failed[1], MessagePermanentError)
+
+
+def test_failed_batch_fails_it_and_everything_after() -> None:
+    outage = NamespaceOutageError("down", namespace="primary")
+    channel = Recorder(fail=lambda ids: outage if "3" in ids else None)
+    result = send_in_batches(channel, msgs(*[1000] * 7))
+    assert result.accepted == [0, 1, 2]
+    assert result.failed == dict.fromkeys(range(3, 7), outage)
+    assert channel.sent == [["0", "1", "2"]]  # nothing after the failed batch was sent
+
+
+def test_permanent_batch_refusal_is_retried_one_by_one() -> None:
+    # The broker refuses any batch holding message 1 as too large (its own limit is lower than the link's)
+    refusal = MessagePermanentError("size exceeded", namespace="primary")
+    channel = Recorder(fail=lambda ids: refusal if "1" in ids else None)
+    result = send_in_batches(channel, msgs(10, 10, 10, 10))
+    assert result.accepted == [0, 2, 3] and result.failed == {1: refusal}
+    assert channel.sent == [["0"], ["2"], ["3"]]
+
+
+def test_batch_creation_failure_fails_everything() -> None:
+    class NoBatches(Recorder):
+        def new_batch(self) -> ServiceBusMessageBatch:
+            raise NamespaceOutageError("refused")
+
+    result = send_in_batches(NoBatches(), msgs(1, 2))
+    assert result.accepted == [] and set(result.failed) == {0, 1}
+
+
+def test_empty_send() -> None:
+    result = send_in_batches(Recorder(), [])
+    assert result.ok and result.accepted == [] and result.batches == 0
