@@ -62,7 +62,12 @@ from bridge.core.coupling import (
     on_open,
 )
 from bridge.core.error_classes import ErrorClass, classify
-from bridge.errors import AttemptDeadlineExceeded, NamespaceConfigurationError, NamespaceError
+from bridge.errors import (
+    AttemptDeadlineExceeded,
+    NamespaceConfigurationError,
+    NamespaceError,
+    TransientNamespaceError,
+)
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner
 from bridge.servicebus.sending import SendResult, send_in_batches
@@ -234,7 +239,8 @@ class NamespacePool:
         try:
             lock = client.locks.setdefault(handler_key, threading.Lock())
             if not lock.acquire(timeout=self.attempt_deadline):
-                raise AttemptDeadlineExceeded(
+                # Another thread's call on this handler (e.g. a long receive): says nothing of the namespace.
+                raise TransientNamespaceError(
                     f"{role} {handler_key}: still busy with another call after {self.attempt_deadline:g}s",
                     namespace=role,
                 )

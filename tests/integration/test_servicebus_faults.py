@@ -143,3 +143,28 @@ def test_stuck_attempts_are_bounded(ns: LocalNamespace) -> None:
         while pool.stuck_threads and time.monotonic() < deadline:
             time.sleep(0.1)
         assert send_one(pool, "after")[0].accepted == [0]
+
+
+def test_pool_used_in_a_forked_child_starts_afresh(ns: LocalNamespace) -> None:
+    import multiprocessing
+
+    with pool_for(ns) as pool:
+        assert send_one(pool, "parent")[0].accepted == [0]
+        parent_generation = pool.generation("primary")
+
+        def child(results: multiprocessing.Queue[object]) -> None:  # type: ignore[type-arg]
+            # The parent's client is not reused (its sockets belong to the parent): a fresh one sends
+            result, _ = send_one(pool, "child")
+            results.put((result.accepted, pool.generation("primary")))
+
+        context = multiprocessing.get_context("fork")
+        results: multiprocessing.Queue[object] = context.Queue()  # type: ignore[type-arg]
+        process = context.Process(target=child, args=(results,))
+        process.start()
+        accepted, child_generation = results.get(timeout=30)  # type: ignore[misc]
+        process.join(10)
+        assert accepted == [0] and child_generation != parent_generation
+        # The parent's client still works after the child exited
+        assert send_one(pool, "parent-again")[0].accepted == [0]
+        assert pool.generation("primary") == parent_generation
+    assert sorted(m.message_id for m in drain(ns, QUEUE, 3)) == ["child", "parent", "parent-again"]
