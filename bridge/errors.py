@@ -225,3 +225,17 @@ class BrokerUnauthorizedError(BrokerError):
 
     condition = "amqp:unauthorized-access"
     http_status = 401
+
+
+class BrokerDetachForcedError(BrokerError):
+    """The service detached a link (an entity-level outage); the SDK treats it as a connection error."""
+
+    condition = "amqp:link:detach-forced"
+    http_status = 503
+
+
+class BrokerDecodeError(BrokerError):
+    """A transfer is not a valid AMQP message."""
+
+    condition = "amqp:decode-error"
+    http_status = 400

@@ -28,7 +28,6 @@ from bridge.servicebus.messages import to_message
 
 log = logging.getLogger(__name__)
 
-LEASE_MS = 30_000
 READ_COUNT = 200
 
 
@@ -56,11 +55,12 @@ class ShardDrainer:
         self.owner = f"{ctx.identity}:{uuid.uuid4().hex[:8]}"
         self.report = DrainReport(entity, shard)
         self.mode = ctx.settings.entity(entity).replication
+        self.lease_ms = int(ctx.settings.workers.lease_ttl * 1000)
 
     def run(self, budget: float = 20.0, idle_reads: int = 2, block_ms: int = 200) -> DrainReport:
         """Drain until the shard is empty, must wait, or ``budget`` seconds passed."""
         ctx = self.ctx
-        if not ctx.leases.acquire(self.entity, self.shard, self.owner, LEASE_MS):
+        if not ctx.leases.acquire(self.entity, self.shard, self.owner, self.lease_ms):
             self.report.busy = True
             return self.report
         try:
@@ -84,7 +84,7 @@ class ShardDrainer:
                 if not self._process(entries):
                     break
                 entries = []
-                if not ctx.leases.renew(self.entity, self.shard, self.owner, LEASE_MS):
+                if not ctx.leases.renew(self.entity, self.shard, self.owner, self.lease_ms):
                     self.report.notes.append("lease lost")
                     break
             if self.report.retry_after is None:

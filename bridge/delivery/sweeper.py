@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bridge.delivery.context import DeliveryContext
-from bridge.delivery.drainer import LEASE_MS
 
 SCHEDULE_MARK_MS = 3_000
 
@@ -51,7 +50,8 @@ def sweep(
                 continue
             if ctx.leases.holder(entity, shard) is not None:
                 continue
-            report.reclaimed += ctx.reader.reclaim_shard(entity, shard, "sweeper", LEASE_MS)
+            lease_ms = int(ctx.settings.workers.lease_ttl * 1000)
+            report.reclaimed += ctx.reader.reclaim_shard(entity, shard, "sweeper", lease_ms)
             not_before = ctx.retry.not_before(entity, shard)
             if not_before is not None and not_before > now:
                 continue

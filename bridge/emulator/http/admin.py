@@ -192,9 +192,11 @@ def _url(base: str, desc: EntityDescription) -> str:
 
 
 def _segments(path: str) -> list[str]:
+    # Split before unquoting: the SDK sends a '/' inside an entity name as %2F (a queue may be named
+    # ``ns/x-servicebus-transfer/0``), and only the unencoded slashes separate path segments.
     segments = [unquote(part) for part in path.strip("/").split("/") if part]
-    if any("/" in segment or not segment.strip() for segment in segments):
-        raise BrokerArgumentError("Entity names containing '/' are not supported by the local Service Bus.")
+    if any(not segment.strip() for segment in segments):
+        raise BrokerArgumentError("An entity name must not be empty.")
     return segments
 
 

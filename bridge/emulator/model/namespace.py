@@ -263,7 +263,7 @@ class Namespace:
         """Enqueue messages all-or-nothing; returns their sequence numbers (0 for a dropped duplicate)."""
         target = self.topics.get(_key(path)) or self.queues.get(_key(path))
         if target is None:
-            if not self.auto_create or path.strip("/").lower().endswith(DLQ_SUFFIX) or "/" in path.strip("/"):
+            if not self.auto_create or path.strip("/").lower().endswith(DLQ_SUFFIX) or _is_subscription(path):
                 raise EntityNotFoundError(f"The messaging entity '{path}' could not be found.")
             self.create(QueueDescription(name=path.strip("/")), now)
             target = self.queues[_key(path)]
@@ -407,6 +407,11 @@ class Namespace:
                     yield "msg", {"p": sub_store.path, "m": msg.to_record()}, [msg.raw]
             for sid, state in store.session_state.items():
                 yield "ss", {"p": store.path, "sid": sid}, [state]
+
+
+def _is_subscription(path: str) -> bool:
+    parts = path.strip("/").split("/")
+    return len(parts) == 3 and parts[1].lower() == "subscriptions"
 
 
 def _kind_of(desc: EntityDescription) -> EntityKind:
