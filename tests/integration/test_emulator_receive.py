@@ -166,9 +166,9 @@ def test_renew_lock_extends_locked_until(shared_namespace: LocalNamespace, uniqu
         [message] = receive(receiver, 1)
         first_until = message.locked_until_utc
         assert first_until is not None
-        # Given the lock renewed twice over three seconds (longer than one 2 s lock)
-        for _ in range(2):
-            time.sleep(1.5)
+        # Given the lock renewed every second for three seconds (longer than one 2 s lock)
+        for _ in range(3):
+            time.sleep(1)
             renewed = receiver.renew_message_lock(message)
             # Then each renewal moves locked_until later
             assert renewed > first_until
