@@ -36,8 +36,10 @@ class Streaks:
         )
         assert effective is not None
         return Outcome.failure(
-            effective, describe_error(error),
-            timeout=classification.timeout, entity_missing=classification.entity_missing,
+            effective,
+            describe_error(error),
+            timeout=classification.timeout,
+            entity_missing=classification.entity_missing,
         )
 
 
@@ -74,7 +76,8 @@ def batch_outcome(
         error = failed.get(index)
         if error is None:  # neither accepted nor failed: not attempted, so it must be tried again
             error = next(iter(failed.values()), None) or TransientNamespaceError(
-                f"message {index} was not attempted", namespace=role)
+                f"message {index} was not attempted", namespace=role
+            )
         outcome = by_error.get(id(error))
         if outcome is None:
             outcome = streaks.outcome(entity, role, error, now)

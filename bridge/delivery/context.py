@@ -42,6 +42,7 @@ class DeliveryContext:
     streaks: Streaks
     backoff: BackoffPolicy
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    current_backlog: dict[str, int] = field(default_factory=dict)
     clock: Any = time.time
 
     @classmethod
@@ -59,7 +60,9 @@ class DeliveryContext:
             leases=LeaseStore(client),
             paired=PairedStore(client),
             cost=CostStore(client),
-            streaks=Streaks(EscalationPolicy(retry.transient_failures_to_outage, retry.transient_seconds_to_outage)),
+            streaks=Streaks(
+                EscalationPolicy(retry.transient_failures_to_outage, retry.transient_seconds_to_outage)
+            ),
             backoff=BackoffPolicy(retry.outbox_backoff_factor, retry.outbox_backoff_max),
         )
 

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from azure.servicebus import ServiceBusMessage
+
 from bridge.core.cost import Operation
 from bridge.core.decisions import PRIMARY, SECONDARY, Ack, Change, DeadLetter, Retry, SendDecision, SendNext
 from bridge.core.outcomes import Outcome
@@ -23,6 +25,7 @@ from bridge.core.replication import RetryContext, decide_active, decide_passive,
 from bridge.core.roles import Role, RoleState, Swap, next_health
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.paired_sender import paired_decisions
 from bridge.outbox.reader import OutboxEntry
 from bridge.servicebus.messages import to_message
 
@@ -100,8 +103,9 @@ class ShardDrainer:
         for entry in entries:
             if entry.envelope is None:
                 reason = str(entry.error) if entry.error else "undecodable outbox entry"
-                self.ctx.reader.move(entry, to="quarantine", code="corrupt_entry", reason=reason,
-                                     now=self.ctx.clock())
+                self.ctx.reader.move(
+                    entry, to="quarantine", code="corrupt_entry", reason=reason, now=self.ctx.clock()
+                )
                 self.report.quarantined += 1
             else:
                 good.append(entry)
@@ -109,6 +113,8 @@ class ShardDrainer:
             return True
         if self.mode == "active":
             decisions = self._active(good)
+        elif self.mode == "paired":
+            decisions = paired_decisions(self, good)
         elif self.mode == "none":
             decisions = self._single(good)
         else:
@@ -121,10 +127,17 @@ class ShardDrainer:
 
     def _send(self, role: Role, entries: Sequence[OutboxEntry], operation: Operation) -> BatchOutcome:
         messages = [to_message(e.envelope) for e in entries if e.envelope is not None]
-        result = self.ctx.pool.send(role, self.entity, messages)
+        return self.send_messages(role, self.entity, messages, operation)
+
+    def send_messages(
+        self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
+    ) -> BatchOutcome:
+        """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded."""
+        result = self.ctx.pool.send(role, path, messages)
         now = self.ctx.clock()
-        outcome = batch_outcome(self.ctx.streaks, self.entity, role, len(messages), result.accepted,
-                                result.failed, now)
+        outcome = batch_outcome(
+            self.ctx.streaks, self.entity, role, len(messages), result.accepted, result.failed, now
+        )
         if result.accepted:
             self.ctx.cost.add(self.entity, operation, len(result.accepted))
         self._record_health(role, outcome)
@@ -139,9 +152,13 @@ class ShardDrainer:
         if after is not before:
             self.ctx.roles.set_health(self.entity, role, after)
             if after.available != before.available:
-                log.warning("namespace %s is %s for entity %s: %s", role,
-                            "available" if after.available else "UNAVAILABLE", self.entity,
-                            after.last_error or "ok")
+                log.warning(
+                    "namespace %s is %s for entity %s: %s",
+                    role,
+                    "available" if after.available else "UNAVAILABLE",
+                    self.entity,
+                    after.last_error or "ok",
+                )
 
     def _single(self, entries: Sequence[OutboxEntry]) -> list[SendDecision]:
         outcome = self._send("primary", entries, Operation.PRIMARY_SEND)
@@ -193,21 +210,32 @@ class ShardDrainer:
             to_ack = []
             now = self.ctx.clock()
             if isinstance(decision, DeadLetter):
-                self.ctx.reader.move(entry, to="deadletter", code="message_permanent", reason=decision.reason,
-                                     now=now)
+                self.ctx.reader.move(
+                    entry, to="deadletter", code="message_permanent", reason=decision.reason, now=now
+                )
                 self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
                 self.report.dead_lettered += 1
-                log.warning("entity %s: message %s dead-lettered locally: %s", self.entity,
-                            entry.envelope.message_id if entry.envelope else "?", decision.reason)
+                log.warning(
+                    "entity %s: message %s dead-lettered locally: %s",
+                    self.entity,
+                    entry.envelope.message_id if entry.envelope else "?",
+                    decision.reason,
+                )
                 continue
             if isinstance(decision, Retry):
                 if decision.delivered_to:
-                    self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id,
-                                                      decision.delivered_to)
+                    self.ctx.retry.remember_delivered(
+                        self.entity, self.shard, entry.entry_id, decision.delivered_to
+                    )
                 self.ctx.retry.schedule(self.entity, self.shard, now + decision.retry_after)
                 self.report.retry_after = decision.retry_after
-                log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard,
-                         decision.retry_after, decision.reason)
+                log.info(
+                    "entity %s shard %d waits %.2fs: %s",
+                    self.entity,
+                    self.shard,
+                    decision.retry_after,
+                    decision.reason,
+                )
                 return False
             raise RuntimeError(f"unexpected decision {decision!r}")  # SendNext never survives _send
         self._ack(to_ack)
@@ -225,7 +253,14 @@ class ShardDrainer:
             if isinstance(change, Swap):
                 applied, state = self.ctx.roles.swap(self.entity, change)
                 if applied:
-                    log.warning("entity %s: roles swapped %s -> %s (epoch %d): %s", self.entity,
-                                change.from_role, change.to_role, state.epoch, change.reason)
+                    log.warning(
+                        "entity %s: roles swapped %s -> %s (epoch %d): %s",
+                        self.entity,
+                        change.from_role,
+                        change.to_role,
+                        state.epoch,
+                        change.reason,
+                    )
             else:
-                self.ctx.paired.apply(self.entity, [change])  # type: ignore[list-item]
+                namespace = self.ctx.settings.primary.namespace_name if self.ctx.settings.primary else ""
+                self.ctx.paired.apply_all(self.entity, namespace, [change])

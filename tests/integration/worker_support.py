@@ -104,3 +104,16 @@ def entity_status(stack: LocalStack, entity: str) -> dict[str, Any]:
         if item["name"] == entity:
             return dict(item)
     raise AssertionError(f"{entity} not in bridge status")
+
+
+def outbox_depth(stack: LocalStack, entity: str) -> int:
+    """Unacknowledged messages in the entity's outbox, read straight from Redis (fast, no subprocess)."""
+    import redis
+
+    from bridge.outbox import keys
+
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        return int(client.hget(keys.stats(entity), "messages") or 0)
+    finally:
+        client.close()

@@ -1,0 +1,134 @@
+"""Paired-namespace mode, the send side: FailoverInterval, aliased sends to backlog queues, rotation.
+
+Real processes throughout; the syphon and the ping are tested in their own modules.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from bridge.core.paired import backlog_queue_path
+from bridge.embedded.stack import LocalStack, wait_until
+from bridge.settings import NamespaceSettings
+from tests.integration.worker_support import (
+    count_in,
+    entity_status,
+    make_stack,
+    outbox_depth,
+    status_json,
+    producer,
+    receive_all,
+)
+
+__all__ = ["make_stack"]
+
+BACKLOGS = 3
+INTERVAL = 6.0  # the FailoverInterval under test: long enough to look inside it on a loaded machine
+
+
+def _paired_stack(make_stack: Any, interval: float, **settings: str) -> LocalStack:
+    stack = make_stack(
+        {"orders": {"replication": "paired"}},
+        settings={
+            "BRIDGE_PAIRED__FAILOVER_INTERVAL": str(interval),
+            "BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT": str(BACKLOGS),
+            "BRIDGE_PAIRED__ENABLE_SYPHON": "false",
+            "BRIDGE_PAIRED__PING_PRIMARY_INTERVAL": "3600",
+            **settings,
+        },
+    )
+    for index in range(BACKLOGS):
+        _create_queue(stack.secondary, backlog_queue_path(_primary_name(stack), index))
+    return stack
+
+
+def _primary_name(stack: LocalStack) -> str:
+    return NamespaceSettings(connection_string=stack.primary.connection_string).namespace_name
+
+
+def _create_queue(ns: Any, name: str) -> None:
+    with ServiceBusAdministrationClient.from_connection_string(
+        ns.connection_string, connection_verify=ns.certificate
+    ) as admin:
+        admin.create_queue(name, lock_duration=dt.timedelta(minutes=1))
+
+
+def _backlog_messages(stack: LocalStack, expected: int, timeout: float = 30.0,
+                      skip: tuple[int, ...] = ()) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        for index in range(BACKLOGS):
+            if index in skip:
+                continue
+            path = backlog_queue_path(_primary_name(stack), index)
+            got.extend(receive_all(stack.secondary, path, 0, timeout=0.5))
+    return got
+
+
+def test_failover_waits_one_interval_then_sends_aliased_messages_to_backlog_queues(make_stack: Any) -> None:
+    stack = _paired_stack(make_stack, interval=INTERVAL)
+    stack.start_worker()
+    stack.start_beat()
+    # Given a healthy primary
+    with producer(stack) as p:
+        p.send("orders", b"warm")
+        assert len(receive_all(stack.primary, "orders", 1)) == 1
+        # When the primary goes down and messages keep coming
+        stack.primary.control.outage()
+        down_at = time.monotonic()
+        due = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        ids = [
+            p.send("orders", f"m{i}".encode(), session_id=f"s{i % 2}", time_to_live=600,
+                   scheduled_enqueue_time_utc=due, application_properties={"n": i})
+            for i in range(10)
+        ]
+        # Then during the FailoverInterval nothing reaches a backlog queue: it waits in the outbox
+        time.sleep(0.8)
+        assert sum(count_in(stack.secondary, backlog_queue_path(_primary_name(stack), i))
+                   for i in range(BACKLOGS)) == 0
+        assert outbox_depth(stack, "orders") == 10
+        assert time.monotonic() - down_at < INTERVAL, "the check itself took too long to prove anything"
+        # And after it, every message is in a backlog queue, aliased, with nothing left on the broker message
+        got = _backlog_messages(stack, 10)
+        engaged_after = time.monotonic() - down_at
+    assert sorted(m.message_id for m in got) == sorted(ids)
+    assert engaged_after >= INTERVAL
+    for message in got:
+        props = {k.decode() if isinstance(k, bytes) else k: v for k, v in message.application_properties.items()}
+        assert props["x-ms-path"] in (b"orders", "orders")
+        assert props["x-ms-sessionid"] in (b"s0", b"s1", "s0", "s1")
+        assert "x-ms-timetolive" in props and "x-ms-scheduledenqueuetimeutc" in props
+        assert message.session_id is None
+        assert message.scheduled_enqueue_time_utc is None
+        assert message.time_to_live is None or message.time_to_live > dt.timedelta(days=365)
+    status = entity_status(stack, "orders")
+    assert status["outbox_depth"] == 0
+    assert status["paired"]["failed_over"] is True
+    stack.primary.control.restore()
+    assert count_in(stack.primary, "orders") == 0  # failed over: no syphon here, no ping yet
+
+
+def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack: Any) -> None:
+    stack = _paired_stack(make_stack, interval=0.0)
+    broken = backlog_queue_path(_primary_name(stack), 0)
+    # Given backlog queue 0 unavailable (an entity-level fault) and the primary down (immediate failover)
+    stack.secondary.control.outage(entity=broken)
+    stack.primary.control.outage()
+    stack.start_worker("worker-a")
+    stack.start_worker("worker-b")
+    stack.start_beat()
+    with producer(stack) as p:
+        ids = [p.send("orders", f"m{i}".encode()) for i in range(40)]
+    # Then every message lands in the other backlog queues, none is lost
+    got = _backlog_messages(stack, 40, skip=(0,))
+    assert sorted(m.message_id for m in got) == sorted(ids)
+    # And queue 0 is out of the shared rotation (one Redis record every worker reads), as status shows
+    backlog = status_json(stack)["backlog"]
+    assert backlog, backlog
+    text = str(backlog)
+    assert "0" in text and "unavailable" in text.lower() or "outage" in text.lower(), backlog
