@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import typer
 
-from bridge.cli import check_config, emulator, emulator_ctl, pending, send, serve, status, worker
+from bridge.cli import (
+    check_config,
+    emulator,
+    emulator_ctl,
+    pending,
+    provision,
+    send,
+    serve,
+    status,
+    worker,
+)
 
 app = typer.Typer(
     name="bridge",
@@ -27,6 +37,7 @@ status.register(app)
 emulator.register(app)
 emulator_ctl.register(app)
 worker.register(app)
+provision.register(app)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 import typer
 
 PENDING: dict[str, str] = {
-    "provision": "Create backlog queues and configured entities on the namespaces.",
     "receive": "Receive from both namespaces with duplicate suppression.",
     "report": "Run the PySpark ledger report over the journal.",
     "demo": "Start Redis and two local namespaces and run the bridge end to end.",
