@@ -11,6 +11,7 @@ import typer
 
 from bridge.cli import (
     check_config,
+    demo,
     emulator,
     emulator_ctl,
     pending,
@@ -37,6 +38,7 @@ status.register(app)
 emulator.register(app)
 emulator_ctl.register(app)
 worker.register(app)
+demo.register(app)
 provision.register(app)
 
 

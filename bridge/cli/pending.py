@@ -14,7 +14,6 @@ import typer
 PENDING: dict[str, str] = {
     "receive": "Receive from both namespaces with duplicate suppression.",
     "report": "Run the PySpark ledger report over the journal.",
-    "demo": "Start Redis and two local namespaces and run the bridge end to end.",
 }
 
 
