@@ -211,6 +211,14 @@ class PairedSettings(BaseModel):
         description="Long-poll seconds per receive; the original used 900 (40 idle polls/hour, 10 queues).",
     )
     enable_syphon: bool = True
+    syphon_lease_ttl: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a syphon's lease on a backlog queue lives unrenewed (a dead syphon's takeover).",
+    )
+    syphon_run_budget: float = Field(
+        default=60.0, gt=0, description="Seconds one syphon task keeps its backlog queues before handing over."
+    )
     backlog_readmit_after: float | None = Field(
         default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."
     )

@@ -22,10 +22,33 @@ from bridge.delivery.context import reset_after_fork
 from bridge.settings import Settings, load_settings
 
 
+def paired_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Ping and syphon schedules when some entity is paired; a firing not run within its interval expires."""
+    if not any(entity.replication == "paired" for entity in settings.entities.values()):
+        return {}
+    paired = settings.paired
+    schedule = {
+        "ping": {
+            "task": "bridge.ping",
+            "schedule": paired.ping_primary_interval,
+            "options": {"expires": paired.ping_primary_interval},
+        },
+    }
+    if paired.enable_syphon:
+        schedule["syphon"] = {
+            "task": "bridge.syphon",
+            "schedule": paired.syphon_retry_interval,
+            "options": {"expires": paired.syphon_retry_interval},
+        }
+    return schedule
+
+
 def create_app(settings: Settings) -> Celery:
     """A configured Celery app (tasks are registered by ``tasks.*`` modules listed in ``include``)."""
     broker = (settings.celery_broker_url or settings.redis_url).get_secret_value()
-    app = Celery("bridge", broker=broker, include=["tasks.drain", "tasks.sweeper"])
+    app = Celery(
+        "bridge", broker=broker, include=["tasks.drain", "tasks.sweeper", "tasks.ping", "tasks.syphon"]
+    )
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -39,7 +62,10 @@ def create_app(settings: Settings) -> Celery:
         beat_schedule_filename=str(Path(tempfile.gettempdir()) / "bridge-celerybeat-schedule"),
         beat_schedule={
             "sweep": {"task": "bridge.sweep", "schedule": settings.workers.sweep_interval},
+            **paired_schedule(settings),
         },
+        # Two beats may run: each schedule is claimed in Redis before it is sent (workers.beat_scheduler).
+        beat_scheduler="workers.beat_scheduler:OncePerIntervalScheduler",
         task_routes={"bridge.*": {"queue": settings.workers.queue}},
         task_default_queue=settings.workers.queue,
     )

@@ -1,0 +1,51 @@
+"""When the syphon polls, renews and waits (paired mode, SPEC §4): pure timing decisions, no I/O.
+
+A syphon run holds the leases of some backlog queues for ``syphon_run_budget`` seconds. Each queue is
+long-polled (``syphon_receive_wait``, cut to what is left of the budget), the leases are renewed every
+third of their TTL by a keeper thread, and the locks of a batch still being worked on are renewed once
+half of their lock time has passed. A run polls only while at least one paired entity may receive: when
+every one of them is failed over (or its FailoverInterval timer runs) the backlog can only wait, and an
+idle poll would be a billed operation for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bridge.core.paired import PairedState
+
+LEASE_RENEWALS_PER_TTL = 3
+"""The keeper renews a lease three times per TTL, so two missed renewals still keep it."""
+
+
+def receive_wait(remaining: float, long_poll: float) -> float:
+    """The next receive's long poll: ``syphon_receive_wait``, at most the budget left (0: stop)."""
+    return max(0.0, min(long_poll, remaining))
+
+
+def lease_renew_interval(lease_ttl: float) -> float:
+    """Seconds between two renewals of a held lease."""
+    if lease_ttl <= 0:
+        raise ValueError("lease TTL must be positive")
+    return lease_ttl / LEASE_RENEWALS_PER_TTL
+
+
+def lease_ttl_ms(lease_ttl: float) -> int:
+    """The lease TTL as whole milliseconds (``SET ... PX``), at least 1."""
+    return max(1, round(lease_ttl * 1000))
+
+
+def lock_renewal_due(received_at: float, locked_until: float | None, now: float) -> bool:
+    """The batch's message locks should be renewed: half of the lock time since receipt has passed.
+
+    ``locked_until`` is the earliest lock expiry of the batch's unsettled messages (None: unknown, never
+    renewed).
+    """
+    if locked_until is None:
+        return False
+    return now >= received_at + (locked_until - received_at) / 2
+
+
+def may_poll(states: Iterable[PairedState]) -> bool:
+    """At least one paired entity is healthy, so a backlog message could be delivered now."""
+    return any(state.healthy for state in states)

@@ -1,0 +1,1 @@
+"""Paired-namespace mode's periodic work: pinging failed-over entities and syphoning backlog queues."""

@@ -1,0 +1,107 @@
+"""The ping (paired mode, SPEC §4): find out when a failed-over entity's primary takes messages again.
+
+Every ``ping_primary_interval`` (a beat task) each failed-over paired entity gets one ping on the primary:
+an empty message with ContentType ``application/vnd.ms-servicebus-ping``, TTL 1 s and a random SessionId,
+so session-enabled entities accept it too. In ``ping_mode = "schedule"`` the ping is scheduled a year
+ahead and cancelled at once, so no receiver ever sees it (SPEC §4 [fix]). A ping the primary accepts
+applies ``MarkAvailable``: the shared state says "healthy", so every worker's next batch goes to the primary
+and the syphon starts moving the backlog. Any other outcome is recorded (``RecordPing``, ``RecordError``).
+Every ping is counted as a billable operation (two in schedule mode: schedule and cancel).
+
+Bounds: each ping is one pool call, so at most the attempt deadline (twice in schedule mode); pings run on
+up to ``PING_THREADS`` threads, and a ping not started within ``ping_timeout`` of the run's start waits for
+the next interval. ``ping_due`` with half an interval of slack decides whether an entity is due, so a beat
+firing a few milliseconds early still pings, and a second firing in the same interval (another beat, a
+redelivered task) does not ping again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from bridge.core.cost import Operation
+from bridge.core.error_classes import classify
+from bridge.core.outcomes import Outcome, describe_error
+from bridge.core.paired import on_ping, ping_due
+from bridge.delivery.context import DeliveryContext
+from bridge.errors import NamespaceError
+from bridge.paired.entities import failover_policy, paired_entities
+from bridge.servicebus.messages import ping_message
+
+log = logging.getLogger(__name__)
+
+PING_THREADS = 8
+DUE_SLACK = 0.5
+"""Fraction of ``ping_primary_interval`` by which a ping may come early (beat scheduling jitter)."""
+
+
+@dataclass
+class PingReport:
+    """What one ping run did: entities pinged, those available again, failures, and those left for later."""
+
+    pinged: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    postponed: list[str] = field(default_factory=list)
+
+
+def due_entities(ctx: DeliveryContext) -> list[str]:
+    """Failed-over paired entities whose ping is due now."""
+    policy = failover_policy(ctx.settings)
+    now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
+    engaged = ctx.paired.failed_over_entities(paired_entities(ctx.settings))
+    return [entity for entity in engaged if ping_due(ctx.paired.get(entity), now, policy)]
+
+
+def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
+    """Ping ``entity`` on the primary once, apply the outcome to the shared state and count it."""
+    mode = ctx.settings.paired.ping_mode
+    message = ping_message(mode, uuid.uuid4().hex, ctx.clock())
+    operations = 1
+    try:
+        if mode == "schedule":
+            ctx.pool.schedule_and_cancel("primary", entity, message)
+            operations = 2
+        else:
+            result = ctx.pool.send("primary", entity, [message])
+            if result.failed:
+                raise next(iter(result.failed.values()))
+        outcome = Outcome.success()
+    except NamespaceError as error:
+        outcome = Outcome.from_classification(classify(error), describe_error(error))
+    update = ctx.paired.apply(entity, on_ping(outcome, ctx.clock()))
+    ctx.cost.add(entity, Operation.PING, operations)
+    if outcome.ok:
+        log.info("ping accepted by the primary for %s (restored: %s)", entity, update.restored)
+    else:
+        log.info("ping of %s failed: %s", entity, outcome.error)
+    return outcome
+
+
+def ping_failed_over(ctx: DeliveryContext) -> PingReport:
+    """Ping every failed-over paired entity that is due (one beat firing)."""
+    report = PingReport()
+    entities = due_entities(ctx)
+    if not entities:
+        return report
+    started = ctx.clock()
+    timeout = ctx.settings.paired.ping_timeout
+
+    def one(entity: str) -> None:
+        if ctx.clock() - started > timeout:
+            report.postponed.append(entity)
+            return
+        outcome = ping_entity(ctx, entity)
+        report.pinged.append(entity)
+        if outcome.ok:
+            report.restored.append(entity)
+        else:
+            report.failed[entity] = outcome.error or ""
+
+    with ThreadPoolExecutor(max_workers=min(PING_THREADS, len(entities)), thread_name_prefix="ping") as pool:
+        for future in [pool.submit(one, entity) for entity in entities]:
+            future.result()
+    return report
