@@ -52,13 +52,13 @@ def namespace_settings(ns: LocalNamespace) -> NamespaceSettings:
 
 def full_settings(stack: LocalStack) -> Settings:
     """What a bridge process of ``stack`` sees: Redis, both namespaces, the entities, short deadlines."""
-    return Settings(
-        redis_url=stack.redis.url,
-        primary=namespace_settings(stack.primary),
-        secondary=namespace_settings(stack.secondary),
-        entities=stack.entities,
-        retry={"attempt_deadline": 3, "retry_total": 0},
-    )
+    return Settings.model_validate({
+        "redis_url": stack.redis.url,
+        "primary": namespace_settings(stack.primary),
+        "secondary": namespace_settings(stack.secondary),
+        "entities": stack.entities,
+        "retry": {"attempt_deadline": 3, "retry_total": 0},
+    })
 
 
 def backlog_paths(stack: LocalStack, count: int = 2) -> tuple[str, ...]:
@@ -104,8 +104,9 @@ def stack_pool(stack: LocalStack) -> Iterator[NamespacePool]:
 
 def envelope(entity: str, i: int, **fields: Any) -> Envelope:
     """A message for ``entity`` with a recognisable body and MessageId."""
-    return Envelope(entity=entity, message_id=fields.pop("message_id", f"{entity}-{i}-{uuid.uuid4().hex[:6]}"),
-                    body=f"{entity} #{i}".encode(), accepted_at=time.time(), **fields)
+    message_id = fields.pop("message_id", f"{entity}-{i}-{uuid.uuid4().hex[:6]}")
+    return Envelope(entity=entity, message_id=message_id, body=f"{entity} #{i}".encode(),
+                    accepted_at=time.time(), **fields)
 
 
 def fill_backlog(pool: NamespacePool, queue: str, envelopes: Sequence[Envelope]) -> list[str]:
@@ -182,8 +183,8 @@ def body(message: ServiceBusReceivedMessage) -> bytes:
     return b"".join(message.body)
 
 
-def text(value: object) -> str | None:
-    """A received id/property as text."""
+def text(value: object) -> str:
+    """A received id/property as text ("" for None)."""
     if value is None:
-        return None
+        return ""
     return value.decode() if isinstance(value, bytes) else str(value)

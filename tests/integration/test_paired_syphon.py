@@ -53,7 +53,9 @@ def backlog_empty(stack: Any, paths: tuple[str, ...]) -> bool:
     return all(count_in(stack.secondary, path) == 0 for path in paths)
 
 
-def test_syphon_restores_every_field_reaches_every_subscription_and_empties_the_backlog(make_stack: Any) -> None:
+def test_syphon_restores_every_field_reaches_every_subscription_and_empties_the_backlog(
+    make_stack: Any,
+) -> None:
     entities = {"orders": {"replication": "paired"}, "events": {"replication": "paired"}}
     stack = make_stack(entities, settings=PAIRED_SETTINGS)
     create_entities(stack.primary, queues=["orders"], topics={"events": ["audit", "billing"]})
@@ -61,9 +63,9 @@ def test_syphon_restores_every_field_reaches_every_subscription_and_empties_the_
     scheduled = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
     # Given messages in both backlog queues, aliased as a failed-over worker sends them
     with stack_pool(stack) as pool:
-        full = envelope("orders", 0, partition_key="pk-1", time_to_live=600.0, content_type="application/json",
-                        correlation_id="c-1", subject="subj", reply_to="r", to="t",
-                        application_properties=dict(PROPERTIES))
+        full = envelope("orders", 0, partition_key="pk-1", time_to_live=600.0,
+                        content_type="application/json", correlation_id="c-1", subject="subj",
+                        reply_to="r", to="t", application_properties=dict(PROPERTIES))
         later = envelope("orders", 1, scheduled_enqueue_time_utc=scheduled, time_to_live=600.0)
         event = envelope("events", 0, application_properties={"kind": "created"})
         fill_backlog(pool, paths[0], [full, event])
@@ -87,7 +89,8 @@ def test_syphon_restores_every_field_reaches_every_subscription_and_empties_the_
     assert props["text"] == b"plain" and props["flag"] is True and props["ratio"] == 0.25
     second = got[later.message_id]
     assert second.scheduled_enqueue_time_utc == scheduled
-    assert second.enqueued_time_utc is not None and second.enqueued_time_utc >= scheduled - timedelta(seconds=1)
+    assert second.enqueued_time_utc is not None
+    assert second.enqueued_time_utc >= scheduled - timedelta(seconds=1)
     # And the topic message reaches every subscription
     for subscription in ("audit", "billing"):
         (copy,) = receive(stack.primary, "events", 1, subscription=subscription)
@@ -179,7 +182,7 @@ def holder_pid(stack: Any, path: str) -> int | None:
         value = client.get("bridge:{lease:syphon:" + path + "}")
     finally:
         client.close()
-    return int(value.decode().split(":")[1]) if value else None
+    return int(text(value).split(":")[1]) if value else None
 
 
 def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack: Any) -> None:
