@@ -217,7 +217,7 @@ class PairedSettings(BaseModel):
         description="Seconds a syphon's lease on a backlog queue lives unrenewed (a dead syphon's takeover).",
     )
     syphon_run_budget: float = Field(
-        default=60.0, gt=0, description="Seconds one syphon task keeps its backlog queues before handing over."
+        default=60.0, gt=0, description="Seconds one syphon task holds its backlog queues, then hands over."
     )
     backlog_readmit_after: float | None = Field(
         default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."

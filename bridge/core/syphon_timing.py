@@ -2,10 +2,11 @@
 
 A syphon run holds the leases of some backlog queues for ``syphon_run_budget`` seconds. Each queue is
 long-polled (``syphon_receive_wait``, cut to what is left of the budget), the leases are renewed every
-third of their TTL by a keeper thread, and the locks of a batch still being worked on are renewed once
-half of their lock time has passed. A run polls only while at least one paired entity may receive: when
-every one of them is failed over (or its FailoverInterval timer runs) the backlog can only wait, and an
-idle poll would be a billed operation for nothing.
+third of their TTL by a keeper thread, and the locks of a batch still being worked on are renewed before
+a send once half of their lock time has passed or less than one attempt deadline of it is left. A run
+polls only while at least one paired entity may receive: when every one of them is failed over (or its
+FailoverInterval timer runs) the backlog can only wait, and an idle poll would be a billed operation for
+nothing.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ def lease_ttl_ms(lease_ttl: float) -> int:
     return max(1, round(lease_ttl * 1000))
 
 
-def lock_renewal_due(received_at: float, locked_until: float | None, now: float) -> bool:
-    """The batch's message locks should be renewed: half of the lock time since receipt has passed.
+def lock_renewal_due(received_at: float, locked_until: float | None, now: float, margin: float = 0.0) -> bool:
+    """The batch's message locks should be renewed before the next send: half of the lock time since
+    receipt (or the last renewal) has passed, or less than ``margin`` is left (the next send may take up
+    to one attempt deadline, and a message whose lock ran out cannot be completed after it was sent).
 
     ``locked_until`` is the earliest lock expiry of the batch's unsettled messages (None: unknown, never
     renewed).
     """
     if locked_until is None:
         return False
-    return now >= received_at + (locked_until - received_at) / 2
+    return now >= received_at + (locked_until - received_at) / 2 or locked_until - now < margin
 
 
 def may_poll(states: Iterable[PairedState]) -> bool:

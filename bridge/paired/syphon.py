@@ -17,7 +17,8 @@ on the primary. The decisions are the core's (``bridge.core.syphon``); this modu
 Order: a backlog queue is FIFO, a batch arrives in enqueue order, and the messages of one destination are
 sent in that order in one batched send, so per-session (and per-key) order is kept.
 
-The locks of a batch are renewed when half of their lock time has passed (``lock_renewal_due``). Every
+Before each send the batch's locks are renewed when half of their lock time has passed or less than one
+attempt deadline is left (``lock_renewal_due``). Every
 receive call is counted as a syphon receive (billed even when it returns nothing), on the backlog queue's
 counters; every message the primary accepted as a syphon send, on its destination's counters.
 """
@@ -58,6 +59,8 @@ class QueueReport:
     abandoned: int = 0
     lock_renewals: int = 0
     stopped: str | None = None
+    last_moved_at: float | None = None
+    """``ctx.clock()`` time when the last message left the backlog (sent or dead-lettered)."""
 
 
 def split_reason(reason: str) -> tuple[str, str]:
@@ -147,7 +150,10 @@ class BacklogSyphon:
             self._send_group(batch, destination, indexes, [restored[i] for i in indexes])
         for index in sorted(batch.unsettled):  # left over by a stop
             self._settle(batch, index, SyphonDecision(SyphonAction.ABANDON, "syphon stopped"))
-        return self.report.sent + self.report.dead_lettered > moved_before
+        moved = self.report.sent + self.report.dead_lettered > moved_before
+        if moved:
+            self.report.last_moved_at = ctx.clock()
+        return moved
 
     def _send_group(
         self, batch: _Batch, destination: str, indexes: list[int], restored: Sequence[object]
@@ -202,7 +208,8 @@ class BacklogSyphon:
 
     def _renew_locks_if_due(self, batch: _Batch) -> None:
         now = self.ctx.clock()
-        if not batch.unsettled or not lock_renewal_due(batch.lock_from, batch.locked_until, now):
+        margin = self.ctx.pool.attempt_deadline
+        if not batch.unsettled or not lock_renewal_due(batch.lock_from, batch.locked_until, now, margin):
             return
         messages = [batch.messages[i] for i in sorted(batch.unsettled)]
         try:
