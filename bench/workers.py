@@ -1,0 +1,440 @@
+"""Send workers end to end, as ratios against baselines measured in the same run on the same namespace.
+
+    python -m bench.workers [--messages 50000] [--naive-messages 100] [--concurrency 2] [--shards 4]
+                            [--pending 1000000] [--rss-seconds 60] [--skip rss] ...
+
+Starts a ``LocalStack`` (private redis-server with the rig's AOF settings, two local namespaces as real
+processes) and measures, with 1 KB bodies:
+
+1. baseline: the raw SDK sending batches of 100 to the primary namespace from one sender (msgs/s);
+2. the bridge: ``bridge worker --concurrency C`` + ``bridge beat`` with default settings, N messages
+   written to the outbox with ``Producer.send_batch``; the clock runs from the first write until the
+   primary's queue holds all N (its runtime count, read through the management endpoint) — msgs/s,
+   ratio to (1), target >= 0.7;
+3. a deliberately naive Celery sender (``naive_send`` below: one task per message, each opening its own
+   ``ServiceBusClient`` and sender), run by ``celery worker`` with the same concurrency and the same Redis
+   broker — ratio bridge / naive, target >= 5;
+4. the failover gap with default retry settings: a steady producer, then ``outage()`` of the primary;
+   the time from the outage to the first message the secondary accepted (its EnqueuedTimeUtc), and how
+   many messages had to wait for it — target <= 2 s;
+5. worker RSS with ``--pending`` messages in the outbox and both namespaces in outage (nothing drains):
+   VmRSS of the worker's main process and its pool children, sampled every second — flat means the
+   backlog is not loaded into memory.
+
+Warm-ups (first connections, first batches) are excluded from every rate. Nothing here asserts: it prints
+the figures and their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from celery import Celery
+
+BODY = b"x" * 1024
+BATCH = 100
+BRIDGE_ENTITY = "bench-bridge"
+FAILOVER_ENTITY = "bench-failover"
+BACKLOG_ENTITY = "bench-backlog"
+RAW_QUEUE = "bench-raw"
+NAIVE_QUEUE = "bench-naive"
+NAIVE_CELERY_QUEUE = "bench-naive"
+
+# ---- the naive sender (imported by its own ``celery worker``; configured through the environment) ------
+naive_app = Celery("bench-naive", broker=os.environ.get("BENCH_NAIVE_BROKER", "memory://"))
+naive_app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    task_default_queue=NAIVE_CELERY_QUEUE,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@naive_app.task(name="bench.naive_send")  # type: ignore[untyped-decorator]
+def naive_send(queue: str, body: str) -> None:
+    """One message, one client: what a first attempt at "Celery sends to Service Bus" looks like."""
+    with (
+        ServiceBusClient.from_connection_string(os.environ["BENCH_NAIVE_CONNECTION_STRING"]) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
+        sender.send_messages(ServiceBusMessage(body))
+
+
+# ---- measuring ---------------------------------------------------------------------------------------------
+def _queue_counter(ns: Any) -> Callable[[str], int]:
+    """``count(queue)``: active messages in a queue of ``ns`` (0 while it does not exist)."""
+    from bridge.errors import NamespaceEntityNotFoundError
+    from bridge.servicebus.admin import NamespaceAdmin
+    from bridge.settings import NamespaceSettings
+
+    admin = NamespaceAdmin(
+        NamespaceSettings(connection_string=ns.connection_string, certificate=ns.certificate)
+    )
+
+    def count(queue: str) -> int:
+        try:
+            return int(admin.queue_runtime_properties(queue).active_message_count or 0)
+        except NamespaceEntityNotFoundError:
+            return 0
+
+    return count
+
+
+def _wait_count(count: Callable[[str], int], queue: str, target: int, timeout: float) -> float:
+    """Poll until ``queue`` holds ``target`` messages; the perf_counter time it was first seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if count(queue) >= target:
+            return time.perf_counter()
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{queue}: only {count(queue)} of {target} messages after {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def raw_sdk(conn: str, total: int) -> float:
+    """Baseline: msgs/s of one SDK sender sending batches of 100 (warm-up excluded)."""
+    with (
+        ServiceBusClient.from_connection_string(conn) as client,
+        client.get_queue_sender(RAW_QUEUE) as sender,
+    ):
+
+        def send(n: int) -> None:
+            for _ in range(n // BATCH):
+                batch = sender.create_message_batch()
+                for _ in range(BATCH):
+                    batch.add_message(ServiceBusMessage(BODY))
+                sender.send_messages(batch)
+
+        send(10 * BATCH)
+        started = time.perf_counter()
+        send(total)
+        return total / (time.perf_counter() - started)
+
+
+def fill(producer: Any, entity: str, total: int, per_call: int = 1000, threads: int = 1) -> float:
+    """Write ``total`` 1 KB messages to the outbox with ``Producer.send_batch``; returns msgs/s."""
+    calls = [min(per_call, total - i) for i in range(0, total, per_call)]
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not calls:
+                    return
+                n = calls.pop()
+            producer.send_batch(entity, [BODY] * n)
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return total / (time.perf_counter() - started)
+
+
+def bridge_rate(stack: Any, producer: Any, count: Callable[[str], int], total: int) -> tuple[float, float]:
+    """msgs/s from the first outbox write until the primary's queue holds all ``total`` (and fill msgs/s)."""
+    warm = 1000
+    fill(producer, BRIDGE_ENTITY, warm, per_call=100)
+    _wait_count(count, BRIDGE_ENTITY, warm, 120)
+    started = time.perf_counter()
+    fill_rate = fill(producer, BRIDGE_ENTITY, total)
+    done = _wait_count(count, BRIDGE_ENTITY, warm + total, 600)
+    return float(total / (done - started)), fill_rate
+
+
+def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency: int) -> float:
+    """msgs/s of the naive task-per-message Celery sender, same broker and concurrency."""
+    env = {
+        **os.environ,
+        "BENCH_NAIVE_BROKER": stack.redis.url,
+        "BENCH_NAIVE_CONNECTION_STRING": stack.primary.connection_string,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    log = (stack.base_dir / "naive-worker.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.workers:naive_app",
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "-Q",
+            NAIVE_CELERY_QUEUE,
+            "--loglevel",
+            "WARNING",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    naive_app.conf.broker_url = stack.redis.url
+    try:
+        warm = 4 * concurrency
+        for _ in range(warm):
+            naive_send.delay(NAIVE_QUEUE, BODY.decode())
+        _wait_count(count, NAIVE_QUEUE, warm, 120)
+        started = time.perf_counter()
+        for _ in range(total):
+            naive_send.delay(NAIVE_QUEUE, BODY.decode())
+        done = _wait_count(count, NAIVE_QUEUE, warm + total, 900)
+        return total / (done - started)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def failover_gap(stack: Any, producer: Any, rate: float, before: float, after: float) -> dict[str, float]:
+    """Steady produce, outage of the primary, then: gap to the secondary's first accept, delayed messages."""
+    stop = threading.Event()
+    produced = [0]
+
+    def produce() -> None:
+        step = 10 / rate  # 10 messages per call
+        next_at = time.monotonic()
+        while not stop.is_set():
+            now = time.time()
+            producer.send_batch(
+                FAILOVER_ENTITY, [{"body": BODY, "application_properties": {"t": now}} for _ in range(10)]
+            )
+            produced[0] += 10
+            next_at += step
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    time.sleep(before)
+    outage_at = time.time()
+    stack.primary.control.outage()
+    time.sleep(after)
+    stop.set()
+    thread.join()
+    secondary = _receive_all(stack.secondary.connection_string, FAILOVER_ENTITY, 30)
+    stack.primary.control.restore()
+    primary = _receive_all(stack.primary.connection_string, FAILOVER_ENTITY, 10)
+
+    def latency(m: Any) -> float:
+        return float(m.enqueued_time_utc.timestamp() - float(m.application_properties[b"t"]))
+
+    first = min(m.enqueued_time_utc.timestamp() for m in secondary) if secondary else float("nan")
+    healthy = [latency(m) for m in primary if float(m.application_properties[b"t"]) < outage_at - 0.5]
+    waited = [m for m in secondary if float(m.application_properties[b"t"]) < first]
+    return {
+        "gap": first - outage_at,
+        "delayed": len(waited),
+        "max_delay": max((latency(m) for m in waited), default=0.0),
+        "healthy_p50": statistics.median(healthy) if healthy else float("nan"),
+        "produced": produced[0],
+        "received": len(primary) + len(secondary),
+        "unique": len({m.message_id for m in primary} | {m.message_id for m in secondary}),
+    }
+
+
+def _receive_all(conn: str, queue: str, quiet: float) -> list[Any]:
+    """Receive-and-delete everything in ``queue``: until a receive comes back empty, at most ``quiet`` s."""
+    got: list[Any] = []
+    mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
+    with (
+        ServiceBusClient.from_connection_string(conn, retry_total=1) as client,
+        client.get_queue_receiver(queue, receive_mode=mode) as receiver,
+    ):
+        deadline = time.monotonic() + quiet
+        while time.monotonic() < deadline:
+            batch = receiver.receive_messages(max_message_count=250, max_wait_time=1)
+            if not batch and got:
+                break
+            got.extend(batch)
+    return got
+
+
+def _rss_mb(root: int) -> tuple[float, int]:
+    """VmRSS of ``root`` and all its descendants (MB), and how many processes that is."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(name))
+    total_kb, todo, seen = 0, [root], 0
+    while todo:
+        pid = todo.pop()
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+                    seen += 1
+        except OSError:
+            continue
+        todo.extend(children.get(pid, []))
+    return total_kb / 1024, seen
+
+
+def worker_rss(stack: Any, producer: Any, pending: int, seconds: float, concurrency: int) -> dict[str, Any]:
+    """RSS of a fresh worker over ``seconds`` with ``pending`` undeliverable messages in the outbox."""
+    import redis
+
+    from bridge.outbox import keys
+
+    for proc in list(stack.processes):
+        proc.stop()
+    stack.processes.clear()
+    stack.primary.control.outage()
+    stack.secondary.control.outage()
+    fill_rate = fill(producer, BACKLOG_ENTITY, pending, threads=2)
+    client = redis.Redis.from_url(stack.redis.url)
+    used = int(client.info("memory")["used_memory"]) / 1024**2
+    worker = stack.start_worker("rss-worker", concurrency=concurrency)
+    stack.start_beat("rss-beat")
+    samples: list[tuple[float, float, int]] = []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        time.sleep(1.0)
+        if not worker.running:
+            raise SystemExit(f"the worker died: {worker.log_tail()}")
+        mb, procs = _rss_mb(worker.proc.pid)
+        samples.append((time.monotonic() - started, mb, procs))
+    left = sum(int(client.xlen(keys.outbox(BACKLOG_ENTITY, s))) for s in range(_shards(stack)))
+    client.close()
+    return {"fill_rate": fill_rate, "redis_mb": used, "samples": samples, "left": left}
+
+
+def _shards(stack: Any) -> int:
+    return int(stack.entities[BACKLOG_ENTITY]["outbox_shards"])
+
+
+def main() -> None:
+    """Run the phases and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50000, help="bridge and raw SDK messages")
+    parser.add_argument("--naive-messages", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=2, help="worker processes (bridge and naive)")
+    parser.add_argument("--shards", type=int, default=4, help="outbox_shards of the bench entities")
+    parser.add_argument("--pending", type=int, default=1_000_000, help="backlog for the RSS phase")
+    parser.add_argument("--rss-seconds", type=float, default=60.0)
+    parser.add_argument("--failover-rate", type=float, default=500.0, help="msgs/s during the failover")
+    parser.add_argument("--skip", action="append", default=[], choices=["bridge", "naive", "failover", "rss"])
+    args = parser.parse_args()
+    total = args.messages - args.messages % BATCH
+
+    from bridge.embedded.stack import LocalStack
+    from bridge.producer import Producer
+    from bridge.settings import Settings
+
+    shards = {"outbox_shards": args.shards}
+    entities = {
+        BRIDGE_ENTITY: shards,
+        FAILOVER_ENTITY: {},  # one shard (the default): more shards than worker processes starve some
+        BACKLOG_ENTITY: {
+            **shards,
+            "max_pending_messages": max(1_000_000, 2 * args.pending),
+            "max_pending_bytes": max(1024**3, 4 * 1024 * args.pending),
+        },
+    }
+    base = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    print(
+        f"bench.workers: 1 KB messages, concurrency {args.concurrency}, {args.shards} outbox shards, "
+        f"default retry settings; stack in {base}",
+        flush=True,
+    )
+    with LocalStack(
+        base,
+        entities=entities,
+        settings={
+            "BRIDGE_LOG_LEVEL": "WARNING",
+            "BRIDGE_INGRESS__MAX_TOTAL_BYTES": str(max(4 * 1024**3, 8 * 1024 * args.pending)),
+        },
+    ) as stack:
+        env = stack.env()
+        settings = Settings.model_validate(
+            {
+                "redis_url": env["BRIDGE_REDIS_URL"],
+                "entities": entities,
+                "ingress": {"max_total_bytes": max(4 * 1024**3, 8 * 1024 * args.pending)},
+            }
+        )
+        producer = Producer(settings=settings)
+        count = _queue_counter(stack.primary)
+        stack.start_worker(concurrency=args.concurrency)
+        stack.start_beat()
+        results: dict[str, Any] = {}
+        raw = raw_sdk(stack.primary.connection_string, total)
+        print(f"  raw SDK batched sender, batches of {BATCH}   {raw:10,.0f} msgs/s", flush=True)
+        if "bridge" not in args.skip:
+            results["bridge"], fill_rate = bridge_rate(stack, producer, count, total)
+            print(
+                f"  bridge end to end, {total} msgs            {results['bridge']:10,.0f} msgs/s"
+                f"   (outbox filled at {fill_rate:,.0f} msgs/s)",
+                flush=True,
+            )
+        if "naive" not in args.skip:
+            results["naive"] = naive_rate(stack, count, args.naive_messages, args.concurrency)
+            print(f"  naive Celery task per message            {results['naive']:10,.1f} msgs/s", flush=True)
+        if "failover" not in args.skip:
+            results["failover"] = failover_gap(stack, producer, args.failover_rate, 5.0, 6.0)
+        if "rss" not in args.skip:
+            results["rss"] = worker_rss(stack, producer, args.pending, args.rss_seconds, args.concurrency)
+        producer.close()
+
+    print()
+    if "bridge" in results:
+        print(f"bridge / raw SDK batched          {results['bridge'] / raw:6.2f}   (target >= 0.7)")
+        if "naive" in results:
+            naive = results["bridge"] / results["naive"]
+            print(f"bridge / naive Celery sender      {naive:6.0f}   (target >= 5)")
+    if "failover" in results:
+        f = results["failover"]
+        print(f"failover gap (outage -> first accept by secondary)  {f['gap']:.2f} s   (target <= 2 s)")
+        print(
+            f"  messages delayed by it: {f['delayed']} (longest wait {f['max_delay']:.2f} s; healthy "
+            f"p50 latency {f['healthy_p50'] * 1000:.0f} ms at {args.failover_rate:.0f} msgs/s); "
+            f"produced {f['produced']}, received {f['received']} ({f['unique']} unique)"
+        )
+    if "rss" in results:
+        r = results["rss"]
+        samples = r["samples"]
+        first, last = samples[min(4, len(samples) - 1)], samples[-1]
+        peak = max(mb for _, mb, _ in samples)
+        print(
+            f"worker RSS with {args.pending:,} pending (outbox filled at {r['fill_rate']:,.0f} msgs/s, "
+            f"redis used_memory {r['redis_mb']:,.0f} MB, {r['left']:,} still in the outbox at the end):"
+        )
+        print(
+            f"  t={first[0]:.0f}s {first[1]:.1f} MB -> t={last[0]:.0f}s {last[1]:.1f} MB "
+            f"(peak {peak:.1f} MB, {last[2]} processes; main + {last[2] - 1} pool children)"
+        )
+        every = max(1, len(samples) // 8)
+        print("  samples: " + ", ".join(f"{t:.0f}s {mb:.1f}" for t, mb, _ in samples[::every]))
+
+
+if __name__ == "__main__":
+    main()
