@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -342,6 +343,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=1_000_000, help="backlog for the RSS phase")
     parser.add_argument("--rss-seconds", type=float, default=60.0)
     parser.add_argument("--failover-rate", type=float, default=500.0, help="msgs/s during the failover")
+    parser.add_argument("--keep", action="store_true", help="keep the stack's data and logs")
     parser.add_argument("--skip", action="append", default=[], choices=["bridge", "naive", "failover", "rss"])
     args = parser.parse_args()
     total = args.messages - args.messages % BATCH
@@ -363,7 +365,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     print(
         f"bench.workers: 1 KB messages, concurrency {args.concurrency}, {args.shards} outbox shards, "
-        f"default retry settings; stack in {base}",
+        f"default retry settings; stack in {base} (removed at the end unless --keep)",
         flush=True,
     )
     with LocalStack(
@@ -404,6 +406,8 @@ def main() -> None:
         if "rss" not in args.skip:
             results["rss"] = worker_rss(stack, producer, args.pending, args.rss_seconds, args.concurrency)
         producer.close()
+    if not args.keep:  # the Redis AOF of a 1,000,000-message backlog is over 1 GB
+        shutil.rmtree(base, ignore_errors=True)
 
     print()
     if "bridge" in results:
