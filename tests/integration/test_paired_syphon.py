@@ -192,7 +192,9 @@ def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack:
     create_entities(stack.primary, queues=["orders"])
     (path,) = create_backlog_queues(stack, count=1)
     with stack_pool(stack) as pool:
-        ids = fill_backlog(pool, path, [envelope("orders", i) for i in range(3000)])
+        ids = fill_backlog(pool, path, [envelope("orders", i) for i in range(400)])
+    # A primary that settles each send after 0.2 s keeps the syphon busy long enough to watch it
+    stack.primary.control.stall(delay=0.2)
     # Given two worker processes, each able to run the syphon
     workers = [stack.start_worker("worker-a", concurrency=1), stack.start_worker("worker-b", concurrency=1)]
     stack.start_beat()
@@ -208,11 +210,12 @@ def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack:
     # When the working one is killed mid-stream
     moved_before_kill = count_in(stack.primary, "orders")
     working.kill()
-    assert moved_before_kill < 3000, "the syphon finished before the kill; the test needs more messages"
+    stack.primary.control.restore()
+    assert moved_before_kill < 400, "the syphon finished before the kill; the test needs more messages"
     # Then the other takes the lease over once it expires, and finishes the job
     successor = wait_until(lambda: holder_pid(stack, path) not in (None, first) and holder_pid(stack, path),
                            30, what="a new lease holder")
     assert os.getpgid(successor) == other.proc.pid
-    got = receive(stack.primary, "orders", 3000, timeout=90)
+    got = receive(stack.primary, "orders", 400, timeout=90)
     assert set(ids) <= {text(m.message_id) for m in got}  # duplicates of the killed batch are allowed
     wait_until(lambda: count_in(stack.secondary, path) == 0, 30, what="empty backlog queue")
