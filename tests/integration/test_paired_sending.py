@@ -114,21 +114,31 @@ def test_failover_waits_one_interval_then_sends_aliased_messages_to_backlog_queu
 
 
 def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack: Any) -> None:
-    stack = _paired_stack(make_stack, interval=0.0)
-    broken = backlog_queue_path(_primary_name(stack), 0)
-    # Given backlog queue 0 unavailable (an entity-level fault) and the primary down (immediate failover)
-    stack.secondary.control.outage(entity=broken)
+    # Each worker picks its backlog queue at random, so to make the failures certain every queue is
+    # broken at first; readmission after 4 s then lets the repaired queue take the messages.
+    stack = _paired_stack(make_stack, interval=0.0, BRIDGE_PAIRED__BACKLOG_READMIT_AFTER="4")
+    queues = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS)]
+    for queue in queues:
+        stack.secondary.control.outage(entity=queue)
     stack.primary.control.outage()
-    stack.start_worker("worker-a")
-    stack.start_worker("worker-b")
+    first_worker = stack.start_worker("worker-a")
     stack.start_beat()
     with producer(stack) as p:
-        ids = [p.send("orders", f"m{i}".encode()) for i in range(40)]
-    # Then every message lands in the other backlog queues, none is lost
-    got = _backlog_messages(stack, 40, skip=(0,))
+        ids = [p.send("orders", f"m{i}".encode()) for i in range(20)]
+    # Then every queue leaves the shared rotation and the messages wait in the outbox, none lost
+    wait_until(lambda: len(status_json(stack)["backlog"]["removed"]) == BACKLOGS, 30,
+               what="every backlog queue out of the rotation")
+    assert outbox_depth(stack, "orders") == 20
+    # When one queue is repaired and another worker process takes over
+    for queue in queues[1:]:
+        stack.secondary.control.restore(entity=queue)
+    first_worker.kill()
+    stack.start_worker("worker-b")
+    # Then, once the queues are readmitted, the broken one leaves the rotation again and the messages
+    # land in the repaired ones
+    got = _backlog_messages(stack, 20, timeout=40, skip=(0,))
     assert sorted(m.message_id for m in got) == sorted(ids)
-    # And queue 0 is out of the shared rotation (one Redis record every worker reads), as status shows
     backlog = status_json(stack)["backlog"]
-    assert backlog, backlog
-    text = str(backlog)
-    assert "0" in text and "unavailable" in text.lower() or "outage" in text.lower(), backlog
+    assert "0" in backlog["removed"], backlog
+    assert "outage" in (backlog["removed"]["0"]["error"] or "").lower()
+    assert outbox_depth(stack, "orders") == 0
