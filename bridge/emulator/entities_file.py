@@ -52,19 +52,20 @@ def parse_entities(data: dict[str, Any], source: str = "entities") -> list[Entit
     out: list[EntityDescription] = []
     for name, options in (data.get("queues") or {}).items():
         out.append(_build(QueueDescription, f"{source}: queues.{name}", name=name, **options))
-    for name, options in (data.get("topics") or {}).items():
-        options = dict(options)
+    for name, raw_options in (data.get("topics") or {}).items():
+        options = dict(raw_options)  # a copy: the caller's document stays as it was
         subs = options.pop("subscriptions", {}) or {}
         out.append(_build(TopicDescription, f"{source}: topics.{name}", name=name, **options))
-        for sub_name, sub_options in subs.items():
-            sub_options = dict(sub_options)
+        for sub_name, raw_sub_options in subs.items():
+            sub_options = dict(raw_sub_options)
             rules = sub_options.pop("rules", None)
             where = f"{source}: topics.{name}.subscriptions.{sub_name}"
             out.append(_build(SubscriptionDescription, where, topic_name=name, name=sub_name, **sub_options))
             if rules is None:
                 continue
             for rule_name, rule in rules.items():
-                out.append(RuleDescription(name, sub_name, rule_name, _filter(rule, f"{where}.rules.{rule_name}")))
+                rule_filter = _filter(rule, f"{where}.rules.{rule_name}")
+                out.append(RuleDescription(name, sub_name, rule_name, rule_filter))
     return out
 
 
@@ -85,7 +86,6 @@ def _build(cls: type[Any], where: str, **options: Any) -> Any:
     for key, value in options.items():
         if key not in fields:
             raise EmulatorError(f"{where}: unknown option {key!r}")
-        if fields[key].type == "timedelta":  # descriptions use postponed annotations
-            value = timedelta(seconds=float(value))
-        kwargs[key] = value
+        # Durations are seconds in TOML; descriptions use postponed annotations, hence the string compare.
+        kwargs[key] = timedelta(seconds=float(value)) if fields[key].type == "timedelta" else value
     return cls(**kwargs)

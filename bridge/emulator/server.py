@@ -35,6 +35,7 @@ from bridge.emulator.faults import FaultChange, FaultKind, FaultState
 from bridge.emulator.http.admin import make_admin_app
 from bridge.emulator.http.control import make_control_app
 from bridge.emulator.http.server import serve_http
+from bridge.emulator.model import persistence
 from bridge.emulator.model.descriptions import EntityDescription, EntityKind, RuleDescription
 from bridge.emulator.model.namespace import Namespace
 from bridge.emulator.wal import WriteAheadLog
@@ -98,9 +99,9 @@ class EmulatorServer:
         if self.wal is not None:
             count = 0
             for record in self.wal.replay():
-                self.namespace.apply(*record)
+                persistence.apply_record(self.namespace, *record)
                 count += 1
-            self.wal.rewrite(list(self.namespace.snapshot()))
+            self.wal.rewrite(list(persistence.snapshot(self.namespace)))
             log.info("namespace %s recovered from %d log records", self.config.name, count)
             self.namespace.set_journal(self.wal.append)
         declared = list(self.config.entities)
@@ -196,7 +197,8 @@ class EmulatorServer:
             reader = asyncio.StreamReader()
             protocol = asyncio.StreamReaderProtocol(reader)
             try:
-                transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=self.ssl_context)
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=self.ssl_context)
             except (ssl.SSLError, OSError):
                 sock.close()
                 return
@@ -220,9 +222,9 @@ class EmulatorServer:
                 self._close_listener()
             for conn in list(self.broker.connections):
                 conn.abort()
+        still = self.faults.for_namespace()
         if (FaultKind.OUTAGE in ended and self._listener is None
-                and (self.faults.for_namespace() is None
-                     or self.faults.for_namespace().kind is not FaultKind.OUTAGE)):  # type: ignore[union-attr]
+                and (still is None or still.kind is not FaultKind.OUTAGE)):
             self._open_listener()
         if FaultKind.BLACKHOLE in ended:
             for sock in self._parked:
@@ -296,11 +298,17 @@ async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
             return sock.recv(1, socket.MSG_PEEK)
         except BlockingIOError:
             ready: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+            loop.add_reader(sock.fileno(), _set_ready, ready)
             try:
                 await ready
             finally:
                 loop.remove_reader(sock.fileno())
+
+
+def _set_ready(ready: asyncio.Future[None]) -> None:
+    # The reader may fire again before the awaiting task runs and removes it.
+    if not ready.done():
+        ready.set_result(None)
 
 
 async def run(config: EmulatorConfig, json_output: bool = False) -> None:

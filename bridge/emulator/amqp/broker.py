@@ -70,6 +70,7 @@ class Broker:
         faults: FaultState,
         sas_keys: dict[str, str],
         wal: WriteAheadLog | None = None,
+        *,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -119,7 +120,7 @@ class Broker:
             self.pump_store(consumer.store)
 
     def pump_store(self, store: MessageStore, skip: Consumer | None = None) -> None:
-        """Hand ready messages of ``store`` to its consumers with credit, and wake waiting session attaches."""
+        """Hand ready messages of ``store`` to its consumers with credit; wake waiting session attaches."""
         for consumer in list(self.consumers.get(id(store), [])):
             if consumer is not skip:
                 self.pump_consumer(consumer)
@@ -161,7 +162,8 @@ class Broker:
             self._tag += 1
             tag = self._tag.to_bytes(8, "big")
         link = consumer.link
-        dlv = link.delivery(tag)
+        # Delivery tags are binary (AMQP ``delivery-tag``); proton's stub says str, pn_delivery takes bytes.
+        dlv = link.delivery(tag)  # type: ignore[arg-type]
         link.stream(raw)
         link.advance()
         if consumer.peek_lock and delivery.lock_token is not None:

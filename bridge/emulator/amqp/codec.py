@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from proton import Data, Described, symbol, timestamp, ubyte, uint, ulong
+from proton import Data, Described, Message, symbol, timestamp, ubyte, uint, ulong
 
 HEADER, DELIVERY_ANN, MESSAGE_ANN, PROPERTIES, APP_PROPS, DATA, SEQUENCE, VALUE, FOOTER = range(0x70, 0x79)
 _BODY = (DATA, SEQUENCE, VALUE)
@@ -96,7 +96,7 @@ def split_transfer(raw: bytes) -> list[list[tuple[int, bytes]]]:
     """The messages of one transfer: one for a plain message, several for an SDK batch envelope."""
     outer = split_sections(raw)
     bodies = [s for code, s in outer if code in _BODY]
-    if bodies and all(code != SEQUENCE and code != VALUE for code, _ in outer):
+    if bodies and all(code not in (SEQUENCE, VALUE) for code, _ in outer):
         try:
             inner = [split_sections(_data_payload(s)) for s in bodies]
         except MalformedMessageError:
@@ -104,6 +104,12 @@ def split_transfer(raw: bytes) -> list[list[tuple[int, bytes]]]:
         if all(any(code in _BODY for code, _ in msg) for msg in inner):
             return inner
     return [outer]
+
+
+def application_properties(message: Message) -> dict[Any, Any]:
+    """The application properties of a decoded request message (CBS, management), ``{}`` if none."""
+    # proton's Message sets ``properties = None`` in ``__init__``, so its inferred type is just None.
+    return cast("dict[Any, Any] | None", message.properties) or {}
 
 
 def _data_payload(section: bytes) -> bytes:

@@ -14,8 +14,15 @@ from typing import Any
 from proton import Array, Message
 
 from bridge.emulator.amqp.broker import Broker
-from bridge.emulator.amqp.codec import BrokerStamp, MalformedMessageError, parse_message, split_sections, \
-    stamp_message, ts
+from bridge.emulator.amqp.codec import (
+    BrokerStamp,
+    MalformedMessageError,
+    application_properties,
+    parse_message,
+    split_sections,
+    stamp_message,
+    ts,
+)
 from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
 from bridge.emulator.model.store import MessageStore
 from bridge.errors import BrokerArgumentError, BrokerError, SessionLockLostBrokerError
@@ -24,14 +31,19 @@ Result = tuple[int, str, Any, str | None]
 _WAKING = {"com.microsoft:update-disposition", "com.microsoft:schedule-message"}
 
 
+def _operation(request: Message) -> str | None:
+    operation = application_properties(request).get("operation")
+    return None if operation is None else str(operation)
+
+
 def wakes_receivers(request: Message) -> bool:
     """True if the operation can make messages ready (receivers should be pumped)."""
-    return (request.properties or {}).get("operation") in _WAKING
+    return _operation(request) in _WAKING
 
 
 def handle(broker: Broker, path: str, request: Message) -> Result:
     """Run one management request against ``path``."""
-    operation = str((request.properties or {}).get("operation", ""))
+    operation = _operation(request) or ""
     handler = _HANDLERS.get(operation)
     if handler is None:
         return 501, f"Operation {operation!r} is not supported by the local Service Bus.", None, \
@@ -155,7 +167,7 @@ def _session_id(body: dict[Any, Any]) -> str:
 
 def _renew_session(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     session = _session_id(body)
-    held = store.session_locks.get(session)
+    held = store.sessions.locks.get(session)
     now = broker.clock()
     if held is None or held.locked_until < now:
         raise SessionLockLostBrokerError(f"The session lock for '{session}' was lost.")
@@ -164,7 +176,7 @@ def _renew_session(broker: Broker, store: MessageStore, body: dict[Any, Any]) ->
 
 
 def _get_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
-    return {"session-state": store.session_state.get(_session_id(body))}
+    return {"session-state": store.sessions.state.get(_session_id(body))}
 
 
 def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -174,7 +186,7 @@ def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any
 
 
 def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
-    ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.session_state))
+    ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
     return {"skip": skip + len(ids[skip:skip + top]), "sessions-ids": ids[skip:skip + top]}
 

@@ -32,7 +32,7 @@ class Catalog(Protocol):
         """Delete an entity with its messages (a topic with its subscriptions)."""
 
     def list(self, kind: EntityKind, parent: str | None = None) -> list[EntityDescription]:
-        """Entities of a kind, sorted by name; subscriptions of topic ``parent``, rules of subscription path."""
+        """Entities of a kind, sorted by name; subscriptions of topic ``parent``, rules of a subscription."""
 
     def runtime(self, kind: EntityKind, path: str) -> RuntimeCounts:
         """Message counts and timestamps of a queue, topic or subscription."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 MAX_DURATION = timedelta(days=10675199, seconds=10085, microseconds=477580)
@@ -18,7 +18,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 INT_MAX = 2_147_483_647
 
 
-class EntityKind(str, Enum):
+class EntityKind(StrEnum):
     """What a path names."""
 
     QUEUE = "queue"
@@ -124,6 +124,26 @@ class RuleDescription:
 
 
 EntityDescription = QueueDescription | TopicDescription | SubscriptionDescription | RuleDescription
+
+
+def kind_of(desc: EntityDescription) -> EntityKind:
+    """The kind of entity a description describes."""
+    if isinstance(desc, QueueDescription):
+        return EntityKind.QUEUE
+    if isinstance(desc, TopicDescription):
+        return EntityKind.TOPIC
+    if isinstance(desc, SubscriptionDescription):
+        return EntityKind.SUBSCRIPTION
+    return EntityKind.RULE
+
+
+def path_of(desc: EntityDescription) -> str:
+    """The Azure path of the entity a description describes (``t1/Subscriptions/s1/Rules/r1``)."""
+    if isinstance(desc, SubscriptionDescription):
+        return f"{desc.topic_name}/Subscriptions/{desc.name}"
+    if isinstance(desc, RuleDescription):
+        return f"{desc.topic_name}/Subscriptions/{desc.subscription_name}/Rules/{desc.name}"
+    return desc.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,8 @@ class DuplicateWindow:
     def is_duplicate(self, message_id: str, now: float, window: float) -> bool:
         """True if ``message_id`` was accepted less than ``window`` seconds ago."""
         while self.seen:
-            oldest_id, at = next(iter(self.seen.items()))
-            if at + window > now:
+            oldest_id, oldest_at = next(iter(self.seen.items()))
+            if oldest_at + window > now:
                 break
             del self.seen[oldest_id]
         at = self.seen.get(message_id)

@@ -108,8 +108,9 @@ class _SqlParser:
         if not self.tokens:
             raise BrokerArgumentError("SQL filter is empty")
         pred = self._or()
-        if self._peek() is not None:
-            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {self._peek()[1]!r}")  # type: ignore[index]
+        rest = self._peek()
+        if rest is not None:
+            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {rest[1]!r}")
         return pred
 
     def _or(self) -> Predicate:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class MessageState(str, Enum):
+class MessageState(StrEnum):
     """Where a message is in its life."""
 
     ACTIVE = "active"

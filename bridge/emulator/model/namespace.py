@@ -2,12 +2,14 @@
 
 The protocol adapters call in with decoded requests and ``now``; this module decides and mutates, and
 reports every durable change to ``journal`` before the adapter acknowledges anything (the adapter flushes
-the log before it writes its answers). ``apply`` replays those records after a restart; ``snapshot``
-writes the live state as records so the log can be compacted.
+the log before it writes its answers). Replaying those records after a restart, and writing the live state
+as records to compact the log, is ``persistence``'s job; it uses the unjournaled ``put``/``drop``/
+``enqueue`` here, so a replayed change goes through the same code as the original one.
 """
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,11 +22,13 @@ from bridge.emulator.model.descriptions import (
     RuntimeCounts,
     SubscriptionDescription,
     TopicDescription,
+    kind_of,
+    path_of,
 )
 from bridge.emulator.model.entities import Queue, Rule, Subscription, Topic
 from bridge.emulator.model.filters import compile_filter
 from bridge.emulator.model.messages import IncomingMessage, StoredMessage
-from bridge.emulator.model.records import description_from_dict, description_to_dict
+from bridge.emulator.model.records import description_to_dict, incoming_to_record
 from bridge.emulator.model.store import Journal, MessageStore, TokenFactory
 from bridge.errors import (
     BrokerArgumentError,
@@ -36,17 +40,20 @@ from bridge.errors import (
 )
 
 DLQ_SUFFIX = "/$deadletterqueue"
-Record = tuple[str, dict[str, Any], list[bytes]]
+MAX_NAME_LENGTH = 260
 
 
 def _key(name: str) -> str:
+    # Azure compares entity names case-insensitively.
     return name.strip("/").lower()
 
 
 class Namespace:
     """Entities and messages of one namespace; implements the ``Catalog`` protocol."""
 
-    def __init__(self, name: str, auto_create: bool = False, token_factory: TokenFactory = uuid.uuid4) -> None:
+    def __init__(
+        self, name: str, auto_create: bool = False, token_factory: TokenFactory = uuid.uuid4
+    ) -> None:
         self.name = name
         self.auto_create = auto_create
         self.token_factory = token_factory
@@ -81,23 +88,26 @@ class Namespace:
             _key(desc.name) in self.queues or _key(desc.name) in self.topics
         ):
             raise EntityAlreadyExistsError(f"The messaging entity '{desc.name}' already exists.")
-        self._put(desc, now, create=True)
+        self.put(desc, now, create=True)
         self._log("put", {"d": description_to_dict(desc), "now": now, "new": True})
-        return self.get(_kind_of(desc), _path_of(desc))
+        return self.get(kind_of(desc), path_of(desc))
 
     def update(self, desc: EntityDescription, now: float) -> EntityDescription:
         """Replace an entity's description; raises EntityNotFound."""
-        self.get(_kind_of(desc), _path_of(desc))
-        self._put(desc, now, create=False)
+        self.get(kind_of(desc), path_of(desc))
+        self.put(desc, now, create=False)
         self._log("put", {"d": description_to_dict(desc), "now": now, "new": False})
-        return self.get(_kind_of(desc), _path_of(desc))
+        return self.get(kind_of(desc), path_of(desc))
 
     def _check_name(self, desc: EntityDescription) -> None:
         name = desc.name
-        if not name or len(name) > 260 or name.startswith("$") and not isinstance(desc, RuleDescription):
+        # ``$``-names are the broker's own (``$Default``, ``$deadletterqueue``); only rules may use one.
+        if (not name or len(name) > MAX_NAME_LENGTH
+                or (name.startswith("$") and not isinstance(desc, RuleDescription))):
             raise BrokerArgumentError(f"Invalid entity name {name!r}.")
 
-    def _put(self, desc: EntityDescription, now: float, create: bool) -> None:
+    def put(self, desc: EntityDescription, now: float, create: bool) -> None:
+        """Create or redescribe an entity without journaling (shared by create, update and replay)."""
         if isinstance(desc, QueueDescription):
             if create:
                 queue = Queue.create(desc, now, self.token_factory)
@@ -160,10 +170,11 @@ class Namespace:
     def delete(self, kind: EntityKind, path: str) -> None:
         """Delete an entity and everything under it."""
         self.get(kind, path)
-        self._delete(kind, path)
+        self.drop(kind, path)
         self._log("del", {"k": kind.value, "p": path})
 
-    def _delete(self, kind: EntityKind, path: str) -> None:
+    def drop(self, kind: EntityKind, path: str) -> None:
+        """Delete an existing entity without journaling (``delete`` and replay)."""
         parts = path.strip("/").split("/")
         if kind is EntityKind.QUEUE:
             del self.queues[_key(path)]
@@ -174,9 +185,10 @@ class Namespace:
         else:
             del self._subscription(parts[0], parts[2]).rules[_key(parts[4])]
 
-    def list(self, kind: EntityKind, parent: str | None = None) -> list[EntityDescription]:
+    # ``list`` is the Catalog protocol's name, so from here on the builtin is spelled ``builtins.list``.
+    def list(self, kind: EntityKind, parent: str | None = None) -> builtins.list[EntityDescription]:
         """Entities of a kind sorted by name (subscriptions of a topic, rules of a subscription path)."""
-        items: list[EntityDescription]
+        items: builtins.list[EntityDescription]
         if kind is EntityKind.QUEUE:
             items = [q.desc for q in self.queues.values()]
         elif kind is EntityKind.TOPIC:
@@ -222,12 +234,18 @@ class Namespace:
     def _subscription(self, topic: str, name: str) -> Subscription:
         sub = self._topic(topic).subscriptions.get(_key(name))
         if sub is None:
-            raise EntityNotFoundError(f"The messaging entity '{topic}/Subscriptions/{name}' could not be found.")
+            raise EntityNotFoundError(
+                f"The messaging entity '{topic}/Subscriptions/{name}' could not be found."
+            )
         return sub
 
     # ---- messages --------------------------------------------------------------------------------
     def store(self, path: str, now: float | None = None) -> MessageStore:
-        """The store a receiver reads: a queue, ``topic/Subscriptions/sub``, or their ``$deadletterqueue``."""
+        """The store a receiver reads: a queue, ``topic/Subscriptions/sub``, or their ``$deadletterqueue``.
+
+        With ``now`` and auto-create on, a missing queue is created (as the emulator's ``--auto-create``
+        promises); without ``now`` (replay, pumping) a missing entity is simply not found.
+        """
         clean = path.strip("/")
         dead = clean.lower().endswith(DLQ_SUFFIX)
         if dead:
@@ -259,11 +277,18 @@ class Namespace:
             return 256 * 1024
         return target.desc.max_message_size_in_kilobytes * 1024
 
-    def send(self, path: str, messages: list[IncomingMessage], now: float) -> list[int]:
+    def send_target(self, path: str) -> Queue | Topic | None:
+        """The topic or queue ``path`` names, if it exists (topics first, as senders address either)."""
+        return self.topics.get(_key(path)) or self.queues.get(_key(path))
+
+    def send(
+        self, path: str, messages: builtins.list[IncomingMessage], now: float
+    ) -> builtins.list[int]:
         """Enqueue messages all-or-nothing; returns their sequence numbers (0 for a dropped duplicate)."""
-        target = self.topics.get(_key(path)) or self.queues.get(_key(path))
+        target = self.send_target(path)
         if target is None:
-            if not self.auto_create or path.strip("/").lower().endswith(DLQ_SUFFIX) or _is_subscription(path):
+            dlq = path.strip("/").lower().endswith(DLQ_SUFFIX)
+            if not self.auto_create or dlq or _is_subscription(path):
                 raise EntityNotFoundError(f"The messaging entity '{path}' could not be found.")
             self.create(QueueDescription(name=path.strip("/")), now)
             target = self.queues[_key(path)]
@@ -281,18 +306,25 @@ class Namespace:
             if target.desc.requires_session and any(not m.session_id for m in messages):
                 raise BrokerInvalidOperationError(
                     "The SessionId was not set on a message, and it cannot be sent to the entity. Entities "
-                    "that have session support enabled can only receive messages that have the SessionId set."
+                    "that have session support enabled can only receive messages that have the SessionId "
+                    "set."
                 )
-        seqs = self._enqueue(target, messages, now)
-        self._log("send", {"p": path, "now": now, "m": [_incoming_fields(m) for m in messages]},
+        seqs = self.enqueue(target, messages, now)
+        self._log("send", {"p": path, "now": now, "m": [incoming_to_record(m) for m in messages]},
                   [m.raw for m in messages])
         return seqs
 
-    def _enqueue(self, target: Queue | Topic, messages: list[IncomingMessage], now: float) -> list[int]:
+    def enqueue(
+        self, target: Queue | Topic, messages: builtins.list[IncomingMessage], now: float
+    ) -> builtins.list[int]:
+        """Assign sequence numbers and route into stores, without checks or journaling (send and replay).
+
+        Duplicate detection runs here rather than in ``send`` so replay rebuilds the same window.
+        """
         window = target.desc.duplicate_detection_history_time_window.total_seconds()
         dedup = target.desc.requires_duplicate_detection
         target.accessed_at = now
-        seqs: list[int] = []
+        seqs: builtins.list[int] = []
         for msg in messages:
             if dedup and msg.message_id is not None:
                 if target.dedup.is_duplicate(msg.message_id, now, window):
@@ -310,9 +342,9 @@ class Namespace:
                     sub.store.insert(_stored(msg, seq, now), now)
         return seqs
 
-    def tick(self, now: float) -> list[MessageStore]:
+    def tick(self, now: float) -> builtins.list[MessageStore]:
         """Advance time; the stores (and DLQs) in which messages became ready."""
-        woke: list[MessageStore] = []
+        woke: builtins.list[MessageStore] = []
         for store in self.stores():
             if store.tick(now):
                 woke.append(store)
@@ -331,105 +363,10 @@ class Namespace:
         self.topics.clear()
         self._log("wipe", {})
 
-    # ---- persistence -----------------------------------------------------------------------------
-    def apply(self, kind: str, fields: dict[str, Any], blobs: list[bytes]) -> None:
-        """Replay one journal or snapshot record (the journal must be detached)."""
-        if kind == "put":
-            desc = description_from_dict(fields["d"])
-            self._put(desc, fields["now"], create=bool(fields["new"]))
-        elif kind == "del":
-            self._delete(EntityKind(fields["k"]), fields["p"])
-        elif kind == "send":
-            target = self.topics.get(_key(fields["p"])) or self.queues.get(_key(fields["p"]))
-            if target is not None:
-                msgs = [_incoming_from(f, raw) for f, raw in zip(fields["m"], blobs, strict=True)]
-                self._enqueue(target, msgs, fields["now"])
-        elif kind == "wipe":
-            self.queues.clear()
-            self.topics.clear()
-        elif kind == "seq":
-            target = self.topics.get(_key(fields["p"])) or self.queues.get(_key(fields["p"]))
-            if target is not None:
-                target.last_seq = fields["n"]
-                for mid, at in fields.get("dd", {}).items():
-                    target.dedup.remember(mid, at)
-        else:
-            self._apply_store_record(kind, fields, blobs)
-
-    def _apply_store_record(self, kind: str, fields: dict[str, Any], blobs: list[bytes]) -> None:
-        try:
-            store = self.store(fields["p"])
-        except EntityNotFoundError:
-            return  # the entity was deleted later in the log
-        if kind == "msg":
-            msg = StoredMessage.from_record(fields["m"], blobs[0])
-            store._place(msg)
-        elif kind == "ss":
-            store.session_state[fields["sid"]] = blobs[0] if blobs else b""
-            if not blobs:
-                store.session_state.pop(fields["sid"], None)
-        else:
-            found = store.messages.get(fields["s"])
-            if found is None:
-                return
-            if kind == "rm":
-                store._remove(found.seq)
-            elif kind == "dl":
-                store.move_to_dead_letter(found, fields.get("r"), fields.get("d"), journal=False)
-            elif kind == "dc":
-                found.delivery_count = fields["dc"]
-            elif kind == "st":
-                store._remove(found.seq)
-                found.state = type(found.state)(fields["st"])
-                store._place(found)
-
-    def snapshot(self) -> Iterator[Record]:
-        """The live state as records that ``apply`` rebuilds it from."""
-        for queue in self.queues.values():
-            yield "put", {"d": description_to_dict(queue.desc), "now": queue.created_at, "new": True}, []
-        for topic in self.topics.values():
-            yield "put", {"d": description_to_dict(topic.desc), "now": topic.created_at, "new": True}, []
-            for sub in topic.subscriptions.values():
-                yield "put", {"d": description_to_dict(sub.desc), "now": sub.created_at, "new": True}, []
-                for key, rule in sub.rules.items():
-                    if key != "$default":
-                        yield "put", {"d": description_to_dict(rule.desc), "now": sub.created_at, "new": True}, []
-                if "$default" not in sub.rules:
-                    default = RuleDescription(sub.desc.topic_name, sub.desc.name)
-                    yield "del", {"k": "rule", "p": _path_of(default)}, []
-        for target in [*self.queues.values(), *self.topics.values()]:
-            yield "seq", {"p": target.desc.name, "n": target.last_seq, "dd": dict(target.dedup.seen)}, []
-        for store in self.stores():
-            for sub_store in (store, store.dlq):
-                if sub_store is None:
-                    continue
-                for msg in sub_store.messages.values():
-                    yield "msg", {"p": sub_store.path, "m": msg.to_record()}, [msg.raw]
-            for sid, state in store.session_state.items():
-                yield "ss", {"p": store.path, "sid": sid}, [state]
-
 
 def _is_subscription(path: str) -> bool:
     parts = path.strip("/").split("/")
     return len(parts) == 3 and parts[1].lower() == "subscriptions"
-
-
-def _kind_of(desc: EntityDescription) -> EntityKind:
-    if isinstance(desc, QueueDescription):
-        return EntityKind.QUEUE
-    if isinstance(desc, TopicDescription):
-        return EntityKind.TOPIC
-    if isinstance(desc, SubscriptionDescription):
-        return EntityKind.SUBSCRIPTION
-    return EntityKind.RULE
-
-
-def _path_of(desc: EntityDescription) -> str:
-    if isinstance(desc, SubscriptionDescription):
-        return f"{desc.topic_name}/Subscriptions/{desc.name}"
-    if isinstance(desc, RuleDescription):
-        return f"{desc.topic_name}/Subscriptions/{desc.subscription_name}/Rules/{desc.name}"
-    return desc.name
 
 
 def _stored(msg: IncomingMessage, seq: int, now: float) -> StoredMessage:
@@ -437,21 +374,3 @@ def _stored(msg: IncomingMessage, seq: int, now: float) -> StoredMessage:
         seq=seq, raw=msg.raw, enqueued_at=now, message_id=msg.message_id, session_id=msg.session_id,
         partition_key=msg.partition_key, time_to_live=msg.time_to_live, scheduled_at=msg.scheduled_at,
     )
-
-
-def _incoming_fields(msg: IncomingMessage) -> dict[str, Any]:
-    props = dict(msg.properties) if msg.properties else None
-    return {"mid": msg.message_id, "sid": msg.session_id, "pk": msg.partition_key, "ttl": msg.time_to_live,
-            "sch": msg.scheduled_at, "pr": _jsonable(props)}
-
-
-def _jsonable(props: dict[str, Any] | None) -> dict[str, Any] | None:
-    if props is None:
-        return None
-    return {k: v for k, v in props.items() if isinstance(v, str | int | float | bool) or v is None}
-
-
-def _incoming_from(fields: dict[str, Any], raw: bytes) -> IncomingMessage:
-    return IncomingMessage(raw=raw, message_id=fields.get("mid"), session_id=fields.get("sid"),
-                           partition_key=fields.get("pk"), time_to_live=fields.get("ttl"),
-                           scheduled_at=fields.get("sch"), properties=fields.get("pr"))

@@ -1,4 +1,8 @@
-"""Entity descriptions as JSON-able dicts, for the write-ahead log and its snapshots."""
+"""Entity descriptions and sent messages as JSON-able dicts, for the write-ahead log and its snapshots.
+
+The log frames JSON fields plus raw blobs (``bridge.emulator.wal``); these functions say what goes in the
+JSON. A message's encoded bytes travel as a blob, never through JSON.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from bridge.emulator.model.descriptions import (
     SubscriptionDescription,
     TopicDescription,
 )
+from bridge.emulator.model.messages import IncomingMessage
 
 _KINDS: dict[str, type[Any]] = {
     "queue": QueueDescription,
@@ -57,3 +62,27 @@ def description_from_dict(data: dict[str, Any]) -> EntityDescription:
         kwargs[fld.name] = value
     result: EntityDescription = cls(**kwargs)
     return result
+
+
+def incoming_to_record(msg: IncomingMessage) -> dict[str, Any]:
+    """A sent message's broker fields (``raw`` goes as a blob).
+
+    Filter properties JSON cannot hold (dates, UUIDs, binaries) are left out of the record, so after a
+    restart a replayed send is routed by the remaining properties only.
+    """
+    props = dict(msg.properties) if msg.properties else None
+    return {"mid": msg.message_id, "sid": msg.session_id, "pk": msg.partition_key, "ttl": msg.time_to_live,
+            "sch": msg.scheduled_at, "pr": _jsonable(props)}
+
+
+def _jsonable(props: dict[str, Any] | None) -> dict[str, Any] | None:
+    if props is None:
+        return None
+    return {k: v for k, v in props.items() if isinstance(v, str | int | float | bool) or v is None}
+
+
+def incoming_from_record(fields: dict[str, Any], raw: bytes) -> IncomingMessage:
+    """Inverse of ``incoming_to_record``."""
+    return IncomingMessage(raw=raw, message_id=fields.get("mid"), session_id=fields.get("sid"),
+                           partition_key=fields.get("pk"), time_to_live=fields.get("ttl"),
+                           scheduled_at=fields.get("sch"), properties=fields.get("pr"))

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.emulator.model.messages import Delivery, MessageState, StoredMessage
+from bridge.emulator.model.sessions import SessionTable
 from bridge.errors import (
     MessageLockLostBrokerError,
     MessageNotFoundBrokerError,
     SessionCannotBeLockedBrokerError,
-    SessionLockLostBrokerError,
 )
 
 Journal = Callable[[str, dict[str, Any], list[bytes]], None]
@@ -39,14 +39,6 @@ class StoreOptions:
     default_ttl: float | None = None
     dead_letter_on_expiration: bool = False
     requires_session: bool = False
-
-
-@dataclass(slots=True)
-class SessionLock:
-    """Who holds a session and until when."""
-
-    owner: str
-    locked_until: float
 
 
 class MessageStore:
@@ -71,8 +63,7 @@ class MessageStore:
         self._expiry: list[tuple[float, int]] = []
         self._lock_expiry: list[tuple[float, int]] = []
         self._locks: dict[uuid.UUID, int] = {}
-        self.session_locks: dict[str, SessionLock] = {}
-        self.session_state: dict[str, bytes] = {}
+        self.sessions = SessionTable()
         self.dlq: MessageStore | None = None
         if not is_dead_letter:
             self.dlq = MessageStore(path + "/$deadletterqueue", StoreOptions(
@@ -104,10 +95,13 @@ class MessageStore:
             msg.expires_at = visible_at + msg.time_to_live
         if msg.state is MessageState.ACTIVE and msg.scheduled_at is not None and msg.scheduled_at > now:
             msg.state = MessageState.SCHEDULED
-        self._place(msg)
+        self.place(msg)
 
-    def _place(self, msg: StoredMessage) -> None:
-        """Index a message by its current state (scheduled, ready or deferred)."""
+    def place(self, msg: StoredMessage) -> None:
+        """Index a message by its current state (scheduled, ready or deferred); not journaled.
+
+        Public for replay: a snapshot's ``msg`` record restores a message exactly as it was.
+        """
         self.messages[msg.seq] = msg
         self.size_bytes += msg.size
         if msg.state is MessageState.SCHEDULED:
@@ -123,7 +117,8 @@ class MessageStore:
         else:
             heapq.heappush(self._ready, msg.seq)
 
-    def _remove(self, seq: int) -> StoredMessage:
+    def remove(self, seq: int) -> StoredMessage:
+        """Drop a message and its lock; not journaled (callers log why it went, replay calls it bare)."""
         msg = self.messages.pop(seq)
         self.size_bytes -= msg.size
         if msg.lock_token is not None:
@@ -151,7 +146,7 @@ class MessageStore:
 
     def _deliver(self, msg: StoredMessage, now: float, peek_lock: bool) -> Delivery:
         if not peek_lock:
-            self._remove(msg.seq)
+            self.remove(msg.seq)
             self._log("rm", {"s": msg.seq})
             return Delivery(msg, None, None, msg.delivery_count)
         token = self.token_factory()
@@ -171,7 +166,9 @@ class MessageStore:
         seq = self._locks.get(token)
         msg = self.messages.get(seq) if seq is not None else None
         if msg is None or msg.lock_token != token:
-            raise MessageLockLostBrokerError("The lock supplied is invalid: it expired or the message is gone.")
+            raise MessageLockLostBrokerError(
+                "The lock supplied is invalid: it expired or the message is gone."
+            )
         if msg.locked_until is not None and msg.locked_until < now:
             self._unlock(msg)
             self._count_failed_delivery(msg, now)
@@ -187,7 +184,7 @@ class MessageStore:
     def complete(self, token: uuid.UUID, now: float) -> StoredMessage:
         """Remove a locked message."""
         msg = self._locked(token, now)
-        self._remove(msg.seq)
+        self.remove(msg.seq)
         self._log("rm", {"s": msg.seq})
         return msg
 
@@ -245,13 +242,13 @@ class MessageStore:
             if msg.state is MessageState.ACTIVE:
                 self._make_ready(msg)
             return
-        self._remove(msg.seq)
+        self.remove(msg.seq)
         msg.state = MessageState.ACTIVE
         msg.dead_letter_reason = reason
         msg.dead_letter_description = description
         msg.dead_letter_source = None
         msg.expires_at = None
-        self.dlq._place(msg)
+        self.dlq.place(msg)
         if journal:
             self._log("dl", {"s": msg.seq, "r": reason, "d": description})
 
@@ -259,7 +256,7 @@ class MessageStore:
         if self.options.dead_letter_on_expiration:
             self.move_to_dead_letter(msg, EXPIRED_REASON, "The message expired and was dead lettered.")
         else:
-            self._remove(msg.seq)
+            self.remove(msg.seq)
             self._log("rm", {"s": msg.seq})
 
     # ---- deferred, scheduled, peek ---------------------------------------------------------------
@@ -277,7 +274,7 @@ class MessageStore:
         for seq in seqs:
             msg = self.messages.get(seq)
             if msg is not None and msg.state is MessageState.SCHEDULED:
-                self._remove(seq)
+                self.remove(seq)
                 self._log("rm", {"s": seq})
 
     def peek(self, from_seq: int, count: int, session_id: str | None = None) -> list[StoredMessage]:
@@ -294,10 +291,13 @@ class MessageStore:
 
     # ---- time ------------------------------------------------------------------------------------
     def tick(self, now: float) -> bool:
-        """Apply lock expiry, scheduled activation and TTL expiry up to ``now``; True if messages became ready."""
+        """Apply lock expiry, scheduled activation and TTL expiry up to ``now``.
+
+        True if messages became ready, so the caller knows which stores to pump.
+        """
         woke = False
         while self._lock_expiry and self._lock_expiry[0][0] <= now:
-            until, seq = heapq.heappop(self._lock_expiry)
+            _, seq = heapq.heappop(self._lock_expiry)
             msg = self.messages.get(seq)
             if msg is None or msg.lock_token is None or msg.locked_until is None or msg.locked_until > now:
                 continue
@@ -340,20 +340,15 @@ class MessageStore:
             session_id = self._next_available_session(now)
             if session_id is None:
                 raise SessionCannotBeLockedBrokerError("No unlocked session with messages is available.")
-        held = self.session_locks.get(session_id)
-        if held is not None and held.owner != owner and held.locked_until > now:
-            raise SessionCannotBeLockedBrokerError(
-                f"The requested session '{session_id}' cannot be accepted. It may be locked by another receiver."
-            )
-        until = now + self.options.lock_duration
-        self.session_locks[session_id] = SessionLock(owner, until)
+        until = self.sessions.acquire(session_id, owner, now, self.options.lock_duration)
         return session_id, until
 
     def _next_available_session(self, now: float) -> str | None:
+        # The unlocked session whose oldest ready message is oldest overall, so sessions are served in
+        # the order their messages arrived; stale heap heads are dropped on the way (lazy deletion).
         best: tuple[int, str] | None = None
         for sid, heap in self._session_ready.items():
-            held = self.session_locks.get(sid)
-            if held is not None and held.locked_until > now:
+            if self.sessions.is_locked(sid, now):
                 continue
             while heap:
                 msg = self.messages.get(heap[0])
@@ -364,18 +359,9 @@ class MessageStore:
                 best = (heap[0], sid)
         return best[1] if best else None
 
-    def check_session(self, session_id: str, owner: str, now: float) -> SessionLock:
-        """The owner's live session lock, or SessionLockLost."""
-        held = self.session_locks.get(session_id)
-        if held is None or held.owner != owner or held.locked_until < now:
-            raise SessionLockLostBrokerError(f"The session lock for '{session_id}' was lost.")
-        return held
-
     def renew_session(self, session_id: str, owner: str, now: float) -> float:
-        """Extend the owner's session lock."""
-        held = self.check_session(session_id, owner, now)
-        held.locked_until = now + self.options.lock_duration
-        return held.locked_until
+        """Extend the owner's session lock by the lock duration; SessionLockLost if it is gone."""
+        return self.sessions.renew(session_id, owner, now, self.options.lock_duration)
 
     def release_session(self, session_id: str, owner: str, now: float) -> bool:
         """Drop the owner's session lock (its link closed); True if messages it held became ready.
@@ -383,22 +369,19 @@ class MessageStore:
         As on Azure, a session's message locks go with the session lock: its unsettled messages are
         delivered again (delivery count + 1) to the next holder, ahead of later ones, so FIFO holds.
         """
-        held = self.session_locks.get(session_id)
-        if held is None or held.owner != owner:
+        if not self.sessions.release(session_id, owner):
             return False
-        del self.session_locks[session_id]
-        locked = [m for m in self.messages.values() if m.session_id == session_id and m.lock_token is not None]
+        locked = [
+            m for m in self.messages.values() if m.session_id == session_id and m.lock_token is not None
+        ]
         for msg in locked:
             self._unlock(msg)
             self._count_failed_delivery(msg, now)
         return bool(locked)
 
     def set_session_state(self, session_id: str, state: bytes | None) -> None:
-        """Store (or clear, with None) a session's state blob."""
-        if state is None:
-            self.session_state.pop(session_id, None)
-        else:
-            self.session_state[session_id] = state
+        """Store (or clear, with None) a session's state blob, journaled so it survives a restart."""
+        self.sessions.set_state(session_id, state)
         self._log("ss", {"sid": session_id}, [state] if state is not None else [])
 
     # ---- counts ----------------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""The request/response nodes of a connection: CBS put-token on ``$cbs`` and ``<entity>/$management``.
+
+A request arrives as a transfer on the client's sender link to the node; we settle it at once and answer
+on the client's receiver link for the same node (the "reply link"). The SDK sets no reply-to: its
+response link's target is the address its request link uses as source, so that address is the reply key.
+
+A granted put-token is remembered on the connection as ``(token, audience authority)``; attaches are then
+authorized against those grants (``links``). A namespace-wide ``stall`` fault delays or swallows the
+put-token answer, which is how a hung authentication is injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from proton import Delivery, Message, symbol
+
+from bridge.emulator import sas
+from bridge.emulator.amqp import management
+from bridge.emulator.amqp.codec import application_properties
+from bridge.emulator.faults import FaultKind
+from bridge.errors import BrokerError, BrokerUnauthorizedError
+
+if TYPE_CHECKING:
+    from bridge.emulator.amqp.connection import AmqpConnection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Request:
+    """A decoded request message and the reply-link key of the link it came on."""
+
+    message: Message
+    reply_key: str
+
+
+def decode_request(dlv: Delivery, raw: bytes) -> Request:
+    """The request carried by one transfer to a request node."""
+    message = Message()
+    message.decode(raw)
+    return Request(message, dlv.link.remote_source.address or "")
+
+
+def on_cbs(conn: AmqpConnection, dlv: Delivery, raw: bytes) -> None:
+    """A put-token request: validate the SAS token for its audience and answer 202 or 401."""
+    request = decode_request(dlv, raw)
+    conn.settle(dlv)
+    fault = conn.broker.faults.for_namespace()
+    if fault is not None and fault.kind is FaultKind.STALL:
+        if fault.delay is None:
+            return  # never answered: the SDK's authentication hangs until its own timeout
+        asyncio.get_running_loop().call_later(fault.delay, _answer_cbs, conn, request)
+        return
+    _answer_cbs(conn, request)
+
+
+def _answer_cbs(conn: AmqpConnection, request: Request) -> None:
+    if conn.closed:
+        return
+    broker = conn.broker
+    message = request.message
+    audience = str(application_properties(message).get("name", ""))
+    token = message.body.decode() if isinstance(message.body, bytes) else str(message.body)
+    try:
+        sas.validate(token, broker.sas_keys, audience, broker.clock())
+    except BrokerUnauthorizedError as exc:
+        log.info("put-token refused: %s", exc)
+        _reply(conn, request, {"status-code": 401, "status-description": str(exc)})
+    else:
+        conn.tokens.append((token, _authority(audience)))
+        _reply(conn, request, {"status-code": 202, "status-description": "Accepted"})
+    broker.after_io()  # may run from a timer (stall delay), outside any data_received
+
+
+def _authority(audience: str) -> str:
+    # The grant is kept as ``scheme://host``: attaches re-validate the token against
+    # ``<authority>/<entity>``, so the token's own signed scope decides which entities it covers.
+    return audience.split("://", 1)[0] + "://" + audience.split("://", 1)[-1].split("/", 1)[0]
+
+
+def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) -> None:
+    """A ``$management`` operation on ``path``: run it and answer with its status and body."""
+    request = decode_request(dlv, raw)
+    conn.settle(dlv)
+    broker = conn.broker
+    status, description, body, condition = management.handle(broker, path, request.message)
+    props: dict[str, Any] = {"statusCode": status, "statusDescription": description}
+    if condition:
+        props["errorCondition"] = symbol(condition)
+    _reply(conn, request, props, body)
+    if status == 200 and management.wakes_receivers(request.message):
+        with contextlib.suppress(BrokerError):
+            broker.pump_store(broker.namespace.store(path))
+
+
+def _reply(conn: AmqpConnection, request: Request, properties: dict[str, Any], body: Any = None) -> None:
+    message = request.message
+    link = conn.reply_links.get(message.reply_to or "") or conn.reply_links.get(request.reply_key)
+    if link is None:
+        log.warning("no reply link for %r", message.reply_to)
+        return
+    response = Message(body=body, correlation_id=message.id, properties=properties)
+    link.send(response)
+    conn.broker.mark_dirty(conn)
