@@ -118,6 +118,7 @@ class _Call:
         self.base = f"https://{request.headers.get('host', 'localhost')}"
 
     def route(self) -> HttpResponse:
+        """Dispatch on the path shape (namespace info, entity, list) and the method."""
         segments, lowered, method = self.segments, [s.lower() for s in self.segments], self.request.method
         if lowered == ["$namespaceinfo"]:
             _allow(method, "GET")

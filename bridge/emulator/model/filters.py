@@ -1,6 +1,6 @@
 """Subscription rule filters: correlation filters and a SQL subset.
 
-The SQL subset covers what routing rules use in practice: ``1=1``/``1=0``/``TRUE``/``FALSE``, comparisons
+The SQL subset covers what routing rules use in practice: ``1=1``/``1=0``, comparisons
 (``= <> != < > <= >=``) of a property with a literal (string in single quotes, number, TRUE/FALSE),
 ``IS [NOT] NULL``, ``AND``/``OR``/``NOT`` and parentheses. Identifiers are ``sys.<Name>`` (system
 properties such as ``sys.Label``, ``sys.CorrelationId``), ``user.<name>`` or a bare ``<name>`` (both user
@@ -105,6 +105,7 @@ class _SqlParser:
         return False
 
     def parse(self) -> Predicate:
+        """The whole expression as one predicate; trailing tokens are an error, not ignored."""
         if not self.tokens:
             raise BrokerArgumentError("SQL filter is empty")
         pred = self._or()
