@@ -34,8 +34,11 @@ class BridgeProcess:
         self.log_path = log_path
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge.cli.main", *args], env=dict(env), stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, "-m", "bridge.cli.main", *args],
+                env=dict(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     @property
@@ -83,10 +86,18 @@ class LocalStack:
         self.entities = dict(entities or {})
         self.extra_settings = dict(settings or {})
         self.redis = RedisServer(data_dir=base_dir / "redis")
-        self.primary = LocalNamespace("primary", data_dir=base_dir / "primary", auto_create=auto_create,
-                                      entities_file=namespace_entities_file)
-        self.secondary = LocalNamespace("secondary", data_dir=base_dir / "secondary",
-                                        auto_create=auto_create, entities_file=namespace_entities_file)
+        self.primary = LocalNamespace(
+            "primary",
+            data_dir=base_dir / "primary",
+            auto_create=auto_create,
+            entities_file=namespace_entities_file,
+        )
+        self.secondary = LocalNamespace(
+            "secondary",
+            data_dir=base_dir / "secondary",
+            auto_create=auto_create,
+            entities_file=namespace_entities_file,
+        )
         self.processes: list[BridgeProcess] = []
 
     def start(self) -> LocalStack:
@@ -99,16 +110,18 @@ class LocalStack:
     def env(self, **overrides: str) -> dict[str, str]:
         """The ``BRIDGE_*`` environment that points every bridge process at this stack."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
-        env.update({
-            "BRIDGE_REDIS_URL": self.redis.url,
-            "BRIDGE_PRIMARY__CONNECTION_STRING": self.primary.connection_string,
-            "BRIDGE_PRIMARY__CERTIFICATE": self.primary.certificate,
-            "BRIDGE_SECONDARY__CONNECTION_STRING": self.secondary.connection_string,
-            "BRIDGE_SECONDARY__CERTIFICATE": self.secondary.certificate,
-            "BRIDGE_ENTITIES": json.dumps(self.entities),
-            "BRIDGE_LOG_JSON": "false",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "BRIDGE_REDIS_URL": self.redis.url,
+                "BRIDGE_PRIMARY__CONNECTION_STRING": self.primary.connection_string,
+                "BRIDGE_PRIMARY__CERTIFICATE": self.primary.certificate,
+                "BRIDGE_SECONDARY__CONNECTION_STRING": self.secondary.connection_string,
+                "BRIDGE_SECONDARY__CERTIFICATE": self.secondary.certificate,
+                "BRIDGE_ENTITIES": json.dumps(self.entities),
+                "BRIDGE_LOG_JSON": "false",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_settings)
         env.update(overrides)
         return env
@@ -121,8 +134,19 @@ class LocalStack:
 
     def start_worker(self, name: str = "worker", concurrency: int = 2, **env: str) -> BridgeProcess:
         """A Celery send worker (prefork)."""
-        return self.start_bridge(name, "worker", "--concurrency", str(concurrency), "--pool", "prefork",
-                                 "--without-gossip", "--without-mingle", "-n", f"{name}@%h", **env)
+        return self.start_bridge(
+            name,
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"{name}@%h",
+            **env,
+        )
 
     def start_beat(self, name: str = "beat", **env: str) -> BridgeProcess:
         """A beat scheduler with its own schedule file."""
