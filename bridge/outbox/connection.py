@@ -155,6 +155,15 @@ class HiredisPackingConnection(redis.asyncio.Connection):
 
 
 def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:
+    # redis-py parses the URL again and its ValueError quotes the URL, password included: keep it out.
+    try:
+        return _build_client(target, single, cluster, sentinel)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"redis_url cannot be used ({type(exc).__name__}; check its format and "
+                                 "percent-encode reserved characters in the password)") from None
+
+
+def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:
     # redis-py's sync and asyncio modules mirror each other, so one builder serves both.
     options = _options(target)
     if target.kind == "single":
@@ -181,7 +190,7 @@ def translate(exc: BaseException) -> Exception:
         return OutboxUnavailableError("Redis is read-only (a replica, or failover in progress)")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return OutboxUnavailableError(f"Redis is unreachable ({type(exc).__name__})")
-    if isinstance(exc, redis.exceptions.RedisError):
+    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
         return OutboxUnavailableError(f"Redis refused the write ({type(exc).__name__})")
     return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
@@ -191,5 +200,5 @@ def driver_errors() -> Iterator[None]:
     """Translate redis-py errors raised inside the block."""
     try:
         yield
-    except redis.exceptions.RedisError as exc:
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
         raise translate(exc) from None
