@@ -131,9 +131,12 @@ def async_client(url: str) -> Any:
     """The asyncio counterpart of ``sync_client``."""
     target = parse_redis_url(url)
     if target.kind == "single" and url.startswith("redis://"):
-        return redis.asyncio.Redis.from_url(
-            url, connection_class=HiredisPackingConnection, **_options(target)
-        )
+        try:
+            return redis.asyncio.Redis.from_url(
+                url, connection_class=HiredisPackingConnection, **_options(target)
+            )
+        except (ValueError, TypeError) as exc:
+            raise _unusable_url(exc) from None
     return _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
 
 
@@ -159,8 +162,12 @@ def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> An
     try:
         return _build_client(target, single, cluster, sentinel)
     except (ValueError, TypeError) as exc:
-        raise ConfigurationError(f"redis_url cannot be used ({type(exc).__name__}; check its format and "
-                                 "percent-encode reserved characters in the password)") from None
+        raise _unusable_url(exc) from None
+
+
+def _unusable_url(exc: Exception) -> ConfigurationError:
+    return ConfigurationError(f"redis_url cannot be used ({type(exc).__name__}; check its format and "
+                              "percent-encode reserved characters in the password)")
 
 
 def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:
