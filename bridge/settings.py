@@ -233,7 +233,9 @@ class WorkerSettings(BaseModel):
     sweep_interval: float = Field(default=1.0, gt=0, description="Seconds between sweeper runs.")
     drain_budget: float = Field(default=20.0, gt=0, description="Seconds one drain task may run.")
     lease_ttl: float = Field(
-        default=30.0, gt=0, description="Seconds a shard lease lives unrenewed (how long a dead worker blocks)."
+        default=30.0,
+        gt=0,
+        description="Seconds a shard lease lives unrenewed (a dead worker blocks its shard that long).",
     )
 
 

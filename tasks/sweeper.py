@@ -16,7 +16,7 @@ from workers.app import app
 def sweep_outboxes() -> dict[str, Any]:
     """Schedule drains for shards with work and ingest tasks for Redis-door streams with entries."""
     ctx = get_context()
-    report = sweep(ctx, lambda entity, shard: drain.delay(entity, shard), ingest.delay)
+    report = sweep(ctx, drain.delay, ingest.delay)
     return {"drains": len(report.drains), "ingests": len(report.ingests), "reclaimed": report.reclaimed}
 
 

@@ -62,9 +62,9 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 # it with entity names of their own (``unique_name``). Tests that inject faults, kill or restart a
 # namespace take ``namespace_factory`` and get processes of their own, stopped even when the test fails.
 
+import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-import uuid  # noqa: E402
 
 from bridge.embedded.namespaces import LocalNamespace  # noqa: E402
 

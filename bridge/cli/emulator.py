@@ -23,13 +23,25 @@ def emulator(
     port: Annotated[int, typer.Option(help="AMQP/HTTPS port; 0 picks a free one.")] = 0,
     control_port: Annotated[int, typer.Option(help="Fault-control HTTP port; 0 picks a free one.")] = 0,
     key_name: Annotated[str, typer.Option(help="SAS key name.")] = "RootManageSharedAccessKey",
-    key: Annotated[str | None, typer.Option(
-        help=f"SAS key (default: ${KEY_ENV}, else a fixed local key).", show_default=False)] = None,
-    entities: Annotated[Path | None, typer.Option(help="TOML file of queues/topics to create at start.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(
-        help="Persist entities and messages here (fsync'd log); without it a restart loses everything.")] = None,
-    auto_create: Annotated[bool, typer.Option(help="Create a queue on first use of an unknown name.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON line with the endpoints.")] = False,
+    key: Annotated[
+        str | None,
+        typer.Option(help=f"SAS key (default: ${KEY_ENV}, else a fixed local key).", show_default=False),
+    ] = None,
+    entities: Annotated[
+        Path | None, typer.Option(help="TOML file of queues/topics to create at start.")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Persist entities and messages here (fsync'd log); without it a restart loses everything."
+        ),
+    ] = None,
+    auto_create: Annotated[
+        bool, typer.Option(help="Create a queue on first use of an unknown name.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON line with the endpoints.")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "WARNING",
 ) -> None:
     """Run a local Service Bus namespace (AMQP + management + fault control) until stopped."""
@@ -37,11 +49,19 @@ def emulator(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if host not in ("127.0.0.1", "localhost", "::1"):
-        typer.echo("warning: the local Service Bus is a test tool; binding beyond loopback exposes it", err=True)
+        typer.echo(
+            "warning: the local Service Bus is a test tool; binding beyond loopback exposes it", err=True
+        )
     config = EmulatorConfig(
-        name=name, host=host, port=port, control_port=control_port, key_name=key_name,
-        key=key or os.environ.get(KEY_ENV) or "local-emulator-key", data_dir=data_dir,
-        entities_file=entities, auto_create=auto_create,
+        name=name,
+        host=host,
+        port=port,
+        control_port=control_port,
+        key_name=key_name,
+        key=key or os.environ.get(KEY_ENV) or "local-emulator-key",
+        data_dir=data_dir,
+        entities_file=entities,
+        auto_create=auto_create,
     )
     try:
         asyncio.run(_serve(config, json_output, run))

@@ -27,7 +27,7 @@ def worker(ctx: typer.Context) -> None:
 
 
 def beat(ctx: typer.Context) -> None:
-    """Run the periodic tasks: sweeper (and, with paired mode, ping and syphon); celery beat flags accepted."""
+    """Run the periodic tasks: sweeper, and ping and syphon for paired mode (celery beat flags accepted)."""
     settings = settings_or_exit()
     from workers.app import app
 

@@ -57,6 +57,7 @@ class BatchOutcome:
 
 def batch_outcome(
     streaks: Streaks,
+    *,
     entity: str,
     role: Role,
     size: int,

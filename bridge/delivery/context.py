@@ -72,23 +72,24 @@ class DeliveryContext:
         self.redis.close()
 
 
-_lock = threading.Lock()
-_context: DeliveryContext | None = None
-_pid: int | None = None
+class _ProcessContext:
+    """The one context of this process, rebuilt when the pid changes (a forked child)."""
+
+    lock = threading.Lock()
+    context: DeliveryContext | None = None
+    pid: int | None = None
 
 
 def get_context(settings: Settings | None = None) -> DeliveryContext:
     """This process's context (built on first call; rebuilt in a forked child)."""
-    global _context, _pid
-    with _lock:
-        if _context is None or _pid != os.getpid():
-            _context = DeliveryContext.build(settings or load_settings())
-            _pid = os.getpid()
-        return _context
+    with _ProcessContext.lock:
+        if _ProcessContext.context is None or _ProcessContext.pid != os.getpid():
+            _ProcessContext.context = DeliveryContext.build(settings or load_settings())
+            _ProcessContext.pid = os.getpid()
+        return _ProcessContext.context
 
 
 def reset_after_fork() -> None:
     """Forget a context inherited from the parent process (its sockets belong to the parent)."""
-    global _context, _pid
-    with _lock:
-        _context, _pid = None, None
+    with _ProcessContext.lock:
+        _ProcessContext.context, _ProcessContext.pid = None, None

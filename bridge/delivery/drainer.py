@@ -136,7 +136,13 @@ class ShardDrainer:
         result = self.ctx.pool.send(role, path, messages)
         now = self.ctx.clock()
         outcome = batch_outcome(
-            self.ctx.streaks, self.entity, role, len(messages), result.accepted, result.failed, now
+            self.ctx.streaks,
+            entity=self.entity,
+            role=role,
+            size=len(messages),
+            accepted=result.accepted,
+            failed=result.failed,
+            now=now,
         )
         if result.accepted:
             self.ctx.cost.add(self.entity, operation, len(result.accepted))

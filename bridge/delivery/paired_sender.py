@@ -73,8 +73,9 @@ def paired_decisions(drainer: ShardDrainer, entries: Sequence[OutboxEntry]) -> l
                 view = dataclasses.replace(view, current_backlog=index)
     for i, decision in enumerate(decisions):
         if isinstance(decision, SendNext):  # cannot happen within the bound; never crash a drain on it
-            decisions[i] = Retry(retry_ctx.delay(), f"undecided after every backlog queue: {decision.reason}",
-                                 (PRIMARY,))
+            decisions[i] = Retry(
+                retry_ctx.delay(), f"undecided after every backlog queue: {decision.reason}", (PRIMARY,)
+            )
     return [_strip(d) for d in decisions]
 
 

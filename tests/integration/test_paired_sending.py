@@ -19,9 +19,9 @@ from tests.integration.worker_support import (
     entity_status,
     make_stack,
     outbox_depth,
-    status_json,
     producer,
     receive_all,
+    status_json,
 )
 
 __all__ = ["make_stack"]
@@ -57,8 +57,9 @@ def _create_queue(ns: Any, name: str) -> None:
         admin.create_queue(name, lock_duration=dt.timedelta(minutes=1))
 
 
-def _backlog_messages(stack: LocalStack, expected: int, timeout: float = 30.0,
-                      skip: tuple[int, ...] = ()) -> list[Any]:
+def _backlog_messages(
+    stack: LocalStack, expected: int, timeout: float = 30.0, skip: tuple[int, ...] = ()
+) -> list[Any]:
     got: list[Any] = []
     deadline = time.monotonic() + timeout
     while len(got) < expected and time.monotonic() < deadline:
@@ -83,14 +84,25 @@ def test_failover_waits_one_interval_then_sends_aliased_messages_to_backlog_queu
         down_at = time.monotonic()
         due = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
         ids = [
-            p.send("orders", f"m{i}".encode(), session_id=f"s{i % 2}", time_to_live=600,
-                   scheduled_enqueue_time_utc=due, application_properties={"n": i})
+            p.send(
+                "orders",
+                f"m{i}".encode(),
+                session_id=f"s{i % 2}",
+                time_to_live=600,
+                scheduled_enqueue_time_utc=due,
+                application_properties={"n": i},
+            )
             for i in range(10)
         ]
         # Then during the FailoverInterval nothing reaches a backlog queue: it waits in the outbox
         time.sleep(0.8)
-        assert sum(count_in(stack.secondary, backlog_queue_path(_primary_name(stack), i))
-                   for i in range(BACKLOGS)) == 0
+        assert (
+            sum(
+                count_in(stack.secondary, backlog_queue_path(_primary_name(stack), i))
+                for i in range(BACKLOGS)
+            )
+            == 0
+        )
         assert outbox_depth(stack, "orders") == 10
         assert time.monotonic() - down_at < INTERVAL, "the check itself took too long to prove anything"
         # And after it, every message is in a backlog queue, aliased, with nothing left on the broker message
@@ -99,7 +111,9 @@ def test_failover_waits_one_interval_then_sends_aliased_messages_to_backlog_queu
     assert sorted(m.message_id for m in got) == sorted(ids)
     assert engaged_after >= INTERVAL
     for message in got:
-        props = {k.decode() if isinstance(k, bytes) else k: v for k, v in message.application_properties.items()}
+        props = {
+            k.decode() if isinstance(k, bytes) else k: v for k, v in message.application_properties.items()
+        }
         assert props["x-ms-path"] in (b"orders", "orders")
         assert props["x-ms-sessionid"] in (b"s0", b"s1", "s0", "s1")
         assert "x-ms-timetolive" in props and "x-ms-scheduledenqueuetimeutc" in props
@@ -126,8 +140,11 @@ def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack
     with producer(stack) as p:
         ids = [p.send("orders", f"m{i}".encode()) for i in range(20)]
     # Then every queue leaves the shared rotation and the messages wait in the outbox, none lost
-    wait_until(lambda: len(status_json(stack)["backlog"]["removed"]) == BACKLOGS, 30,
-               what="every backlog queue out of the rotation")
+    wait_until(
+        lambda: len(status_json(stack)["backlog"]["removed"]) == BACKLOGS,
+        30,
+        what="every backlog queue out of the rotation",
+    )
     assert outbox_depth(stack, "orders") == 20
     # When one queue is repaired and another worker process takes over
     for queue in queues[1:]:

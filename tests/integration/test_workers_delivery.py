@@ -33,9 +33,18 @@ def test_healthy_delivery_keeps_properties_and_order_per_key(make_stack: Any) ->
     # When messages with every property, across partition keys and sessions, are produced
     with producer(stack) as p:
         for i in range(60):
-            p.send("orders", f"o{i}".encode(), partition_key=f"pk{i % 3}", correlation_id=f"c{i}",
-                   subject="subj", content_type="text/plain", reply_to="r", to="t", time_to_live=3600,
-                   application_properties={"i": i, "f": 1.5, "flag": True, "s": "x"})
+            p.send(
+                "orders",
+                f"o{i}".encode(),
+                partition_key=f"pk{i % 3}",
+                correlation_id=f"c{i}",
+                subject="subj",
+                content_type="text/plain",
+                reply_to="r",
+                to="t",
+                time_to_live=3600,
+                application_properties={"i": i, "f": 1.5, "flag": True, "s": "x"},
+            )
         for i in range(30):
             p.send("carts", f"s{i}".encode(), session_id=f"sess{i % 2}")
         p.send("orders", b"later", scheduled_enqueue_time_utc=due)
@@ -81,8 +90,11 @@ def test_message_too_large_for_the_entity_is_dead_lettered_locally(make_stack: A
     # Then the good ones arrive, the big one lands in the local dead-letter stream with a reason
     got = receive_all(stack.primary, "small", 2)
     assert sorted(str(m) for m in got) == ["a", "b"]
-    status = wait_until(lambda: (s := entity_status(stack, "small"))["dead_letter_depth"] == 1 and s,
-                        20, what="dead-letter depth 1")
+    status = wait_until(
+        lambda: (s := entity_status(stack, "small"))["dead_letter_depth"] == 1 and s,
+        20,
+        what="dead-letter depth 1",
+    )
     assert status["outbox_depth"] == 0
     dead = stack_deadletters(stack, "small")
     assert len(dead) == 1 and dead[0]["original"]["id"] == big_id

@@ -23,7 +23,9 @@ from tests.integration.worker_support import (
 __all__ = ["make_stack"]
 
 
-def test_passive_failover_swaps_roles_for_every_worker_and_never_swaps_back_by_itself(make_stack: Any) -> None:
+def test_passive_failover_swaps_roles_for_every_worker_and_never_swaps_back_by_itself(
+    make_stack: Any,
+) -> None:
     stack = make_stack({"orders": {"replication": "passive"}})
     worker_a = stack.start_worker("worker-a")
     stack.start_beat()
@@ -85,7 +87,9 @@ def test_both_namespaces_down_producers_still_get_202_and_nothing_is_lost(make_s
 
 
 def test_blackholed_active_namespace_costs_one_deadline_then_fails_over(make_stack: Any) -> None:
-    stack = make_stack({"orders": {"replication": "passive"}}, settings={"BRIDGE_RETRY__ATTEMPT_DEADLINE": "2"})
+    stack = make_stack(
+        {"orders": {"replication": "passive"}}, settings={"BRIDGE_RETRY__ATTEMPT_DEADLINE": "2"}
+    )
     worker = stack.start_worker()
     stack.start_beat()
     with producer(stack) as p:
@@ -112,8 +116,10 @@ def test_busy_is_retried_on_the_same_namespace_without_failover(make_stack: Any)
     # Escalation is switched off here, so only the error class decides: busy is transient.
     stack = make_stack(
         {"orders": {"replication": "passive"}},
-        settings={"BRIDGE_RETRY__TRANSIENT_FAILURES_TO_OUTAGE": "1000",
-                  "BRIDGE_RETRY__TRANSIENT_SECONDS_TO_OUTAGE": "1000"},
+        settings={
+            "BRIDGE_RETRY__TRANSIENT_FAILURES_TO_OUTAGE": "1000",
+            "BRIDGE_RETRY__TRANSIENT_SECONDS_TO_OUTAGE": "1000",
+        },
     )
     stack.start_worker()
     stack.start_beat()
@@ -135,8 +141,9 @@ def test_busy_is_retried_on_the_same_namespace_without_failover(make_stack: Any)
 
 def test_stall_is_retried_then_escalated_to_an_outage_and_fails_over(make_stack: Any) -> None:
     # Default escalation: three transient failures in a row count as an outage.
-    stack = make_stack({"orders": {"replication": "passive"}},
-                       settings={"BRIDGE_RETRY__TRANSIENT_FAILURES_TO_OUTAGE": "3"})
+    stack = make_stack(
+        {"orders": {"replication": "passive"}}, settings={"BRIDGE_RETRY__TRANSIENT_FAILURES_TO_OUTAGE": "3"}
+    )
     stack.start_worker()
     stack.start_beat()
     with producer(stack) as p:
@@ -159,8 +166,11 @@ def test_killed_worker_mid_batch_its_entries_are_reclaimed_and_delivered(make_st
     stack.start_beat()
     with producer(stack) as p:
         ids = [p.send("orders", f"m{i}".encode()) for i in range(30)]
-    wait_until(lambda: entity_status(stack, "orders")["outbox_depth"] == 30 and _pending(stack) > 0, 20,
-               what="a batch in flight")
+    wait_until(
+        lambda: entity_status(stack, "orders")["outbox_depth"] == 30 and _pending(stack) > 0,
+        20,
+        what="a batch in flight",
+    )
     # When the worker is killed in the middle of the batch
     worker.kill()
     stack.primary.control.restore()

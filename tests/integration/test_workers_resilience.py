@@ -30,8 +30,11 @@ def test_a_corrupt_outbox_entry_is_quarantined_and_does_not_block_its_shard(make
         # Then the good ones are delivered and the bad one waits in quarantine with its reason
         got = receive_all(stack.primary, "orders", 2)
         assert sorted(m.message_id for m in got) == sorted([first, second])
-        status = wait_until(lambda: (s := entity_status(stack, "orders"))["quarantine_depth"] == 1 and s, 20,
-                            what="quarantine depth 1")
+        status = wait_until(
+            lambda: (s := entity_status(stack, "orders"))["quarantine_depth"] == 1 and s,
+            20,
+            what="quarantine depth 1",
+        )
         assert status["outbox_depth"] == 0
         entry = client.xrange(keys.quarantine("orders"))[0][1]
         assert entry[b"code"] == b"corrupt_entry" and entry[b"reason"]

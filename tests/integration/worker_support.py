@@ -35,8 +35,9 @@ def make_stack(tmp_path: Path) -> Iterator[Any]:
     """``make_stack(entities, settings=...)`` → a started LocalStack, stopped after the test."""
     stacks: list[LocalStack] = []
 
-    def make(entities: Mapping[str, Mapping[str, Any]], settings: Mapping[str, str] | None = None,
-             **options: Any) -> LocalStack:
+    def make(
+        entities: Mapping[str, Mapping[str, Any]], settings: Mapping[str, str] | None = None, **options: Any
+    ) -> LocalStack:
         merged = {**FAST_SETTINGS, **(settings or {})}
         stack = LocalStack(tmp_path / f"stack{len(stacks)}", entities=entities, settings=merged, **options)
         stacks.append(stack)
@@ -61,15 +62,17 @@ def producer(stack: LocalStack) -> Producer:
     return Producer(settings=stack_settings(stack))
 
 
-def receive_all(ns: LocalNamespace, entity: str, expected: int, timeout: float = 30.0,
-                session_id: str | None = None) -> list[ServiceBusReceivedMessage]:
+def receive_all(
+    ns: LocalNamespace, entity: str, expected: int, timeout: float = 30.0, session_id: str | None = None
+) -> list[ServiceBusReceivedMessage]:
     """Receive-and-delete until ``expected`` messages arrived (or the timeout), then a short extra wait
     so that unexpected extra copies are seen too."""
     got: list[ServiceBusReceivedMessage] = []
     deadline = time.monotonic() + timeout
     with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=1) as client:
-        receiver = client.get_queue_receiver(entity, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
-                                             session_id=session_id)
+        receiver = client.get_queue_receiver(
+            entity, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, session_id=session_id
+        )
         with receiver:
             while len(got) < expected and time.monotonic() < deadline:
                 got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=1))
@@ -79,8 +82,10 @@ def receive_all(ns: LocalNamespace, entity: str, expected: int, timeout: float =
 
 def count_in(ns: LocalNamespace, entity: str) -> int:
     """Messages currently in ``entity`` of ``ns`` (peek, nothing removed)."""
-    with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=1) as client, \
-            client.get_queue_receiver(entity) as receiver:
+    with (
+        ServiceBusClient.from_connection_string(ns.connection_string, retry_total=1) as client,
+        client.get_queue_receiver(entity) as receiver,
+    ):
         total, seq = 0, 0
         while True:
             batch = receiver.peek_messages(max_message_count=250, sequence_number=seq)
@@ -92,8 +97,14 @@ def count_in(ns: LocalNamespace, entity: str) -> int:
 
 def status_json(stack: LocalStack) -> dict[str, Any]:
     """``bridge status --json`` run as a real process against the stack."""
-    out = subprocess.run([sys.executable, "-m", "bridge.cli.main", "status", "--json"], env=stack.env(),
-                         capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "bridge.cli.main", "status", "--json"],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
