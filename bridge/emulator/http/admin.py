@@ -44,6 +44,8 @@ from bridge.emulator.model.descriptions import (
     RuntimeCounts,
     SubscriptionDescription,
     TopicDescription,
+    kind_of,
+    path_of,
 )
 from bridge.errors import (
     BrokerArgumentError,
@@ -144,7 +146,7 @@ class _Call:
         if method == "PUT":
             return self._put()
         if method == "DELETE":
-            kind = _kind_of(self.catalog.lookup(path)) if len(segments) == 1 else _PATH_KIND[len(segments)]
+            kind = kind_of(self.catalog.lookup(path)) if len(segments) == 1 else _PATH_KIND[len(segments)]
             self.catalog.delete(kind, path)
             return HttpResponse(200)
         raise BrokerInvalidOperationError(f"Method {method} is not allowed on {self.request.path[:200]!r}.")
@@ -184,11 +186,11 @@ class _Call:
 def _counts(catalog: Catalog, desc: EntityDescription) -> RuntimeCounts | None:
     if isinstance(desc, RuleDescription):
         return None
-    return catalog.runtime(_kind_of(desc), _path_of(desc))
+    return catalog.runtime(kind_of(desc), path_of(desc))
 
 
 def _url(base: str, desc: EntityDescription) -> str:
-    quoted = "/".join(quote(part, safe="") for part in _path_of(desc).split("/"))
+    quoted = "/".join(quote(part, safe="") for part in path_of(desc).split("/"))
     return f"{base}/{quoted}?api-version={API_VERSION}"
 
 
@@ -217,24 +219,6 @@ def _catalog_path(segments: list[str]) -> str:
     if len(segments) == 3:
         return f"{segments[0]}/Subscriptions/{segments[2]}"
     return f"{segments[0]}/Subscriptions/{segments[2]}/Rules/{segments[4]}"
-
-
-def _kind_of(desc: EntityDescription) -> EntityKind:
-    if isinstance(desc, QueueDescription):
-        return EntityKind.QUEUE
-    if isinstance(desc, TopicDescription):
-        return EntityKind.TOPIC
-    if isinstance(desc, SubscriptionDescription):
-        return EntityKind.SUBSCRIPTION
-    return EntityKind.RULE
-
-
-def _path_of(desc: EntityDescription) -> str:
-    if isinstance(desc, QueueDescription | TopicDescription):
-        return desc.name
-    if isinstance(desc, SubscriptionDescription):
-        return f"{desc.topic_name}/Subscriptions/{desc.name}"
-    return f"{desc.topic_name}/Subscriptions/{desc.subscription_name}/Rules/{desc.name}"
 
 
 def _count(query: Mapping[str, str], name: str, default: int) -> int:
