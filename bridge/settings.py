@@ -231,7 +231,11 @@ class WorkerSettings(BaseModel):
 
     queue: str = Field(default="bridge", min_length=1, description="Celery queue of the bridge's tasks.")
     sweep_interval: float = Field(default=1.0, gt=0, description="Seconds between sweeper runs.")
-    drain_budget: float = Field(default=20.0, gt=0, description="Seconds one drain task may run.")
+    drain_budget: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds one drain task may run before it hands its worker slot back (fairness).",
+    )
     lease_ttl: float = Field(
         default=30.0,
         gt=0,
