@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, ConfigurationError
 
 
 def register(app: typer.Typer) -> None:
@@ -38,13 +38,8 @@ def status(
     settings = settings_or_exit()
     try:
         client = sync_client(settings.redis_url.get_secret_value())
-    except ValueError:
-        # redis-py's URL parser quotes the offending part, which may be the password: never show it.
-        typer.echo(
-            "bridge: configuration error: redis_url cannot be parsed "
-            "(percent-encode '/', '@', ':' and '%' in a password)",
-            err=True,
-        )
+    except ConfigurationError as exc:  # its message never quotes the URL (see bridge.outbox.connection)
+        typer.echo(f"bridge: configuration error: {exc}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
     try:
         try:

@@ -219,5 +219,5 @@ def test_cli_unparsable_redis_url_never_echoes_the_password() -> None:
     # An unencoded '/' in the password makes redis-py read the rest as a port and quote it in its error
     proc = bridge("--json", redis_url=f"redis://:{SECRET}@127.0.0.1:6390/0", entities={})
     assert proc.returncode == 2
-    assert "redis_url cannot be parsed" in proc.stderr and "Traceback" not in proc.stderr
+    assert "redis_url cannot be used" in proc.stderr and "Traceback" not in proc.stderr
     assert "TOPSECRET" not in proc.stdout + proc.stderr
