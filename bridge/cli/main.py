@@ -21,6 +21,8 @@ from bridge.cli import (
     status,
     worker,
 )
+from bridge.cli.context import CONFIGURATION_EXIT_CODE
+from bridge.errors import ConfigurationError
 
 app = typer.Typer(
     name="bridge",
@@ -43,8 +45,13 @@ provision.register(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point; a configuration error found late (e.g. an unusable redis_url when the
+    first connection is made) still ends as one line and exit 2, never a traceback."""
+    try:
+        app()
+    except ConfigurationError as exc:
+        typer.echo(f"bridge: configuration error: {' '.join(str(exc).split())}", err=True)
+        raise SystemExit(CONFIGURATION_EXIT_CODE) from None
 
 
 if __name__ == "__main__":
