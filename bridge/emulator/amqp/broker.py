@@ -147,7 +147,7 @@ class Broker:
         msg = delivery.message
         raw = stamp_message(msg.raw, BrokerStamp(
             sequence_number=msg.seq,
-            enqueued_at=msg.enqueued_at,
+            enqueued_at=msg.visible_since,
             delivery_count=delivery.delivery_count,
             locked_until=delivery.locked_until,
             scheduled_at=msg.scheduled_at,

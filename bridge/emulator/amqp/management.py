@@ -79,7 +79,7 @@ def _tokens(body: dict[Any, Any]) -> list[uuid.UUID]:
 def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
     return stamp_message(msg.raw, BrokerStamp(
         sequence_number=msg.seq,
-        enqueued_at=msg.enqueued_at,
+        enqueued_at=msg.visible_since,
         delivery_count=delivery.delivery_count if delivery else msg.delivery_count,
         locked_until=delivery.locked_until if delivery else msg.locked_until,
         scheduled_at=msg.scheduled_at,

@@ -67,6 +67,14 @@ class StoredMessage:
         """Encoded size in bytes."""
         return len(self.raw)
 
+    @property
+    def visible_since(self) -> float:
+        """What receivers see as the enqueued time: a scheduled message is enqueued when it becomes due,
+        as on Azure, not when it was accepted."""
+        if self.scheduled_at is not None and self.scheduled_at > self.enqueued_at:
+            return self.scheduled_at
+        return self.enqueued_at
+
     def to_record(self) -> dict[str, Any]:
         """JSON-able fields (without ``raw``) for the write-ahead log."""
         return {
