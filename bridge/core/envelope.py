@@ -83,10 +83,33 @@ class Envelope:
             b"b",
             self.body,
             b"at",
-            repr(self.accepted_at).encode(),
+            encode_time(self.accepted_at),
             b"e",
             self.entity.encode(),
         ]
+        flat.extend(self.encode_optional())
+        return flat
+
+    def encode_optional(self) -> list[bytes]:
+        """The optional fields alone (what follows ``e`` in ``encode_flat``), ``[]`` when there are none.
+
+        For writers that send the required fields apart (the outbox write script takes them as separate
+        arguments and writes them in ``encode_flat``'s order; see ``bridge.outbox.scripts``).
+        """
+        flat: list[bytes] = []
+        if (
+            self.partition_key is None
+            and self.session_id is None
+            and self.content_type is None
+            and self.correlation_id is None
+            and self.subject is None
+            and self.reply_to is None
+            and self.to is None
+            and self.time_to_live is None
+            and self.scheduled_enqueue_time_utc is None
+            and not self.application_properties
+        ):
+            return flat  # the common case, checked without the loop below
         for name, key in _OPTIONAL_TEXT:
             value = getattr(self, name)
             if value is not None:
@@ -142,6 +165,17 @@ class Envelope:
             raise
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptEntryError(f"malformed outbox entry: {exc}") from None
+
+
+# The bytes the required field names and the version value take in every entry: an entry's size (the sum
+# of its field name and value lengths, what the backpressure counters count) is this plus the lengths of
+# the MessageId, body, ``at`` and entity values and of the optional fields.
+REQUIRED_OVERHEAD = len(b"v" + FORMAT_VERSION + b"id" + b"b" + b"at" + b"e")
+
+
+def encode_time(accepted_at: float) -> bytes:
+    """``accepted_at`` as stored in ``at``: the shortest decimal that reads back as the same float."""
+    return repr(accepted_at).encode()
 
 
 def _text(fields: dict[bytes, bytes], key: bytes) -> str | None:

@@ -124,7 +124,13 @@ def _options(target: RedisTarget) -> dict[str, Any]:
 
 def sync_client(url: str) -> Any:
     """A blocking redis-py client for ``url``: ``Redis``, ``RedisCluster`` or a Sentinel-managed ``Redis``."""
-    return _client(parse_redis_url(url), redis.Redis, redis.cluster, redis.sentinel)
+    target = parse_redis_url(url)
+    if target.kind == "single" and url.startswith("redis://"):
+        try:
+            return redis.Redis.from_url(url, command_packer=HiredisPacker(), **_options(target))
+        except (ValueError, TypeError) as exc:
+            raise _unusable_url(exc) from None
+    return _client(target, redis.Redis, redis.cluster, redis.sentinel)
 
 
 def async_client(url: str) -> Any:
@@ -140,21 +146,46 @@ def async_client(url: str) -> Any:
     return _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
 
 
-class HiredisPackingConnection(redis.asyncio.Connection):
-    """An asyncio connection that packs commands in C (hiredis), as redis-py's blocking client already does.
+def pack_command(args: tuple[Any, ...]) -> bytes:
+    """One command in RESP, packed in C by hiredis (same splitting of a multi-word name as redis-py).
 
-    redis-py's asyncio connection encodes every argument in Python; the outbox script call of a busy
-    ingress carries hundreds of arguments, and packing them was a tenth of the server's CPU.
+    redis-py's own packer first copies every argument through a Python generator to turn ``bytearray`` and
+    ``memoryview`` into ``bytes``; the outbox script call carries hundreds of arguments, none of them of
+    those types, so that copy is done only when hiredis refuses an argument.
+    """
+    if isinstance(args[0], str):
+        args = (*args[0].encode().split(), *args[1:])
+    elif b" " in args[0]:
+        args = (*args[0].split(), *args[1:])
+    pack: Any = hiredis.pack_command  # its stub types the argument as a 1-tuple
+    packed: bytes
+    try:
+        packed = pack(args)
+    except TypeError:
+        try:
+            packed = pack(tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args))
+        except TypeError as exc:
+            raise redis.exceptions.DataError(str(exc)) from None
+    return packed
+
+
+class HiredisPackingConnection(redis.asyncio.Connection):
+    """An asyncio connection that packs commands in C (``pack_command``); redis-py's encodes in Python.
+
+    Packing the outbox script call of a busy ingress in Python was a tenth of the server's CPU.
     """
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        """The command in RESP (same splitting of a multi-word command name as redis-py)."""
-        if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
-        pack: Any = hiredis.pack_command  # its stub types the argument as a 1-tuple
-        return [pack(tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args))]
+        """The command in RESP."""
+        return [pack_command(args)]
+
+
+class HiredisPacker:
+    """The blocking client's counterpart (redis-py's ``command_packer`` hook; used by ``Producer``)."""
+
+    def pack(self, *args: Any) -> list[bytes]:
+        """The command in RESP."""
+        return [pack_command(args)]
 
 
 def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:
@@ -166,8 +197,10 @@ def _client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> An
 
 
 def _unusable_url(exc: Exception) -> ConfigurationError:
-    return ConfigurationError(f"redis_url cannot be used ({type(exc).__name__}; check its format and "
-                              "percent-encode reserved characters in the password)")
+    return ConfigurationError(
+        f"redis_url cannot be used ({type(exc).__name__}; check its format and "
+        "percent-encode reserved characters in the password)"
+    )
 
 
 def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any) -> Any:

@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bridge.core.envelope import Envelope
+from bridge.core.envelope import REQUIRED_OVERHEAD, Envelope, encode_time
 from bridge.core.partitioning import choose_shard, partition_key
 from bridge.core.validation import EntityRules
 from bridge.errors import BackpressureError, BridgeError, OutboxUnavailableError
@@ -124,27 +124,47 @@ class OutboxWriter:
         policy = self.policy(entity)
         dedup = policy.rules.requires_duplicate_detection
         group = Group(entity=entity, envelopes=envelopes)
-        args = group.args
-        size_total = 0
         fixed: int | None = None
         if transactional and envelopes:
             fixed = choose_shard(partition_key(envelopes[0], dedup), policy.shards, next(self._round_robin))
         elif policy.shards == 1:
             fixed = 0
+        # The script's layout (bridge.outbox.scripts): three strings of one byte per message, then per
+        # message its id, body, ``at`` and optional fields.
+        shards = bytearray()
+        flags = bytearray()
+        counts = bytearray()
+        values: list[bytes | str | int] = []
+        append = values.append
+        size_total = 0
+        # Every message of a request shares its acceptance time: encode ``at`` once per distinct value.
+        last_at: float | None = None
+        at = b""
+        overhead = REQUIRED_OVERHEAD + len(entity.encode())
         for index, envelope in enumerate(envelopes):
-            if fixed is not None:
-                shard = fixed
-            else:
-                shard = choose_shard(partition_key(envelope, dedup), policy.shards, next(self._round_robin))
-            flat = envelope.encode_flat()
-            size = sum(map(len, flat))
-            args.append(shard)
-            args.append(envelope.message_id)
-            args.append(size)
-            args.append(1 if fresh is not None and fresh[index] else 0)
-            args.append(len(flat))
-            args.extend(flat)
-            size_total += size
+            if envelope.entity != entity:
+                raise ValueError(f"envelope for {envelope.entity!r} in a group for {entity!r}")
+            if envelope.accepted_at != last_at:
+                last_at = envelope.accepted_at
+                at = encode_time(last_at)
+            message_id = envelope.message_id.encode()
+            body = envelope.body
+            optional = envelope.encode_optional()
+            shards.append(
+                fixed
+                if fixed is not None
+                else choose_shard(partition_key(envelope, dedup), policy.shards, next(self._round_robin))
+            )
+            flags.append(1 if fresh is not None and fresh[index] else 0)
+            counts.append(len(optional))
+            append(message_id)
+            append(body)
+            append(at)
+            size_total += overhead + len(message_id) + len(body) + len(at)
+            if optional:
+                values.extend(optional)
+                size_total += sum(map(len, optional))
+        group.args = [bytes(shards), bytes(flags), bytes(counts), *values]
         group.messages = len(envelopes)
         group.size = size_total
         return group
@@ -171,6 +191,7 @@ class OutboxWriter:
                 self.total_messages,
                 self.total_bytes,
                 1 if use_totals else 0,
+                entity,
                 len(members),
             ]
             for group in members:
@@ -199,11 +220,10 @@ class OutboxWriter:
                 )
                 continue
             acks = []
-            for index, envelope in enumerate(group.envelopes):
-                marker = answer[1 + 2 * index]
-                text = marker.decode() if isinstance(marker, bytes) else str(marker)
+            for envelope, marker, duplicate in zip(group.envelopes, answer[1::2], answer[2::2], strict=True):
+                text = marker.decode() if type(marker) is bytes else str(marker)
                 shard, _, entry_id = text.partition(" ")
-                acks.append(Ack(envelope.message_id, int(shard), entry_id, bool(int(answer[2 + 2 * index]))))
+                acks.append(Ack(envelope.message_id, int(shard), entry_id, int(duplicate) == 1))
             out.append(acks)
         return out
 

@@ -12,6 +12,7 @@ import redis
 
 from bridge import AsyncProducer, Producer
 from bridge.core.door_formats import door_message_id, redis_door_message
+from bridge.core.envelope import Envelope
 from bridge.core.validation import EntityRules, build_envelope
 from bridge.embedded.redis_server import RedisServer
 from bridge.errors import BackpressureError, InvalidMessageError, OutboxUnavailableError
@@ -239,3 +240,32 @@ def test_redis_door_backpressure_leaves_entries_for_later(redis_url: str, redis_
         move_ingress(outbox, "tiny", consumer="m", now=1.0)
     assert redis_client.xlen(stream) == 2
     assert redis_client.exists(keys.outbox("tiny", 0)) == 0
+
+
+def test_the_write_script_stores_exactly_the_documented_layout(redis_url: str):
+    # Given messages with and without optional fields, one of them repeated in the batch
+    settings = _settings(redis_url)
+    messages: list[bytes | dict[str, object]] = [
+        b"plain",
+        {"body": b"props", "message_id": "m-2", "partition_key": "k", "subject": "s", "time_to_live": 9},
+        {"body": "again", "message_id": "m-2"},
+        {"body": b"", "application_properties": {"a": 1}, "content_type": "x/y"},
+    ]
+    with Producer(settings=settings) as producer:
+        ids = producer.send_batch("orders", messages)
+    # When the entries are read back as Redis holds them (field order included)
+    client = redis.Redis.from_url(redis_url)
+    stored = [
+        [item for pair in fields.items() for item in pair]
+        for shard in range(2)
+        for _, fields in client.xrange(keys.outbox("orders", shard))
+    ]
+    stats = client.hgetall(keys.stats("orders"))
+    # Then each entry is exactly Envelope.encode_flat of what it decodes to, the duplicate is stored once,
+    # and the bytes the bounds count are the entries' field name and value lengths (what ACK subtracts)
+    assert len(stored) == 3
+    assert sorted(flat[3].decode() for flat in stored) == sorted(set(ids))
+    for flat in stored:
+        assert Envelope.decode(dict(zip(flat[::2], flat[1::2], strict=True))).encode_flat() == flat
+    assert int(stats[b"messages"]) == 3
+    assert int(stats[b"bytes"]) == sum(len(item) for flat in stored for item in flat)
