@@ -11,8 +11,6 @@ re-schedules any shard with work, so a lost, duplicated or crashed task delays a
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -59,7 +57,6 @@ def create_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         timezone="UTC",
-        beat_schedule_filename=str(Path(tempfile.gettempdir()) / "bridge-celerybeat-schedule"),
         beat_schedule={
             "sweep": {"task": "bridge.sweep", "schedule": settings.workers.sweep_interval},
             **paired_schedule(settings),

@@ -18,7 +18,7 @@ import socket
 import uuid
 from typing import Any
 
-from celery.beat import PersistentScheduler, ScheduleEntry
+from celery.beat import ScheduleEntry, Scheduler
 
 from bridge.errors import OutboxUnavailableError
 from bridge.outbox.connection import sync_client
@@ -35,8 +35,12 @@ def entry_interval(entry: ScheduleEntry) -> float | None:
     return seconds if seconds else None
 
 
-class OncePerIntervalScheduler(PersistentScheduler):  # type: ignore[misc]  # celery is untyped
-    """``PersistentScheduler`` whose firings are claimed in Redis first (see the module docstring)."""
+class OncePerIntervalScheduler(Scheduler):  # type: ignore[misc]  # celery is untyped
+    """An in-memory beat scheduler whose firings are claimed in Redis first (see the module docstring).
+
+    Not celery's ``PersistentScheduler``: the last-run times that it keeps in a local shelve file are not
+    needed when Redis decides who fires, and two beats on one host would share (and corrupt) that file.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._claims: BeatClaims | None = None
