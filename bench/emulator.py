@@ -84,8 +84,10 @@ def main() -> None:
     args = parser.parse_args()
     total = args.messages - args.messages % BATCH
 
-    with LocalNamespace("bench", auto_create=True, persistent=not args.no_persist) as ns, \
-            ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client:
+    with (
+        LocalNamespace("bench", auto_create=True, persistent=not args.no_persist) as ns,
+        ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client,
+    ):
         q1, q2 = f"bench-{uuid.uuid4().hex[:6]}", f"bench-{uuid.uuid4().hex[:6]}"
         baseline = build_batches(client, q1, total)
         send_rate = send_batches(client, q1, total)
@@ -96,10 +98,14 @@ def main() -> None:
     persisted = "off" if args.no_persist else "on (fsync per group commit)"
     print(f"local Service Bus benchmark: {total} messages of 1 KB, persistence {persisted}")
     print(f"  baseline  SDK batch building (no network)   {baseline:10.0f} msgs/s")
-    print(f"  send      batches of {BATCH}                    {send_rate:10.0f} msgs/s"
-          f"   {send_rate / SEND_TARGET:5.2f} x target 5,000   {send_rate / baseline:5.2f} x baseline")
-    print(f"  receive   PEEK_LOCK + complete               {peek_lock_rate:10.0f} msgs/s"
-          f"   {peek_lock_rate / RECEIVE_TARGET:5.2f} x target 2,000")
+    print(
+        f"  send      batches of {BATCH}                    {send_rate:10.0f} msgs/s"
+        f"   {send_rate / SEND_TARGET:5.2f} x target 5,000   {send_rate / baseline:5.2f} x baseline"
+    )
+    print(
+        f"  receive   PEEK_LOCK + complete               {peek_lock_rate:10.0f} msgs/s"
+        f"   {peek_lock_rate / RECEIVE_TARGET:5.2f} x target 2,000"
+    )
     print(f"  receive   RECEIVE_AND_DELETE                 {delete_rate:10.0f} msgs/s")
 
 

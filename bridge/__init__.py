@@ -1,14 +1,15 @@
 """Service Bus bridge: sends to Azure Service Bus that never fail from the sender's point of view.
 
 Applications hand messages to a local, durable Redis outbox (HTTP, ``bridge.Producer`` or a Redis stream);
-Celery workers deliver them to Service Bus with replication across two namespaces.
+Celery workers deliver them to Service Bus with replication across two namespaces; ``bridge.Receiver``
+reads both namespaces and hands each message to the application once.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["AsyncProducer", "Producer"]
+__all__ = ["AsyncProducer", "AsyncReceiver", "Producer", "ReceivedMessage", "Receiver"]
 
 
 def __getattr__(name: str) -> object:
@@ -17,4 +18,8 @@ def __getattr__(name: str) -> object:
         from bridge import producer
 
         return getattr(producer, name)
+    if name in ("Receiver", "AsyncReceiver", "ReceivedMessage"):
+        from bridge import receiving
+
+        return getattr(receiving, name)
     raise AttributeError(f"module 'bridge' has no attribute {name!r}")

@@ -46,7 +46,7 @@ class MessageTooLargeError(InvalidMessageError):
 
 
 class UnknownEntityError(BridgeError):
-    """An entity is not configured (or not allowed for the caller)."""
+    """The entity is not in the bridge's settings (``only_configured_entities``); no namespace was asked."""
 
 
 class AuthenticationError(BridgeError):
@@ -63,10 +63,38 @@ class BackpressureError(BridgeError):
         self.retry_after = retry_after
 
 
-class OutboxUnavailableError(BridgeError):
-    """Redis did not accept the write (down, read-only, or WAIT not satisfied); nothing was acknowledged."""
+class StateStoreUnavailableError(BridgeError):
+    """Redis (the bridge's state store) is unreachable, read-only or refused a command.
+
+    Raised by every Redis adapter (``bridge.redis.errors``) for reads and writes of shared state: roles,
+    leases, retry times, status. The outbox's write path raises the more specific
+    ``OutboxUnavailableError``, so a caller that only cares that Redis failed catches this class.
+    """
 
     retryable = True
+
+
+class OutboxUnavailableError(StateStoreUnavailableError):
+    """Redis did not accept the write (down, read-only, or WAIT not satisfied); nothing was acknowledged."""
+
+
+class OutboxLayoutChangedError(OutboxUnavailableError):
+    """The entity's shard count in Redis differs from the writer's; nothing was written (it retries)."""
+
+    def __init__(self, message: str, shards: int) -> None:
+        super().__init__(message)
+        self.shards = shards
+
+
+class LeaseLostError(BridgeError):
+    """The lease a write was fenced with is held by someone else (or expired); nothing was written.
+
+    A drainer that gets it stops working on the shard: the new holder claims and resends what was pending.
+    """
+
+
+class InvariantError(BridgeError):
+    """An internal invariant did not hold (a bug, not a fault of Redis or Service Bus); nothing was acked."""
 
 
 class EntityNotAllowedError(AuthenticationError):
@@ -128,114 +156,4 @@ class NamespaceEntityNotFoundError(NamespaceConfigurationError):
 
 
 class EmulatorError(BridgeError):
-    """The local Service Bus could not start or answer its control interface."""
-
-
-class BrokerError(EmulatorError):
-    """The local Service Bus refuses an operation the way Azure does.
-
-    ``condition`` is the AMQP error condition the SDK maps to its own exception class (see
-    ``azure.servicebus._transport._pyamqp_transport._ERROR_CODE_TO_ERROR_MAPPING``); ``http_status`` is what
-    the management endpoint answers.
-    """
-
-    condition: str = "amqp:internal-error"
-    http_status: int = 500
-
-
-class EntityNotFoundError(BrokerError):
-    """The entity (queue, topic, subscription, rule) does not exist."""
-
-    condition = "amqp:not-found"
-    http_status = 404
-
-
-class EntityAlreadyExistsError(BrokerError):
-    """An entity with that path exists already."""
-
-    condition = "com.microsoft:entity-already-exists"
-    http_status = 409
-
-
-class BrokerMessageSizeExceededError(BrokerError):
-    """A message (or batch) exceeds the entity's maximum message size."""
-
-    condition = "amqp:link:message-size-exceeded"
-    http_status = 413
-
-
-class BrokerQuotaExceededError(BrokerError):
-    """The entity is at MaxSizeInMegabytes."""
-
-    condition = "amqp:resource-limit-exceeded"
-    http_status = 403
-
-
-class BrokerInvalidOperationError(BrokerError):
-    """The operation is not allowed in this state (e.g. no SessionId on a session entity)."""
-
-    condition = "amqp:not-allowed"
-    http_status = 400
-
-
-class BrokerArgumentError(BrokerError):
-    """An argument is malformed."""
-
-    condition = "com.microsoft:argument-error"
-    http_status = 400
-
-
-class MessageLockLostBrokerError(BrokerError):
-    """The lock token is unknown or its lock expired."""
-
-    condition = "com.microsoft:message-lock-lost"
-    http_status = 410
-
-
-class SessionLockLostBrokerError(BrokerError):
-    """The session lock expired or belongs to another receiver."""
-
-    condition = "com.microsoft:session-lock-lost"
-    http_status = 410
-
-
-class SessionCannotBeLockedBrokerError(BrokerError):
-    """The session is locked by another receiver, or no session is available."""
-
-    condition = "com.microsoft:session-cannot-be-locked"
-    http_status = 409
-
-
-class MessageNotFoundBrokerError(BrokerError):
-    """No message with that sequence number (deferred or scheduled) exists."""
-
-    condition = "com.microsoft:message-not-found"
-    http_status = 404
-
-
-class ServerBusyBrokerError(BrokerError):
-    """The namespace is throttling (fault control ``busy``)."""
-
-    condition = "com.microsoft:server-busy"
-    http_status = 503
-
-
-class BrokerUnauthorizedError(BrokerError):
-    """A SAS token is missing, expired, signed with a wrong key or scoped to another entity."""
-
-    condition = "amqp:unauthorized-access"
-    http_status = 401
-
-
-class BrokerDetachForcedError(BrokerError):
-    """The service detached a link (an entity-level outage); the SDK treats it as a connection error."""
-
-    condition = "amqp:link:detach-forced"
-    http_status = 503
-
-
-class BrokerDecodeError(BrokerError):
-    """A transfer is not a valid AMQP message."""
-
-    condition = "amqp:decode-error"
-    http_status = 400
+    """The local Service Bus failed or refused something; the root of ``bridge.emulator.errors``."""

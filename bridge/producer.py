@@ -24,9 +24,10 @@ from typing import Any
 from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, check_batch, validate_entity
 from bridge.errors import BridgeError, UnknownEntityError
-from bridge.outbox.connection import async_client, sync_client
 from bridge.outbox.store import AsyncOutbox, SyncOutbox
 from bridge.outbox.writer import Ack, Group, OutboxWriter
+from bridge.redis.connection import async_client, sync_client
+from bridge.redis.types import AsyncRedis, SyncRedis
 from bridge.settings import Settings, load_settings
 
 Message = bytes | str | Mapping[str, Any]
@@ -70,7 +71,7 @@ def _prepare(
             build_envelope(entity, body, props, rules=rules, now=now, new_id=new_message_id, index=index)
         )
     check_batch(envelopes, transactional=transactional, max_messages=settings.ingress.max_batch_messages)
-    return writer.group(entity, envelopes, transactional=transactional, fresh=fresh)
+    return writer.group(entity, envelopes, transactional=transactional, fresh=fresh, door="producer")
 
 
 def _ids(result: list[Ack] | BridgeError) -> list[str]:
@@ -83,7 +84,11 @@ class Producer:
     """Blocking producer; one Redis connection pool, safe to share between threads."""
 
     def __init__(
-        self, redis_url: str | None = None, *, settings: Settings | None = None, client: Any = None
+        self,
+        redis_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        client: SyncRedis | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         url = redis_url or self.settings.redis_url.get_secret_value()
@@ -116,7 +121,11 @@ class AsyncProducer:
     """asyncio producer; ``await producer.send(...)``."""
 
     def __init__(
-        self, redis_url: str | None = None, *, settings: Settings | None = None, client: Any = None
+        self,
+        redis_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        client: AsyncRedis | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         url = redis_url or self.settings.redis_url.get_secret_value()

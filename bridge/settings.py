@@ -39,17 +39,18 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.errors import ConfigurationError
 
 CONFIG_ENV = "BRIDGE_CONFIG"
 Replication = Literal["passive", "active", "paired", "none"]
 
-_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}$")
+_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}\Z")  # \Z: "$" passes a trailing newline
 _REDIS_SCHEMES = (
     "redis://",
     "rediss://",
     "unix://",
-    # A Sentinel-managed primary or a Redis Cluster (URL forms: bridge.outbox.connection).
+    # A Sentinel-managed primary or a Redis Cluster (URL forms: bridge.redis.connection).
     "redis+sentinel://",
     "rediss+sentinel://",
     "redis+cluster://",
@@ -116,7 +117,7 @@ class EntitySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     replication: Replication = "passive"
-    max_message_size: int = Field(default=256 * 1024, gt=0, le=100 * 1024 * 1024)
+    max_message_size: int = Field(default=DEFAULT_MAX_MESSAGE_SIZE, gt=0, le=100 * 1024 * 1024)
     outbox_shards: int = Field(
         default=1, ge=1, le=256, description="Outbox streams; order is kept per partition key within one."
     )
@@ -154,6 +155,9 @@ class IngressSettings(BaseModel):
     retry_after: float = Field(default=1.0, gt=0, description="Retry-After seconds when the outbox is full.")
     max_batch_messages: int = Field(default=1000, gt=0)
     max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    body_read_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds a request's whole body may take to arrive (408 after)."
+    )
     require_appendfsync: Literal["always", "everysec"] | None = Field(
         default=None,
         description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter).",
@@ -222,6 +226,14 @@ class PairedSettings(BaseModel):
     backlog_readmit_after: float | None = Field(
         default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."
     )
+    restore_order: Literal["ordered", "fast"] = Field(
+        default="ordered",
+        description=(
+            "'ordered': a key sticks to one backlog queue and the primary is used again only after the "
+            "syphon moved what went to the backlog; "
+            "'fast': the .NET behaviour (random queue, switch at once)."
+        ),
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -241,6 +253,86 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds a shard lease lives unrenewed (a dead worker blocks its shard that long).",
     )
+    probe_interval: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between probes of namespaces that carry no traffic (passive backup); None: off.",
+    )
+    discover_interval: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between scans for Redis-door streams of entities not named in the settings.",
+    )
+
+
+class ReceiverSettings(BaseModel):
+    """``bridge receive`` / ``Receiver``: the duplicate-suppression window and how copies are received
+    (README: Receiving)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: float = Field(
+        default=600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="Seconds a handled MessageId is remembered (copies within it are completed unhandled).",
+    )
+    max_remembered: int = Field(
+        default=1_000_000,
+        gt=0,
+        description="Bound of the window (ids per entity); when full, receiving stops until ids expire.",
+    )
+    prefetch: int = Field(default=0, ge=0, le=10_000, description="The SDK's prefetch_count per receiver.")
+    batch_size: int = Field(default=100, ge=1, le=5000, description="Messages asked for per receive call.")
+    concurrency: int = Field(
+        default=8, ge=1, le=1000, description="Handler calls at once per process (sessions per namespace)."
+    )
+    max_wait: float = Field(default=5.0, gt=0, description="Seconds one receive call waits for messages.")
+    inflight_ttl: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an in-flight mark lives unrenewed (a crashed handler blocks copies that long).",
+    )
+    busy_wait: float = Field(
+        default=60.0, gt=0, description="Seconds a copy waits for another copy's handler, then is abandoned."
+    )
+    max_delivery_count: int | None = Field(
+        default=None, ge=1, description="The entity's MaxDeliveryCount; None: read it from the entity."
+    )
+    max_lock_renewal: float = Field(
+        default=3600.0, gt=0, description="Seconds a message's lock is renewed while its handler runs."
+    )
+    session_idle: float = Field(
+        default=1.0, gt=0, description="Seconds without a message before a session is released for the next."
+    )
+
+
+class JournalSettings(BaseModel):
+    """The lifecycle journal (Redis streams), its roll into Parquet and the ledger report (README: Journal
+    and ledger).
+
+    Each entity's journal stream holds at most ``max_length`` entries (an entry is one event, or a batch of
+    events that differ only by MessageId); an entry that finds it full is not written but counted
+    (``bridge:{<entity>}:journal:overflow``, shown by ``bridge report``): the journal never blocks
+    delivery, and nothing is trimmed before the roll wrote it to a file.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(default=True, description="Write lifecycle events to the journal streams.")
+    max_length: int = Field(default=1_000_000, gt=0, description="Entries per journal stream, then overflow.")
+    directory: Path | None = Field(
+        default=None,
+        description="Parquet journal folder; when set, beat rolls the streams into it every roll_interval.",
+    )
+    roll_interval: float = Field(default=60.0, gt=0, description="Seconds between journal rolls (beat).")
+    roll_chunk: int = Field(default=100_000, gt=0, le=10_000_000, description="Events read per roll step.")
+    roll_lease_ttl: float = Field(default=120.0, gt=0, description="Seconds the one roller's lease lives.")
+    prices: dict[str, float] = Field(
+        default_factory=dict,
+        description="Price per million billable operations by kind (send, receive, ping, ...); see README.",
+    )
+    currency: str = Field(default="USD", min_length=1, max_length=8)
 
 
 class Settings(BaseSettings):
@@ -263,8 +355,21 @@ class Settings(BaseSettings):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     paired: PairedSettings = Field(default_factory=PairedSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
+    receiver: ReceiverSettings = Field(default_factory=ReceiverSettings)
+    journal: JournalSettings = Field(default_factory=JournalSettings)
     celery_broker_url: SecretStr | None = Field(
         default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
+    )
+    # Operations (README "Operations"): Sentry, the Prometheus endpoint of the non-HTTP processes.
+    sentry_dsn: SecretStr | None = Field(default=None, description="Report errors and failovers to Sentry.")
+    sentry_environment: str | None = None
+    sentry_traces_sample_rate: float = Field(default=0.0, ge=0, le=1)
+    metrics_host: str = Field(default="127.0.0.1", description="Where worker/beat/receiver serve /metrics.")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Port of the worker/beat/receiver metrics; None: none."
+    )
+    metrics_dir: Path | None = Field(
+        default=None, description="Prefork workers' metric files (wiped at start); default: a temp dir."
     )
 
     @field_validator("redis_url")

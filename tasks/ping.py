@@ -7,10 +7,10 @@ from typing import Any
 
 from bridge.delivery.context import get_context
 from bridge.paired.ping import ping_failed_over
-from workers.app import app
+from workers.app import app, settings
 
 
 @app.task(name="bridge.ping")
 def ping() -> dict[str, Any]:
     """Ping every failed-over paired entity that is due; an accepted ping makes it available again."""
-    return asdict(ping_failed_over(get_context()))
+    return asdict(ping_failed_over(get_context(settings)))

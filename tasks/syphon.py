@@ -6,10 +6,10 @@ from typing import Any
 
 from bridge.delivery.context import get_context
 from bridge.paired.syphon_run import run_syphon
-from workers.app import app
+from workers.app import app, settings
 
 
 @app.task(name="bridge.syphon")
 def syphon() -> dict[str, Any]:
     """One bounded syphon run over the backlog queues whose leases are free."""
-    return run_syphon(get_context()).summary()
+    return run_syphon(get_context(settings)).summary()

@@ -20,9 +20,8 @@ from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler
 
-from bridge.errors import OutboxUnavailableError
-from bridge.outbox.connection import sync_client
-from bridge.settings import load_settings
+from bridge.errors import StateStoreUnavailableError
+from bridge.redis.connection import sync_client
 from bridge.state.beat import BeatClaims
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,9 @@ class OncePerIntervalScheduler(Scheduler):  # type: ignore[misc]  # celery is un
     def claims(self) -> BeatClaims:
         """The Redis claims (connected on first use, in the beat process)."""
         if self._claims is None:
-            self._claims = BeatClaims(sync_client(load_settings().redis_url.get_secret_value()))
+            from workers.app import settings  # loaded once, with the app this scheduler serves
+
+            self._claims = BeatClaims(sync_client(settings.redis_url.get_secret_value()))
         return self._claims
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
@@ -59,7 +60,7 @@ class OncePerIntervalScheduler(Scheduler):  # type: ignore[misc]  # celery is un
         if interval is not None:
             try:
                 won = self.claims().claim(entry.name, interval, self.owner)
-            except OutboxUnavailableError as exc:
+            except StateStoreUnavailableError as exc:
                 logger.warning("beat claim for %s failed, sending anyway: %s", entry.name, exc)
                 won = True
             if not won:

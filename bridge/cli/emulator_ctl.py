@@ -37,8 +37,12 @@ def register(app: typer.Typer) -> None:
 
 def emulator_ctl(
     action: Annotated[Action, typer.Argument(help="What to do.")],
-    control_url: Annotated[str, typer.Option(
-        envvar="BRIDGE_EMULATOR_CONTROL_URL", help="The control URL printed by `bridge emulator --json`.")],
+    control_url: Annotated[
+        str,
+        typer.Option(
+            envvar="BRIDGE_EMULATOR_CONTROL_URL", help="The control URL printed by `bridge emulator --json`."
+        ),
+    ],
     entity: Annotated[str | None, typer.Option(help="Limit the fault (or restore) to one entity.")] = None,
     probability: Annotated[float | None, typer.Option(help="busy: chance a send is rejected (0..1).")] = None,
     delay: Annotated[float | None, typer.Option(help="stall: seconds before settling (omit: never).")] = None,
@@ -58,8 +62,9 @@ def emulator_ctl(
     typer.echo(json.dumps(answer, indent=2))
 
 
-def _run(client: ControlClient, action: Action, entity: str | None, probability: float | None,
-         delay: float | None) -> dict[str, Any]:
+def _run(
+    client: ControlClient, action: Action, entity: str | None, probability: float | None, delay: float | None
+) -> dict[str, Any]:
     if action is Action.OUTAGE:
         return client.outage(entity)
     if action is Action.RESTORE:

@@ -1,11 +1,14 @@
 """Entry point of the ``bridge`` command.
 
-Each sub-command lives in its own module under ``bridge.cli`` and is registered here; a command loads the
-settings once (``bridge.settings.load_settings``), turns a ``ConfigurationError`` into one clear line on
-stderr and exit code 2, and hands the validated settings to the wiring code.
+Each sub-command lives in its own module under ``bridge.cli`` with a ``register(app)`` function and is
+listed in ``COMMAND_MODULES`` here; a command is listed only once it works. A command loads the settings once
+(``bridge.settings.load_settings``), turns a ``ConfigurationError`` into one clear line on stderr and exit
+code 2, and hands the validated settings to the wiring code.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import typer
 
@@ -14,15 +17,41 @@ from bridge.cli import (
     demo,
     emulator,
     emulator_ctl,
-    pending,
     provision,
+    receive,
+    report,
     send,
     serve,
     status,
+    up,
     worker,
 )
 from bridge.cli.context import CONFIGURATION_EXIT_CODE
 from bridge.errors import ConfigurationError
+
+
+class CommandModule(Protocol):
+    """A ``bridge.cli`` module: it adds its command(s) to the app."""
+
+    def register(self, app: typer.Typer) -> None:
+        """Add this module's command(s) to ``app``."""
+
+
+COMMAND_MODULES: tuple[CommandModule, ...] = (
+    check_config,
+    serve,
+    send,
+    status,
+    emulator,
+    emulator_ctl,
+    worker,
+    demo,
+    up,
+    provision,
+    receive,
+    report,
+)
+"""Every sub-command module, in ``bridge --help`` order. A new command is one import and one entry here."""
 
 app = typer.Typer(
     name="bridge",
@@ -32,16 +61,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-pending.register(app)
-check_config.register(app)
-serve.register(app)
-send.register(app)
-status.register(app)
-emulator.register(app)
-emulator_ctl.register(app)
-worker.register(app)
-demo.register(app)
-provision.register(app)
+for _module in COMMAND_MODULES:
+    _module.register(app)
 
 
 def main() -> None:

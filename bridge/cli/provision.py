@@ -58,6 +58,10 @@ def provision_command(
 def _details(row: dict[str, object]) -> str:
     differences = row["differences"]
     assert isinstance(differences, list)
+    if row.get("action") == "retired":
+        return f"{row['messages']} messages left: the syphon still moves them; do not delete it yet"
+    if row.get("action") == "extra":
+        return "empty, unused: yours to delete"
     return "; ".join(f"{d['field']}: wanted {d['wanted']}, is {d['actual']}" for d in differences)
 
 

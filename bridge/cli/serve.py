@@ -6,6 +6,8 @@ configured (``ingress.api_keys``, README "Auth"), so an unauthenticated door is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 import uvicorn
 
@@ -28,15 +30,24 @@ def serve(
     """Serve until interrupted."""
     settings = settings_or_exit()
     require_auth = settings.ingress.require_api_key or not is_loopback(host)
+    from bridge.observability.logs import configure_logging
+    from bridge.observability.sentry import init_sentry
+
+    configure_logging(settings, "serve")
     try:
-        app = create_app(settings, require_auth=require_auth)
+        app: Any = create_app(settings, require_auth=require_auth)
     except ConfigurationError as exc:
         typer.echo(f"bridge: configuration error: {exc}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+    if init_sentry(settings, component="serve"):
+        from sentry_sdk.integrations.asgi import SentryAsgiMiddleware
+
+        app = SentryAsgiMiddleware(app)
     uvicorn.run(
         app,
         host=host,
         port=port,
+        log_config=None,  # configure_logging's handler (JSON or text, secrets filtered) for uvicorn too
         log_level=settings.log_level.lower(),
         access_log=False,
         lifespan="on",

@@ -1,6 +1,6 @@
 """``bridge status``: per entity the active namespace, namespace health, outbox and dead-letter depths.
 
-``--json`` prints exactly one JSON object, the public contract assembled by ``bridge.state.status``
+``--json`` prints exactly one JSON object, the public contract assembled by ``bridge.status``
 (``{"entities": [{"name", "replication", "active", "namespaces", "outbox_depth", "dead_letter_depth",
 ...}]}``; fields are added, never renamed). Without it the same is shown as a table.
 ``--quarantine ENTITY`` / ``--deadletter ENTITY`` list that stream's entries with their reasons instead.
@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import typer
@@ -31,14 +32,14 @@ def status(
     count: int = typer.Option(50, help="Entries to list."),
 ) -> None:
     """Print the replication and outbox state."""
-    from bridge.outbox.connection import sync_client
-    from bridge.outbox.reader import list_problems
-    from bridge.state.status import collect_status
+    from bridge.outbox.problems import list_problems
+    from bridge.redis.connection import sync_client
+    from bridge.status import collect_status
 
     settings = settings_or_exit()
     try:
         client = sync_client(settings.redis_url.get_secret_value())
-    except ConfigurationError as exc:  # its message never quotes the URL (see bridge.outbox.connection)
+    except ConfigurationError as exc:  # its message never quotes the URL (see bridge.redis.connection)
         typer.echo(f"bridge: configuration error: {exc}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
     try:
@@ -63,8 +64,23 @@ def status(
 def _health(namespace: dict[str, Any]) -> str:
     # A recorded failure is shown even when the settings no longer name the namespace: it is history.
     if not namespace["available"]:
-        return f"UNAVAILABLE: {namespace['last_error'] or '?'}"
-    return "available" if namespace["configured"] else "not configured"
+        text = f"UNAVAILABLE: {namespace['last_error'] or '?'}"
+    else:
+        text = "available" if namespace["configured"] else "not configured"
+    checked = namespace.get("checked_at")
+    if checked is not None:
+        # A namespace without traffic is only as current as its last probe: say when that was.
+        text += f" (checked {_ago(checked)} ago)"
+    return text
+
+
+def _ago(at: float) -> str:
+    seconds = max(0, int(time.time() - at))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
 
 
 def _print_table(report: dict[str, Any]) -> None:

@@ -16,6 +16,10 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help
 def worker(ctx: typer.Context) -> None:
     """Run Celery send workers that drain the outbox to Service Bus (celery worker flags accepted)."""
     settings = settings_or_exit()
+    from bridge.observability.process import start_process
+
+    # Before Celery forks its pool: the children's metrics go to files the main process serves.
+    start_process(settings, "worker", prefork=True)
     from workers.app import app
 
     args = list(ctx.args)
@@ -29,6 +33,9 @@ def worker(ctx: typer.Context) -> None:
 def beat(ctx: typer.Context) -> None:
     """Run the periodic tasks: sweeper, and ping and syphon for paired mode (celery beat flags accepted)."""
     settings = settings_or_exit()
+    from bridge.observability.process import start_process
+
+    start_process(settings, "beat")
     from workers.app import app
 
     args = list(ctx.args)

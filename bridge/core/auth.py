@@ -4,7 +4,9 @@ API keys arrive as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``; the 
 SHA-256 hex digest of each key (README, "Auth"), so a leaked settings file does not leak a key. A key may be
 limited to some entities. The Service Bus REST door also accepts the header a REST client already sends,
 ``Authorization: SharedAccessSignature sr=...&sig=...&se=...&skn=...``, checked like Service Bus checks it:
-HMAC-SHA256 of ``<url-encoded resource>\\n<expiry>`` with the configured key, not expired.
+HMAC-SHA256 of ``<url-encoded resource>\\n<expiry>`` with the configured key, not expired, and scoped: the
+path of the token's resource (``sr``) must be the requested path or one of its parent paths, so a token
+signed for ``/orders`` does not open ``/payments``.
 
 Pure: no I/O, ``now`` passed in. Errors never echo what the caller presented.
 """
@@ -66,8 +68,26 @@ def sas_signature(resource: str, expiry: int, key: str) -> str:
     return base64.b64encode(hmac.new(key.encode(), to_sign, hashlib.sha256).digest()).decode()
 
 
-def authenticate_sas(token: str, *, key_name: str, key: str, now: float) -> Caller:
-    """Check a ``SharedAccessSignature sr=..&sig=..&se=..&skn=..`` token against the configured key."""
+def resource_path(resource: str) -> str:
+    """The path of a SAS resource URI, lower-cased, without slashes at either end (``""``: the namespace).
+
+    ``sr`` is usually ``https://<host>/<entity>`` but may omit the scheme (``<host>/<entity>``).
+    """
+    rest = resource.split("://", 1)[1] if "://" in resource else resource
+    return rest.partition("/")[2].strip("/").lower()
+
+
+def within_scope(scope: str, path: str) -> bool:
+    """Whether the request ``path`` lies under the token's resource path ``scope`` (Service Bus's rule)."""
+    target = path.strip("/").lower()
+    return not scope or target == scope or target.startswith(scope + "/")
+
+
+def authenticate_sas(token: str, *, key_name: str, key: str, now: float, path: str | None = None) -> Caller:
+    """Check a ``SharedAccessSignature sr=..&sig=..&se=..&skn=..`` token against the configured key.
+
+    With ``path`` (the request's URL path), the token must also be scoped to it (``within_scope``).
+    """
     scheme, _, params = token.partition(" ")
     if scheme != "SharedAccessSignature" or not params:
         raise AuthenticationError("malformed SharedAccessSignature")
@@ -84,4 +104,6 @@ def authenticate_sas(token: str, *, key_name: str, key: str, now: float) -> Call
     expected = sas_signature(resource, expiry, key)
     if not hmac.compare_digest(expected.encode(), signature.encode()):
         raise AuthenticationError("SharedAccessSignature signature does not match")
+    if path is not None and not within_scope(resource_path(resource), path):
+        raise AuthenticationError("SharedAccessSignature is for another resource")
     return Caller(name=f"sas:{name}")

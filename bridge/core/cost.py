@@ -32,6 +32,8 @@ class Operation(StrEnum):
     PING = "pings"
     SYPHON_RECEIVE = "syphon_receives"
     SYPHON_SEND = "syphon_sends"
+    PROBE = "probes"
+    BARRIER = "barrier_sends"
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class CostTally:
     ``syphon_receives`` counts receive *calls* (an empty long poll is billed too), not messages received.
     A batch send counts one operation per message, as Service Bus bills it. ``primary_sends`` and
     ``backup_sends`` are the workers' sends of outbox messages; the syphon's sends to the primary are
-    ``syphon_sends`` only.
+    ``syphon_sends`` only. ``probes`` are the operations that measure a namespace carrying no traffic for
+    the entity (``bridge.delivery.probe``: schedule and cancel, two per probe). ``barrier_sends`` are the
+    restore barriers of ordered paired mode (one per backlog queue used, per outbox shard, per restore).
     """
 
     primary_sends: int = 0
@@ -50,6 +54,8 @@ class CostTally:
     pings: int = 0
     syphon_receives: int = 0
     syphon_sends: int = 0
+    probes: int = 0
+    barrier_sends: int = 0
 
     def add(self, operation: Operation, count: int = 1) -> CostTally:
         """A tally with ``count`` more of ``operation``."""
@@ -76,14 +82,17 @@ class CostTally:
 
         Two per message sent straight to the primary or the backup (send, the application's receive); four
         per failed-over message (backlog send, syphon receive, syphon send to the primary, the application's
-        receive); plus every ping. The syphon counters are not added again: they are the middle two of the
-        four, and ``syphon_receives`` counts calls, several messages each or none.
+        receive); plus every ping and probe, and two per restore barrier (its send, the syphon's receive
+        of it). The syphon counters are not added again: they are the middle
+        two of the four, and ``syphon_receives`` counts calls, several messages each or none.
         """
         return (
             OPERATIONS_PER_MESSAGE["direct"] * self.primary_sends
             + OPERATIONS_PER_MESSAGE["backup"] * self.backup_sends
             + OPERATIONS_PER_MESSAGE["backlog"] * self.backlog_sends
             + self.pings
+            + self.probes
+            + 2 * self.barrier_sends
         )
 
     def to_fields(self) -> dict[str, str]:

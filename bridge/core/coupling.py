@@ -21,10 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal
 
-Role = Literal["primary", "secondary"]
-ROLES: tuple[Role, Role] = ("primary", "secondary")
+from bridge.core.roles import Role, partner
+
 COUPLING_GRACE = 5.0
 """Seconds a partner may stay open after its pair faulted or closed (seed 001)."""
 
@@ -38,11 +37,6 @@ class CloseCause(StrEnum):
     """It was closed on purpose."""
     COUPLING = "coupling"
     """The coupling rule closed it because its partner went away; creates no new obligation."""
-
-
-def partner_of(role: Role) -> Role:
-    """The other role of the pair."""
-    return "secondary" if role == "primary" else "primary"
 
 
 @dataclass(frozen=True)
@@ -98,11 +92,11 @@ def on_close(
         return state
     generations = {r: g for r, g in state.open_generations.items() if r != role}
     pending = tuple(p for p in state.pending if not (p.role == role and p.generation == generation))
-    partner = partner_of(role)
-    partner_generation = generations.get(partner)
-    if cause is not CloseCause.COUPLING and partner_generation is not None:
+    other = partner(role)
+    other_generation = generations.get(other)
+    if cause is not CloseCause.COUPLING and other_generation is not None:
         reason = f"{role} client {cause.value} at {now:.3f}; partner not closed within {grace:g}s"
-        pending = (*pending, PartnerClose(partner, partner_generation, now + grace, reason))
+        pending = (*pending, PartnerClose(other, other_generation, now + grace, reason))
     return CouplingState(open_generations=generations, pending=pending)
 
 

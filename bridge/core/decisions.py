@@ -10,6 +10,12 @@
 - ``SendNext``: send the same message to ``targets`` now (the backup after an outage, another backlog queue)
   and ask again with the new outcome.
 
+A replication mode settles each entry of a batch with one of ``Ack``, ``DeadLetter``, ``Retry`` or ``Hold``
+(a ``Settlement``). ``Retry`` says the namespace side is failing (both namespaces down, every backlog queue
+out of the rotation): the whole shard backs off. ``Hold`` says only this entry's key must wait (a message
+that cannot be aliased waits for the primary, a key whose backlog queue left the rotation waits for it):
+the key's later entries wait behind it, entries of other keys go on.
+
 Every decision carries ``changes`` for shared state (a role ``Swap``, paired-mode timer and rotation
 changes) that the worker applies through the Redis adapter *before* acting on the outbox, and ``alerts``:
 configuration errors that must be logged loudly (auth, missing entity).
@@ -75,12 +81,28 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class Retry:
-    """Keep the entry in the outbox; try again after ``retry_after`` seconds."""
+    """Keep the entry in the outbox; try again after ``retry_after`` seconds.
+
+    ``backoff`` False: a planned wait (for the syphon, for a layout change), not a failure; it does not
+    count towards the shard's backoff.
+    """
 
     retry_after: float
     reason: str
     pending: tuple[Target, ...] = ()
     delivered_to: tuple[Target, ...] = ()
+    changes: tuple[Change, ...] = ()
+    alerts: tuple[str, ...] = ()
+    backoff: bool = True
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Keep the entry (and every later entry of its key) in the outbox for ``retry_after`` seconds; entries
+    of other keys are not held back. Nothing was sent for it."""
+
+    retry_after: float
+    reason: str
     changes: tuple[Change, ...] = ()
     alerts: tuple[str, ...] = ()
 
@@ -97,3 +119,6 @@ class SendNext:
 
 
 SendDecision: TypeAlias = Ack | DeadLetter | Retry | SendNext
+
+Settlement: TypeAlias = Ack | DeadLetter | Retry | Hold
+"""What a replication mode finally says about one outbox entry (``bridge.delivery.modes``)."""

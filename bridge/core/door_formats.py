@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from bridge.core.validation import ENVELOPE_FIELDS
+from bridge.core.validation import ENVELOPE_FIELDS, check_text
 from bridge.errors import InvalidMessageError
 
 V1_FIELDS = frozenset(("body", "body_encoding", *ENVELOPE_FIELDS))
@@ -57,6 +57,7 @@ def v1_message(obj: object, index: int | None = None) -> tuple[bytes, dict[str, 
             raise InvalidMessageError(
                 "invalid_type", "body must be a string when body_encoding is text", field="body", index=index
             )
+        check_text(raw, "body", index)
         return raw.encode(), props
     if encoding == "base64":
         if not isinstance(raw, str):
@@ -69,7 +70,12 @@ def v1_message(obj: object, index: int | None = None) -> tuple[bytes, dict[str, 
             ) from None
     if encoding == "json":
         props.setdefault("content_type", "application/json")
-        return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode(), props
+        try:
+            return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode(), props
+        except UnicodeEncodeError:
+            raise InvalidMessageError(
+                "invalid_utf8", "body holds a lone surrogate, which has no UTF-8 form", "body", index
+            ) from None
     raise InvalidMessageError(
         "body_encoding_invalid",
         f"body_encoding must be one of {', '.join(BODY_ENCODINGS)}",
@@ -98,7 +104,7 @@ def rest_message(
         if isinstance(broker_properties, str):
             try:
                 broker_properties = json.loads(broker_properties)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
                 raise InvalidMessageError(
                     "invalid_broker_properties", "BrokerProperties is not JSON", "BrokerProperties", index
                 ) from None
@@ -139,7 +145,7 @@ def _custom_value(value: object) -> object:
         return value
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
     if isinstance(parsed, float) and not math.isfinite(parsed):
         return value
@@ -166,6 +172,7 @@ def rest_batch(items: object) -> list[tuple[bytes, dict[str, Any]]]:
             raise InvalidMessageError(
                 "invalid_type", "UserProperties must be an object", "UserProperties", index
             )
+        check_text(item["Body"], "Body", index)
         out.append(rest_message(item["Body"].encode(), item.get("BrokerProperties"), user, None, index))
     return out
 
@@ -225,7 +232,7 @@ def redis_door_message(fields: Mapping[bytes, bytes], default_id: str) -> tuple[
         elif name == "application_properties":
             try:
                 props[name] = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise InvalidMessageError(
                     "invalid_type", "application_properties is not JSON", name
                 ) from None

@@ -9,7 +9,7 @@ walks the exception's MRO, so subclasses (``CredentialUnavailableError`` is a
 that matches nothing is TRANSIENT (``known=False``): it is retried, and ``escalate`` turns it into an
 outage if it persists, so an unforeseen error can delay a message but never drop or dead-letter it.
 
-Choices that are not obvious (see ``research/SDK_NOTES.md`` for the SDK's own retry flags):
+Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own retry flags):
 
 - ``OperationTimeoutError`` is TRANSIENT with ``timeout=True``. The SDK marks it retryable and keeps the
   connection (``shutdown_handler=False``): the broker was reachable but did not settle in time, which

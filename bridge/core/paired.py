@@ -23,7 +23,8 @@ reference semantics the adapter (and its contract test) must match.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -353,3 +354,15 @@ def on_backlog_failure(index: int, outcome: Outcome, now: float) -> RemoveFromRo
     if outcome.failed_with is ErrorClass.MESSAGE_PERMANENT:
         return None
     return RemoveFromRotation(index=index, at=now, error=outcome.error or outcome.failed_with.value)
+
+
+def rendezvous_backlog(key: str, candidates: Sequence[int]) -> int | None:
+    """The backlog queue of ``key`` among ``candidates`` (rendezvous hashing): every worker picks the same
+    one, and a queue leaving the candidates moves only the keys that were on it. None without candidates."""
+    if not candidates:
+        return None
+
+    def weight(index: int) -> tuple[bytes, int]:
+        return hashlib.blake2b(f"{index}\x00{key}".encode(), digest_size=8).digest(), index
+
+    return max(candidates, key=weight)

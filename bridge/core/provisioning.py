@@ -21,13 +21,14 @@ from datetime import timedelta
 from typing import Literal
 
 from bridge.core.paired import backlog_queue_index, backlog_queue_paths
+from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 
 # .NET TimeSpan.MaxValue (10675199.02:48:05.4775807), truncated to microseconds. The SDK writes and reads it
 # with rounding (...5.47758S out, ...477581 µs back), so "at the maximum" tolerates a millisecond.
 TIMESPAN_MAX = timedelta(days=10675199, hours=2, minutes=48, seconds=5, microseconds=477580)
 _MAX_TOLERANCE = timedelta(milliseconds=1)
 INT_MAX = 2_147_483_647
-STANDARD_MAX_MESSAGE_KB = 256
+STANDARD_MAX_MESSAGE_KB = DEFAULT_MAX_MESSAGE_SIZE // 1024
 
 Action = Literal["exists", "create", "differs", "extra"]
 

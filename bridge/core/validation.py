@@ -9,10 +9,12 @@ code                                rule
 ==================================  ==========================================================================
 entity_name_empty / _too_long       entity path is 1..260 characters
 entity_name_invalid                 letters, digits, ``. - _ /``; starts and ends with a letter or digit; no
-                                    empty segment
+                                    empty, ``.`` or ``..`` segment (nothing that could escape a key or a path)
+entity_name_reserved                ``bridge``: the hash tag ``{bridge}`` holds the totals over all entities
 entity_not_sendable                 a subscription path (``topic/Subscriptions/name``) cannot be sent to
 unknown_field                       a property name the envelope does not have
 invalid_type                        a property of the wrong type (e.g. a number for ``message_id``)
+invalid_utf8                        text that has no UTF-8 form (a lone surrogate, e.g. JSON ``"\\ud800"``)
 message_id_empty / _too_long        MessageId is 1..128 characters
 session_id_too_long                 SessionId is at most 128 characters
 partition_key_too_long              PartitionKey is at most 128 characters
@@ -51,11 +53,19 @@ MAX_ENTITY_LENGTH = 260
 MAX_ID_LENGTH = 128
 MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+"""Service Bus Standard tier's largest message (Premium entities allow more): the default per-entity limit
+and the backlog queues' limit. The one definition on the bridge's side (the emulator models Azure's own)."""
 MAX_TIME_TO_LIVE = timedelta.max.total_seconds()
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
 
-_ENTITY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._\-/]*[A-Za-z0-9])?$")
+# Used with ``fullmatch``: ``$`` would also match before a trailing newline. No ``//`` by construction.
+_ENTITY = re.compile(r"[A-Za-z0-9](?:(?:[A-Za-z0-9._-]|/[A-Za-z0-9._-])*/?[A-Za-z0-9])?")
+ENTITY_PATTERN = f"^{_ENTITY.pattern}$"
+"""The entity path rule as a JSON Schema ``pattern`` (ECMA-262: ``$`` is the end of the text)."""
+RESERVED_ENTITIES = frozenset(("bridge",))
+"""Names whose keys ``bridge:{<name>}:...`` would be the shared records under the ``{bridge}`` tag
+(``bridge.redis.keys``): an entity ``bridge`` would count its messages into the totals twice."""
 
 TEXT_FIELDS = ("content_type", "correlation_id", "subject", "reply_to", "to")
 ENVELOPE_FIELDS = frozenset(
@@ -88,14 +98,18 @@ def validate_entity(entity: str) -> None:
         raise InvalidMessageError(
             "entity_name_too_long", f"entity path is longer than {MAX_ENTITY_LENGTH} characters", "entity"
         )
-    if not _ENTITY.match(entity) or "//" in entity:
+    segments = entity.split("/")
+    if not _ENTITY.fullmatch(entity) or "." in segments or ".." in segments:
         raise InvalidMessageError(
             "entity_name_invalid",
-            "entity path may hold letters, digits, '.', '-', '_' and '/', and must start and end with a "
-            "letter or digit",
+            "entity path may hold letters, digits, '.', '-', '_' and '/', must start and end with a "
+            "letter or digit, and has no '.' or '..' segment",
             field="entity",
         )
-    segments = entity.split("/")
+    if entity in RESERVED_ENTITIES:
+        raise InvalidMessageError(
+            "entity_name_reserved", f"entity path {entity!r} is reserved by the bridge", field="entity"
+        )
     if len(segments) >= 2 and segments[-2].lower() == "subscriptions":
         raise InvalidMessageError("entity_not_sendable", "cannot send to a subscription", field="entity")
 
@@ -141,6 +155,7 @@ def build_envelope(
         else:
             if type(value) is not str:
                 raise InvalidMessageError("invalid_type", f"{name} must be a string", field=name, index=index)
+            check_text(value, name, index)
             values[name] = value
             header_bytes += len(value)
     message_id = values.get("message_id")
@@ -202,11 +217,29 @@ def _check_ids(values: dict[str, Any], message_id: str, rules: EntityRules, inde
         )
 
 
+def check_text(value: str, field: str, index: int | None = None) -> None:
+    """Refuse text without a UTF-8 form (a lone surrogate, which JSON's ``\\ud800`` escape can carry).
+
+    Such text would fail later, when the outbox encodes it; refused here it is the caller's 400/422, not
+    a server error. ASCII (``isascii`` is O(1)) needs no check.
+    """
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidMessageError(
+                "invalid_utf8", f"{field} holds a lone surrogate, which has no UTF-8 form", field, index
+            ) from None
+
+
 def _time_to_live(value: object, index: int | None) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer beyond any float (JSON allows any number of digits)
+            seconds = math.inf
     else:
         raise InvalidMessageError(
             "invalid_type", "time_to_live must be a number of seconds", field="time_to_live", index=index
@@ -243,7 +276,12 @@ def scheduled_time(value: object, index: int | None = None) -> datetime:
         raise InvalidMessageError(
             "scheduled_enqueue_time_naive", f"{field} needs a UTC offset (e.g. 'Z')", field=field, index=index
         )
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before the first UTC datetime
+        raise InvalidMessageError(
+            "scheduled_enqueue_time_invalid", f"{field} is out of range in UTC", field=field, index=index
+        ) from None
 
 
 def _application_properties(value: object, index: int | None) -> tuple[dict[str, PropertyValue], int]:
@@ -260,6 +298,7 @@ def _application_properties(value: object, index: int | None) -> tuple[dict[str,
                 field="application_properties",
                 index=index,
             )
+        check_text(name, "application_properties", index)
         size += len(name) + _property_size(name, item, index)
     return dict(value), size
 
@@ -268,8 +307,9 @@ def _property_size(name: str, value: object, index: int | None) -> int:
     """Check one application property value; return its approximate encoded size."""
     field = f"application_properties.{name}"
     kind = type(value)
-    if kind is str:
-        return len(value)  # type: ignore[arg-type]
+    if kind is str and isinstance(value, str):
+        check_text(value, field, index)
+        return len(value)
     if kind is bool:
         return 1
     if kind is int:

@@ -8,33 +8,39 @@ escalated to an outage (``error_classes.escalate``), tracked per process in ``St
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bridge.core.error_classes import EscalationPolicy, TransientStreak, classify, escalate
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.roles import Role
-from bridge.errors import NamespaceError, TransientNamespaceError
+from bridge.errors import InvariantError, NamespaceError, TransientNamespaceError
 
 
 @dataclass
 class Streaks:
-    """Transient-failure streaks per (entity, namespace role) of this process."""
+    """Transient-failure streaks per (entity, namespace role) of this process (its drainers share them:
+    shards of one entity served by several threads see one namespace)."""
 
     policy: EscalationPolicy
     streaks: dict[tuple[str, str], TransientStreak] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def outcome(self, entity: str, role: Role, error: NamespaceError | None, now: float) -> Outcome:
         """The effective outcome of one attempt (``error`` None: accepted)."""
         key = (entity, role)
         if error is None:
-            self.streaks[key] = TransientStreak()
+            with self.lock:
+                self.streaks[key] = TransientStreak()
             return Outcome.success()
         classification = classify(error)
-        effective, self.streaks[key] = escalate(
-            self.streaks.get(key, TransientStreak()), classification.error_class, now, self.policy
-        )
-        assert effective is not None
+        with self.lock:
+            effective, self.streaks[key] = escalate(
+                self.streaks.get(key, TransientStreak()), classification.error_class, now, self.policy
+            )
+        if effective is None:  # escalate answers None only for a success, and this was a failure
+            raise InvariantError(f"a failed attempt ({type(error).__name__}) was classified as a success")
         return Outcome.failure(
             effective,
             describe_error(error),

@@ -16,10 +16,11 @@ from typing import Any
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.error_classes import EscalationPolicy
 from bridge.delivery.attempts import Streaks
-from bridge.outbox.connection import sync_client
+from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
+from bridge.redis.connection import sync_client
 from bridge.servicebus.pool import NamespacePool
-from bridge.settings import Settings, load_settings
+from bridge.settings import Settings
 from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
 from bridge.state.retry import LeaseStore, RetryStore
@@ -41,6 +42,8 @@ class DeliveryContext:
     cost: CostStore
     streaks: Streaks
     backoff: BackoffPolicy
+    journal: JournalStore | None = None
+    """The lifecycle journal (``bridge.journal``); None in contexts built without one."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     current_backlog: dict[str, int] = field(default_factory=dict)
     clock: Any = time.time
@@ -64,6 +67,7 @@ class DeliveryContext:
                 EscalationPolicy(retry.transient_failures_to_outage, retry.transient_seconds_to_outage)
             ),
             backoff=BackoffPolicy(retry.outbox_backoff_factor, retry.outbox_backoff_max),
+            journal=JournalStore(client, settings.journal),
         )
 
     def close(self) -> None:
@@ -80,11 +84,15 @@ class _ProcessContext:
     pid: int | None = None
 
 
-def get_context(settings: Settings | None = None) -> DeliveryContext:
-    """This process's context (built on first call; rebuilt in a forked child)."""
+def get_context(settings: Settings) -> DeliveryContext:
+    """This process's context (built on first call; rebuilt in a forked child).
+
+    ``settings`` are the ones the process loaded once at start-up (``workers.app.settings``); they are
+    only used when the context is built.
+    """
     with _ProcessContext.lock:
         if _ProcessContext.context is None or _ProcessContext.pid != os.getpid():
-            _ProcessContext.context = DeliveryContext.build(settings or load_settings())
+            _ProcessContext.context = DeliveryContext.build(settings)
             _ProcessContext.pid = os.getpid()
         return _ProcessContext.context
 

@@ -6,32 +6,55 @@ backoff has passed; everything after it stays in the outbox. Entries are acknowl
 namespace accepted them. A drainer that dies leaves its entries pending in the consumer group; the next
 lease holder claims every pending entry of the shard (``XAUTOCLAIM`` from 0) before reading new ones, so a
 crash between read and ack costs a duplicate (same MessageId), never a loss.
+
+A tenure runs in one of two ways. ``serve`` is the event-driven drainer of ``bridge.delivery.service``:
+it holds the shard for as long as its process owns it, blocks in ``XREAD`` until an entry arrives and reads
+it at once, and waits out a backoff without letting go. ``run`` is the bounded drain task that the sweeper
+queues for a shard nobody holds (the safety net). Both read, claim, acknowledge, move and back off through
+scripts fenced with the tenure's lease token, and a ``LeaseKeeper`` renews the lease during long sends; a
+tenure whose lease passed to another drainer stops at its next write (``LeaseLostError``) and changes
+nothing: the new holder claims and resends what was pending.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from azure.servicebus import ServiceBusMessage
 
+from bridge.core import journal as journal_events
 from bridge.core.cost import Operation
-from bridge.core.decisions import PRIMARY, SECONDARY, Ack, Change, DeadLetter, Retry, SendDecision, SendNext
-from bridge.core.outcomes import Outcome
-from bridge.core.replication import RetryContext, decide_active, decide_passive, decide_single
-from bridge.core.roles import Role, RoleState, Swap, next_health
+from bridge.core.decisions import Ack, Change, DeadLetter, Hold, Retry, Settlement
+from bridge.core.journal import JournalEvent
+from bridge.core.partitioning import partition_key
+from bridge.core.replication import RetryContext
+from bridge.core.roles import Role, Swap, next_health
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
-from bridge.delivery.paired_sender import paired_decisions
+from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
+from bridge.delivery.modes import sender_for
+from bridge.delivery.settler import Settler
+from bridge.errors import InvariantError, LeaseLostError, StateStoreUnavailableError
+from bridge.journal.emit import BatchJournal, JournalBatch, namespace_names, paired_events
+from bridge.observability import metrics, transitions
+from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry
-from bridge.servicebus.messages import to_message
 
 log = logging.getLogger(__name__)
 
 READ_COUNT = 200
+"""Entries per read: one batched send (or a few, as the size limit allows) per read."""
+LAYOUT_WAIT = 0.5
+"""Seconds a new-layout entry waits before the drainer looks again whether the old layout is drained."""
+BLOCK_MS = 2000
+"""How long an idle owned shard blocks in one ``XREAD`` (stays below the client's 5 s socket timeout): one
+command per shard per 2 s while idle, and how soon a stop is noticed."""
 
 
 @dataclass
@@ -49,91 +72,284 @@ class DrainReport:
 
 
 class ShardDrainer:
-    """Drains one shard of one entity for a bounded time."""
+    """Drains one shard of one entity while it holds the shard's lease (one tenure, one token)."""
 
-    def __init__(self, ctx: DeliveryContext, entity: str, shard: int) -> None:
+    def __init__(
+        self,
+        ctx: DeliveryContext,
+        entity: str,
+        shard: int,
+        *,
+        consumer: str | None = None,
+        token: str | None = None,
+    ) -> None:
         self.ctx = ctx
         self.entity = entity
         self.shard = shard
-        self.owner = f"{ctx.identity}:{uuid.uuid4().hex[:8]}"
+        # One consumer name per process (stable), one lease token per tenure (unique): the group keeps few
+        # consumers, and a fence tells this tenure from an earlier or later one of the same process.
+        self.consumer = consumer or ctx.identity
+        self.token = token or f"{self.consumer}:{uuid.uuid4().hex[:8]}"
+        self.fence = ctx.leases.fence(entity, shard, self.token)
         self.report = DrainReport(entity, shard)
         self.mode = ctx.settings.entity(entity).replication
-        self.lease_ms = int(ctx.settings.workers.lease_ttl * 1000)
+        self.lease_ttl = ctx.settings.workers.lease_ttl
+        self.attempts = 0
+        self.not_before: float | None = None
+        self._retry_state = False
+        self.dedup = ctx.settings.entity(entity).requires_duplicate_detection
+        self.holds: dict[str, float] = {}
+        """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
+        self.all_held = False
+        settings = ctx.settings
+        self.journal = BatchJournal(
+            namespace_names(
+                settings.primary.namespace_name if settings.primary else None,
+                settings.secondary.namespace_name if settings.secondary else None,
+            ),
+            dual=self.mode == "active",
+        )
+        """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
+        self.settler = Settler()
+        """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
 
     def run(self, budget: float = 20.0, idle_reads: int = 2, block_ms: int = 200) -> DrainReport:
-        """Drain until the shard is empty, must wait, or ``budget`` seconds passed."""
-        ctx = self.ctx
-        if not ctx.leases.acquire(self.entity, self.shard, self.owner, self.lease_ms):
+        """Take the lease, drain until the shard is empty, must wait, or ``budget`` seconds passed, and give
+        the lease back (the sweeper's drain task: the safety net behind ``DrainService``)."""
+        keeper = LeaseKeeper(self.ctx.leases, self.lease_ttl)
+        held = keeper.acquire(self.entity, self.shard, self.token)
+        if held is None:
             self.report.busy = True
             return self.report
+        stop = threading.Event()
+        keeper.keep_alive(stop)
+        deadline = self.ctx.clock() + budget
         try:
-            started = ctx.clock()
-            not_before = ctx.retry.not_before(self.entity, self.shard)
-            if not_before is not None and not_before > started:
-                self.report.retry_after = not_before - started
-                return self.report
-            ctx.reader.ensure_groups(self.entity)
-            entries = ctx.reader.claim_shard(self.entity, self.shard, self.owner)
-            idle = 0
-            while ctx.clock() - started < budget:
+            self._drain(
+                held,
+                stop,
+                lambda: self.ctx.clock() >= deadline,
+                idle_reads=idle_reads,
+                block_ms=block_ms,
+                wait_on_retry=False,
+            )
+        except LeaseLostError:
+            self.report.notes.append("lease lost")
+        finally:
+            stop.set()
+            self._hand_over_holds()
+            self.let_go(keeper, held)
+        return self.report
+
+    def _hand_over_holds(self) -> None:
+        """A bounded drain that ends with held keys leaves the earliest of their times for the next one, so
+        the sweeper does not restart it at once just to hold them again."""
+        if self.holds and self.report.retry_after is None:
+            at = min(self.holds.values())
+            try:
+                self.ctx.retry.set_not_before(self.entity, self.shard, at)
+            except StateStoreUnavailableError as exc:
+                log.info("entity %s shard %d: hold time not recorded: %s", self.entity, self.shard, exc)
+
+    def serve(self, held: HeldLease, stop: threading.Event, block_ms: int = BLOCK_MS) -> DrainReport:
+        """Drain for as long as ``held`` lasts and ``stop`` is not set (a ``DrainService`` drainer).
+
+        New entries are read within a millisecond of their write (``XREAD BLOCK`` up to ``block_ms``, then
+        a fenced read); a backoff is waited out holding the lease. ``LeaseLostError`` when the lease
+        passed to another drainer; the caller releases the lease.
+        """
+        self._drain(held, stop, stop.is_set, idle_reads=None, block_ms=block_ms, wait_on_retry=True)
+        return self.report
+
+    def let_go(self, keeper: LeaseKeeper, held: HeldLease) -> None:
+        """Release the lease and delete this process's consumer if it has nothing pending (best effort:
+        an unreleased lease expires, an idle consumer is pruned by the next holder)."""
+        try:
+            keeper.release(held)
+            self.ctx.reader.retire_consumer(self.entity, self.shard, self.consumer)
+        except StateStoreUnavailableError as exc:
+            log.warning("entity %s shard %d: not released cleanly: %s", self.entity, self.shard, exc)
+
+    # ---- one tenure --------------------------------------------------------------------------------
+    def _drain(
+        self,
+        held: HeldLease,
+        stop: threading.Event,
+        should_stop: Callable[[], bool],
+        *,
+        idle_reads: int | None,
+        block_ms: int,
+        wait_on_retry: bool,
+    ) -> None:
+        """Claim what is pending (a crashed or superseded holder's entries first, in order), then read new
+        entries as they come; stop on ``should_stop``, after ``idle_reads`` empty reads, or at a backoff
+        unless ``wait_on_retry``."""
+        try:
+            self._tenure(
+                held, stop, should_stop, idle_reads=idle_reads, block_ms=block_ms, wait_on_retry=wait_on_retry
+            )
+        except BaseException:
+            self.settler.close(quiet=True)
+            raise
+        self.settler.close()
+
+    def _tenure(
+        self,
+        held: HeldLease,
+        stop: threading.Event,
+        should_stop: Callable[[], bool],
+        *,
+        idle_reads: int | None,
+        block_ms: int,
+        wait_on_retry: bool,
+    ) -> None:
+        reader = self.ctx.reader
+        self._take_over()
+        claiming, prune, idle = True, True, 0
+        while not should_stop():
+            self.settler.check()
+            if not self._wait_for_turn(held, stop, wait_on_retry):
+                return
+            if self._holds_due():
+                claiming = True
+            if claiming:
+                self._release_due_holds()
+                self.settler.flush()  # acknowledgements on their way would be claimed and sent again
+                entries = reader.claim_fenced(
+                    self.entity, self.shard, self.consumer, self.fence, count=READ_COUNT, prune=prune
+                )
+                prune, claiming = False, bool(entries)
                 if not entries:
-                    entries = ctx.reader.read_shard(self.entity, self.shard, self.owner, READ_COUNT, block_ms)
+                    continue
+            else:
+                read = reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
+                entries = read.entries
                 if not entries:
                     idle += 1
-                    if idle >= idle_reads:
-                        break
+                    if idle_reads is not None and idle >= idle_reads:
+                        return
+                    # Idle: one XREAD per ``block_ms`` and nothing else until an entry arrives (or a stop).
+                    after = read.last_delivered or "0-0"
+                    while not reader.wait_for_new(self.entity, self.shard, after, block_ms):
+                        if idle_reads is not None or should_stop() or held.lost.is_set() or self._holds_due():
+                            break
                     continue
-                idle = 0
-                if not self._process(entries):
-                    break
-                entries = []
-                if not ctx.leases.renew(self.entity, self.shard, self.owner, self.lease_ms):
-                    self.report.notes.append("lease lost")
-                    break
-            if self.report.retry_after is None:
-                ctx.retry.clear(self.entity, self.shard)
-        finally:
-            ctx.leases.release(self.entity, self.shard, self.owner)
-        return self.report
+            idle = 0
+            if self._process(entries):
+                self._settled()
+                if self.all_held:
+                    claiming = False  # only held keys were pending: read what is new meanwhile
+            else:
+                # The entry that must wait and everything after it stay pending (ours): claimed again first.
+                claiming = True
+                if not wait_on_retry:
+                    return
+
+    def _take_over(self) -> None:
+        """What an earlier holder left: the consumer group, and the shard's backoff and retry count."""
+        ctx = self.ctx
+        ctx.reader.ensure_groups(self.entity)
+        self.not_before = ctx.retry.not_before(self.entity, self.shard)
+        self.attempts = ctx.retry.attempts(self.entity, self.shard)
+        self._retry_state = self.not_before is not None or self.attempts > 0
+
+    def _wait_for_turn(self, held: HeldLease, stop: threading.Event, wait_on_retry: bool) -> bool:
+        """Wait out the shard's backoff and any doubt about the lease; False to stop now."""
+        while True:
+            if held.lost.is_set():
+                raise LeaseLostError(f"shard {self.shard} of {self.entity}: lease not renewed")
+            now = self.ctx.clock()
+            if self.not_before is not None and self.not_before > now:
+                if not wait_on_retry:
+                    self.report.retry_after = self.not_before - now
+                    return False
+                if stop.wait(min(self.not_before - now, 1.0)):
+                    return False
+                continue
+            if held.usable():
+                return True
+            # Renewals are failing (Redis unreachable): start no send that might outlive the lease.
+            if stop.wait(0.1):
+                return False
+
+    def _settled(self) -> None:
+        """A batch went through: a backoff or retry count left in Redis is over (fenced)."""
+        if self._retry_state:
+            self.ctx.retry.clear(self.entity, self.shard, fence=self.fence)
+            self.attempts, self.not_before, self._retry_state = 0, None, False
 
     # ---- one batch ---------------------------------------------------------------------------------
     def _process(self, entries: Sequence[OutboxEntry]) -> bool:
+        """Send and settle a batch in order; False when the shard must stop (a Retry, or a layout change
+        that holds the rest back)."""
+        entries, held_back = self._layout_gate(entries)
+        if held_back:
+            done = self._process_entries(entries) if entries else True
+            # Retried soon, without counting a failure: the old layout's drainers are making progress.
+            now = self.ctx.clock()
+            self.not_before = max(self.not_before or now, now + LAYOUT_WAIT) if done else self.not_before
+            self.report.retry_after = self.report.retry_after or LAYOUT_WAIT
+            return False
+        return self._process_entries(entries)
+
+    def _layout_gate(self, entries: Sequence[OutboxEntry]) -> tuple[Sequence[OutboxEntry], bool]:
+        """The entries that may go now: while the shard count changes (``bridge.core.layout``), a
+        new-layout entry waits until the old layout is drained; True when some are held back."""
+        store = LayoutStore(self.ctx.redis)
+        layout = store.get(self.entity)
+        if layout is None or not layout.migrating:
+            return entries, False
+        cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.shard, e.entry_id)), None)
+        if cut is None or store.finish_if_drained(self.entity, layout):
+            return entries, False
+        return entries[:cut], True
+
+    def _process_entries(self, entries: Sequence[OutboxEntry]) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry)."""
         good: list[OutboxEntry] = []
+        self.journal.clear()
         for entry in entries:
             if entry.envelope is None:
                 reason = str(entry.error) if entry.error else "undecodable outbox entry"
+                raw_id = entry.fields.get(b"id")
+                message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
+                self._write_journal([journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)])
                 self.ctx.reader.move(
-                    entry, to="quarantine", code="corrupt_entry", reason=reason, now=self.ctx.clock()
+                    entry,
+                    to="quarantine",
+                    code="corrupt_entry",
+                    reason=reason,
+                    now=self.ctx.clock(),
+                    fence=self.fence,
                 )
                 self.report.quarantined += 1
+                log.warning("entity %s: outbox entry %s quarantined: %s", self.entity, entry.entry_id, reason)
+                transitions.quarantined(self.entity, "outbox", reason)
             else:
                 good.append(entry)
         if not good:
             return True
-        if self.mode == "active":
-            decisions = self._active(good)
-        elif self.mode == "paired":
-            decisions = paired_decisions(self, good)
-        elif self.mode == "none":
-            decisions = self._single(good)
-        else:
-            decisions = self._passive(good)
+        good = self._not_held(good)
+        if not good:
+            return True
+        decisions = sender_for(self.mode).settle(self, good)
         return self._apply(good, decisions)
 
-    def _retry_context(self) -> RetryContext:
-        attempt = self.ctx.retry.attempts(self.entity, self.shard)
-        return RetryContext(self.ctx.clock(), attempt, self.ctx.backoff, random.random)
+    def retry_context(self) -> RetryContext:
+        """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""
+        return self._retry_context()
 
-    def _send(self, role: Role, entries: Sequence[OutboxEntry], operation: Operation) -> BatchOutcome:
-        messages = [to_message(e.envelope) for e in entries if e.envelope is not None]
-        return self.send_messages(role, self.entity, messages, operation)
+    def _retry_context(self) -> RetryContext:
+        # The retry count is this tenure's: read at take-over, counted by ``schedule`` (only we write it).
+        return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
         self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded."""
+        started = time.perf_counter()
         result = self.ctx.pool.send(role, path, messages)
+        elapsed = time.perf_counter() - started
         now = self.ctx.clock()
         outcome = batch_outcome(
             self.ctx.streaks,
@@ -146,6 +362,11 @@ class ShardDrainer:
         )
         if result.accepted:
             self.ctx.cost.add(self.entity, operation, len(result.accepted))
+        metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
+        backlog = path if operation is Operation.BACKLOG_SEND else None
+        self.journal.record_send(
+            role, [m.message_id for m in messages], outcome.outcomes, now, backlog_queue=backlog
+        )
         self._record_health(role, outcome)
         return outcome
 
@@ -165,59 +386,50 @@ class ShardDrainer:
                     self.entity,
                     after.last_error or "ok",
                 )
-
-    def _single(self, entries: Sequence[OutboxEntry]) -> list[SendDecision]:
-        outcome = self._send("primary", entries, Operation.PRIMARY_SEND)
-        ctx = self._retry_context()
-        return [decide_single(o, ctx, PRIMARY) for o in outcome.outcomes]
-
-    def _passive(self, entries: Sequence[OutboxEntry]) -> list[SendDecision]:
-        observed: RoleState = self.ctx.roles.get(self.entity)
-        active_op = Operation.PRIMARY_SEND if observed.active == "primary" else Operation.BACKUP_SEND
-        backup_op = Operation.BACKUP_SEND if observed.active == "primary" else Operation.PRIMARY_SEND
-        first = self._send(observed.active, entries, active_op)
-        ctx = self._retry_context()
-        decisions = [decide_passive(observed, o, None, ctx) for o in first.outcomes]
-        again = [i for i, d in enumerate(decisions) if isinstance(d, SendNext)]
-        if again:
-            second = self._send(observed.backup, [entries[i] for i in again], backup_op)
-            for j, i in enumerate(again):
-                decisions[i] = decide_passive(observed, first.outcomes[i], second.outcomes[j], ctx)
-        return decisions
-
-    def _active(self, entries: Sequence[OutboxEntry]) -> list[SendDecision]:
-        policy = self.ctx.settings.entity(self.entity).success_policy
-        delivered = self.ctx.retry.delivered(self.entity, self.shard, [e.entry_id for e in entries])
-        outcomes: list[dict[object, Outcome]] = [{} for _ in entries]
-        for target, op in ((PRIMARY, Operation.PRIMARY_SEND), (SECONDARY, Operation.BACKUP_SEND)):
-            todo = [i for i, e in enumerate(entries) if target not in delivered.get(e.entry_id, ())]
-            if not todo:
-                continue
-            result = self._send(target.namespace, [entries[i] for i in todo], op)
-            for j, i in enumerate(todo):
-                outcomes[i][target] = result.outcomes[j]
-        ctx = self._retry_context()
-        return [
-            decide_active(outcomes[i], policy, ctx, delivered.get(e.entry_id, ()))  # type: ignore[arg-type]
-            for i, e in enumerate(entries)
-        ]
+                reason = "ok" if after.available else after.last_error or "?"
+                transitions.availability_changed(self.entity, role, after.available, reason)
 
     # ---- applying decisions ----------------------------------------------------------------------
-    def _apply(self, entries: Sequence[OutboxEntry], decisions: Sequence[SendDecision]) -> bool:
-        to_ack: list[str] = []
-        for entry, decision in zip(entries, decisions, strict=True):
-            self._apply_changes(decision.changes)
+    def _apply(self, entries: Sequence[OutboxEntry], decisions: Sequence[Settlement]) -> bool:
+        """Apply the batch's decisions: the state changes they carry, once each, then every entry's fate.
+
+        Each entry is settled on its own (an ``Ack`` after a ``Retry`` of another key is still an ack; a
+        mode never sends past a ``Retry`` or ``Hold`` of the same key). A ``Hold`` holds its key for this
+        tenure; a ``Retry`` stops the shard until its backoff (False), after every entry that remembers
+        where it already landed did so (active mode, policy ``all``).
+        """
+        changes: list[Change] = []
+        for decision in decisions:
+            changes.extend(c for c in decision.changes if c not in changes)
             for alert in decision.alerts:
                 log.error("entity %s: %s", self.entity, alert)
+        self._apply_changes(changes)
+        if not changes and all(isinstance(d, Ack) for d in decisions):
+            # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
+            batch, accepted = self.journal.take(), [e.entry_id for e in entries]
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted))
+            return True
+        self.settler.flush()
+        to_ack: list[str] = []
+        stop: Retry | None = None
+        now = self.ctx.clock()
+        for entry, decision in zip(entries, decisions, strict=True):
+            if isinstance(decision, DeadLetter):
+                message_id = entry.envelope.message_id if entry.envelope else None
+                self.journal.dead_lettered(message_id, now, decision.reason)
+        # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
+        self.journal.take().write(self.ctx.journal, self.entity)
+        for entry, decision in zip(entries, decisions, strict=True):
             if isinstance(decision, Ack):
                 to_ack.append(entry.entry_id)
-                continue
-            self._ack(to_ack)
-            to_ack = []
-            now = self.ctx.clock()
-            if isinstance(decision, DeadLetter):
+            elif isinstance(decision, DeadLetter):
                 self.ctx.reader.move(
-                    entry, to="deadletter", code="message_permanent", reason=decision.reason, now=now
+                    entry,
+                    to="deadletter",
+                    code="message_permanent",
+                    reason=decision.reason,
+                    now=now,
+                    fence=self.fence,
                 )
                 self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
                 self.report.dead_lettered += 1
@@ -227,38 +439,99 @@ class ShardDrainer:
                     entry.envelope.message_id if entry.envelope else "?",
                     decision.reason,
                 )
-                continue
-            if isinstance(decision, Retry):
+                transitions.dead_lettered(self.entity, decision.reason)
+            elif isinstance(decision, Hold):
+                self._hold(entry, decision, now)
+            elif isinstance(decision, Retry):
                 if decision.delivered_to:
                     self.ctx.retry.remember_delivered(
                         self.entity, self.shard, entry.entry_id, decision.delivered_to
                     )
-                self.ctx.retry.schedule(self.entity, self.shard, now + decision.retry_after)
-                self.report.retry_after = decision.retry_after
-                log.info(
-                    "entity %s shard %d waits %.2fs: %s",
-                    self.entity,
-                    self.shard,
-                    decision.retry_after,
-                    decision.reason,
-                )
-                return False
-            raise RuntimeError(f"unexpected decision {decision!r}")  # SendNext never survives _send
+                stop = stop or decision
+            else:
+                raise InvariantError(f"unexpected decision {decision!r}")
         self._ack(to_ack)
-        return True
+        if stop is None:
+            return True
+        if stop.backoff:
+            self.attempts = self.ctx.retry.schedule(
+                self.entity, self.shard, now + stop.retry_after, fence=self.fence
+            )
+            self._retry_state = True
+        # A planned wait (a restore barrier) is this tenure's alone: nothing to count, nothing in Redis.
+        self.not_before = now + stop.retry_after
+        self.report.retry_after = stop.retry_after
+        log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
+        return False
+
+    def _settle_accepted(self, batch: JournalBatch, entry_ids: list[str]) -> None:
+        # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
+        batch.write(self.ctx.journal, self.entity)
+        self._ack(entry_ids)
+
+    # ---- keys that wait (Hold) -------------------------------------------------------------------
+    def _key(self, entry: OutboxEntry) -> str:
+        """The entry's order key (SessionId, PartitionKey, MessageId when deduplicating), else its own id."""
+        key = partition_key(entry.envelope, self.dedup) if entry.envelope is not None else None
+        return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
+
+    def _hold(self, entry: OutboxEntry, decision: Hold, now: float) -> None:
+        key = self._key(entry)
+        if key not in self.holds:
+            self.holds[key] = now + decision.retry_after
+            log.info(
+                "entity %s shard %d holds a key for %.2fs: %s",
+                self.entity,
+                self.shard,
+                decision.retry_after,
+                decision.reason,
+            )
+
+    def _not_held(self, entries: list[OutboxEntry]) -> list[OutboxEntry]:
+        """The entries whose key is not held; a held key's entries stay pending behind its first one."""
+        if not self.holds:
+            self.all_held = False
+            return entries
+        free = [e for e in entries if self._key(e) not in self.holds]
+        self.all_held = not free
+        return free
+
+    def _holds_due(self) -> bool:
+        """Some held key may be tried again: its entries are claimed again (in order) and re-decided."""
+        return bool(self.holds) and min(self.holds.values()) <= self.ctx.clock()
+
+    def _release_due_holds(self) -> None:
+        now = self.ctx.clock()
+        self.holds = {key: at for key, at in self.holds.items() if at > now}
 
     def _ack(self, entry_ids: list[str]) -> None:
         if entry_ids:
-            self.ctx.reader.ack(self.entity, self.shard, entry_ids)
+            self.ctx.reader.ack(self.entity, self.shard, entry_ids, fence=self.fence)
+            metrics.record_delivered(self.entity, entry_ids, time.time())
             if self.mode == "active":
                 self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)
             self.report.sent += len(entry_ids)
+
+    def _write_journal(self, events: list[JournalEvent]) -> None:
+        if self.ctx.journal is not None and events:
+            self.ctx.journal.append(self.entity, events)
 
     def _apply_changes(self, changes: Sequence[Change]) -> None:
         for change in changes:
             if isinstance(change, Swap):
                 applied, state = self.ctx.roles.swap(self.entity, change)
                 if applied:
+                    self._write_journal(
+                        [
+                            journal_events.role_swapped(
+                                self.ctx.clock(),
+                                from_role=change.from_role,
+                                to_role=change.to_role,
+                                epoch=state.epoch,
+                                reason=change.reason,
+                            )
+                        ]
+                    )
                     log.warning(
                         "entity %s: roles swapped %s -> %s (epoch %d): %s",
                         self.entity,
@@ -267,6 +540,8 @@ class ShardDrainer:
                         state.epoch,
                         change.reason,
                     )
+                    transitions.role_swapped(self.entity, change.to_role, change.reason)
             else:
                 namespace = self.ctx.settings.primary.namespace_name if self.ctx.settings.primary else ""
-                self.ctx.paired.apply_all(self.entity, namespace, [change])
+                update = self.ctx.paired.apply_all(self.entity, namespace, [change])
+                self._write_journal(paired_events(change, update, self.ctx.clock()))

@@ -67,9 +67,19 @@ class LocalNamespace:
     def start(self, timeout: float = 30.0) -> LocalNamespace:
         """Start the process (on the previous ports after a restart) and wait for its JSON line."""
         args = [
-            sys.executable, "-m", "bridge.cli.main", "emulator", "--json", "--name", self.name,
-            "--port", str(self.port), "--control-port", str(self.control_port),
-            "--log-level", self.log_level,
+            sys.executable,
+            "-m",
+            "bridge.cli.main",
+            "emulator",
+            "--json",
+            "--name",
+            self.name,
+            "--port",
+            str(self.port),
+            "--control-port",
+            str(self.control_port),
+            "--log-level",
+            self.log_level,
         ]
         if self.persistent:
             args += ["--data-dir", str(self.data_dir / "data")]
@@ -81,8 +91,9 @@ class LocalNamespace:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "emulator.log").open("a")
         try:
-            self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
+            )
         finally:
             log.close()
         assert self._proc.stdout is not None

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import redis
 
@@ -41,8 +42,10 @@ class RedisServer:
         port: int | None = None,
         appendfsync: str = "always",
         extra_args: tuple[str, ...] = (),
+        password: str | None = None,
     ) -> None:
         self._owns_dir = data_dir is None
+        self.password = password
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="bridge-redis-"))
         self.port = port or free_port()
         self.appendfsync = appendfsync
@@ -51,8 +54,9 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """``redis://127.0.0.1:<port>/0`` (``redis://:<password>@...`` with a password)."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def running(self) -> bool:
@@ -66,18 +70,38 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             redis_server_binary(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", self.appendfsync,
-            "--save", "",
-            "--daemonize", "no",
-            "--logfile", str(self.data_dir / "redis.log"),
-            "--protected-mode", "yes",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            self.appendfsync,
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+            "--protected-mode",
+            "yes",
             *self.extra_args,
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.password:
+            # From a config on stdin, not argv: `ps` shows a command line to every user of the machine.
+            args[1:1] = ["-"]
+        self._proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE if self.password else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if self.password and self._proc.stdin is not None:
+            self._proc.stdin.write(f'requirepass "{self.password}"\n'.encode())
+            self._proc.stdin.close()
         try:
             if not wait_listening("127.0.0.1", self.port, timeout):
                 raise EmulatorError(f"redis-server did not listen on port {self.port} within {timeout}s")
@@ -93,7 +117,7 @@ class RedisServer:
         Also checks that the server answering is our child: if another process took the port between
         ``free_port()`` and the start, ours exits and a test must not go on writing (or FLUSHALL-ing) there.
         """
-        client = redis.Redis(port=self.port, socket_timeout=1)
+        client = redis.Redis(port=self.port, socket_timeout=1, password=self.password)
         deadline = time.monotonic() + timeout
         try:
             while True:

@@ -80,12 +80,14 @@ class LocalStack:
         settings: Mapping[str, str] | None = None,
         namespace_entities_file: Path | None = None,
         auto_create: bool = True,
+        *,
+        redis_password: str | None = None,
     ) -> None:
         self.base_dir = base_dir
         base_dir.mkdir(parents=True, exist_ok=True)
         self.entities = dict(entities or {})
         self.extra_settings = dict(settings or {})
-        self.redis = RedisServer(data_dir=base_dir / "redis")
+        self.redis = RedisServer(data_dir=base_dir / "redis", password=redis_password)
         self.primary = LocalNamespace(
             "primary",
             data_dir=base_dir / "primary",

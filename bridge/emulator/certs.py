@@ -41,8 +41,9 @@ class CertificateFiles:
     key: Path
 
 
-def ensure_certificate(directory: Path, host: str = "127.0.0.1",
-                       now: dt.datetime | None = None) -> CertificateFiles:
+def ensure_certificate(
+    directory: Path, host: str = "127.0.0.1", now: dt.datetime | None = None
+) -> CertificateFiles:
     """Reuse the certificate in ``directory`` if still good for ``host``, otherwise write a new one."""
     now = now or dt.datetime.now(dt.UTC)
     directory.mkdir(parents=True, exist_ok=True)
@@ -51,8 +52,13 @@ def ensure_certificate(directory: Path, host: str = "127.0.0.1",
         return files
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _self_signed(key, host, now)
-    _write(files.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption()), mode=0o600)
+    _write(
+        files.key,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        mode=0o600,
+    )
     _write(files.cert, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
     return files
 
@@ -107,9 +113,17 @@ def _self_signed(key: ec.EllipticCurvePrivateKey, host: str, now: dt.datetime) -
         .add_extension(x509.SubjectAlternativeName(subject_names(host)), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=False,
-                          content_commitment=False, key_encipherment=False, data_encipherment=False,
-                          key_agreement=False, encipher_only=False, decipher_only=False),
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)

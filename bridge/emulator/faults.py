@@ -27,7 +27,7 @@ The blackhole hang (why callers must bound every attempt themselves)
 Against a blackholed endpoint the TCP connect succeeds and then nothing arrives. azure-servicebus 7.15
 builds its SASL transport with ``socket_timeout=None`` (``_pyamqp/sasl.py``, passed on to
 ``_pyamqp/_transport.py``), so the blocking read of the protocol header waits forever. Measured (see
-``research/SDK_NOTES.md``, "Hazard"): ``send_messages`` hangs indefinitely even with ``timeout=3`` and
+``docs/servicebus-sdk.md``, "Hazard"): ``send_messages`` hangs indefinitely even with ``timeout=3`` and
 ``retry_total=0``, and no exception is ever raised. Code that talks to a namespace must therefore run each
 attempt under its own deadline (a thread or process it can abandon; ``bridge.errors.AttemptDeadlineExceeded``)
 and discard the client afterwards. A stall is the
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from bridge.errors import BrokerArgumentError
+from bridge.emulator.errors import ArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,12 @@ class ActiveFault:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able view (for ``/faults`` and ``status``)."""
-        return {"fault": self.kind.value, "entity": self.entity, "probability": self.probability,
-                "delay": self.delay}
+        return {
+            "fault": self.kind.value,
+            "entity": self.entity,
+            "probability": self.probability,
+            "delay": self.delay,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +103,13 @@ class FaultState:
         self._entities: dict[str, ActiveFault] = {}
         self._listeners: list[Listener] = []
 
-    def set(self, kind: FaultKind | str, entity: str | None = None, probability: float | None = 1.0,
-            delay: float | None = None) -> ActiveFault:
+    def set(
+        self,
+        kind: FaultKind | str,
+        entity: str | None = None,
+        probability: float | None = 1.0,
+        delay: float | None = None,
+    ) -> ActiveFault:
         """Switch a fault on for a scope (replacing that scope's fault); bad input changes nothing."""
         fault = _validated(kind, entity, probability, delay)
         if fault.entity is None:
@@ -175,44 +184,45 @@ class FaultState:
 
 
 def parse_kind(kind: FaultKind | str) -> FaultKind:
-    """The ``FaultKind`` named by ``kind`` or ``BrokerArgumentError`` listing the known kinds."""
+    """The ``FaultKind`` named by ``kind`` or ``ArgumentError`` listing the known kinds."""
     if isinstance(kind, FaultKind):
         return kind
     try:
         return FaultKind(kind)
     except ValueError:
         known = ", ".join(k.value for k in FaultKind)
-        raise BrokerArgumentError(f"fault: unknown kind {kind!r} (known: {known})") from None
+        raise ArgumentError(f"fault: unknown kind {kind!r} (known: {known})") from None
 
 
-def _validated(kind: FaultKind | str, entity: str | None, probability: float | None,
-               delay: float | None) -> ActiveFault:
+def _validated(
+    kind: FaultKind | str, entity: str | None, probability: float | None, delay: float | None
+) -> ActiveFault:
     parsed = parse_kind(kind)
     if entity is not None:
         entity = _checked_entity(entity)
         if parsed is FaultKind.BLACKHOLE:
-            raise BrokerArgumentError("entity: blackhole applies to the whole namespace only")
+            raise ArgumentError("entity: blackhole applies to the whole namespace only")
     if probability is None:
         probability = 1.0
     if isinstance(probability, bool) or not isinstance(probability, int | float):
-        raise BrokerArgumentError("probability: must be a number between 0 and 1")
+        raise ArgumentError("probability: must be a number between 0 and 1")
     if math.isnan(probability) or not 0.0 <= probability <= 1.0:
-        raise BrokerArgumentError(f"probability: {probability} is outside 0..1")
+        raise ArgumentError(f"probability: {probability} is outside 0..1")
     if parsed is not FaultKind.BUSY and probability != 1.0:
-        raise BrokerArgumentError("probability: applies to busy only")
+        raise ArgumentError("probability: applies to busy only")
     if delay is not None:
         if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise BrokerArgumentError("delay: must be a number of seconds")
+            raise ArgumentError("delay: must be a number of seconds")
         if math.isnan(delay) or math.isinf(delay) or delay < 0:
-            raise BrokerArgumentError(f"delay: {delay} is not a non-negative number of seconds")
+            raise ArgumentError(f"delay: {delay} is not a non-negative number of seconds")
         if parsed is not FaultKind.STALL:
-            raise BrokerArgumentError("delay: applies to stall only")
+            raise ArgumentError("delay: applies to stall only")
     return ActiveFault(parsed, entity, float(probability), None if delay is None else float(delay))
 
 
 def _checked_entity(entity: str) -> str:
     if not isinstance(entity, str) or not entity.strip("/ "):
-        raise BrokerArgumentError("entity: must be a non-empty entity path")
+        raise ArgumentError("entity: must be a non-empty entity path")
     return entity.strip("/ ")
 
 

@@ -29,7 +29,7 @@ import hmac
 from collections.abc import Mapping
 from urllib.parse import quote_plus, unquote_plus, urlencode
 
-from bridge.errors import BrokerUnauthorizedError
+from bridge.emulator.errors import UnauthorizedError
 
 PREFIX = "SharedAccessSignature "
 _SCHEMES = ("sb://", "amqps://", "amqp://", "https://", "http://")
@@ -50,7 +50,7 @@ def covers(audience: str, resource: str) -> bool:
 
 
 def validate(token: str, keys: Mapping[str, str], resource: str, now: float) -> None:
-    """Accept ``token`` for ``resource`` at time ``now`` or raise ``BrokerUnauthorizedError`` saying why."""
+    """Accept ``token`` for ``resource`` at time ``now`` or raise ``UnauthorizedError`` saying why."""
     raw = _parse(token)
     audience = unquote_plus(raw["sr"])
     key_name = unquote_plus(raw["skn"])
@@ -59,34 +59,34 @@ def validate(token: str, keys: Mapping[str, str], resource: str, now: float) -> 
         key_name = unquote_plus(key_name)
         key = keys.get(key_name)
     if key is None:
-        raise BrokerUnauthorizedError(f"unknown shared access key name {key_name!r}")
+        raise UnauthorizedError(f"unknown shared access key name {key_name!r}")
     try:
         expiry = int(unquote_plus(raw["se"]))
     except ValueError:
-        raise BrokerUnauthorizedError("malformed token: se is not an integer") from None
+        raise UnauthorizedError("malformed token: se is not an integer") from None
     presented = unquote_plus(raw["sig"]).encode("ascii", "replace")
     candidates = {raw["sr"], quote_plus(audience)}
     if not any(hmac.compare_digest(presented, _sign(key, signed, expiry).encode()) for signed in candidates):
-        raise BrokerUnauthorizedError(f"signature does not match key {key_name!r}")
+        raise UnauthorizedError(f"signature does not match key {key_name!r}")
     if expiry < now:
-        raise BrokerUnauthorizedError(f"token expired at {expiry}")
+        raise UnauthorizedError(f"token expired at {expiry}")
     if not covers(audience, resource):
-        raise BrokerUnauthorizedError(f"token audience {audience!r} does not cover {resource!r}")
+        raise UnauthorizedError(f"token audience {audience!r} does not cover {resource!r}")
 
 
 def _parse(token: str) -> dict[str, str]:
     """The four fields of a token, still URL-encoded (the signature is computed over encoded text)."""
     if not token.startswith(PREFIX):
-        raise BrokerUnauthorizedError("not a SharedAccessSignature token")
+        raise UnauthorizedError("not a SharedAccessSignature token")
     fields: dict[str, str] = {}
-    for part in token[len(PREFIX):].strip().split("&"):
+    for part in token[len(PREFIX) :].strip().split("&"):
         name, sep, value = part.partition("=")
         if not sep or name not in _FIELDS or name in fields:
-            raise BrokerUnauthorizedError(f"malformed token: unexpected or repeated field {name[:20]!r}")
+            raise UnauthorizedError(f"malformed token: unexpected or repeated field {name[:20]!r}")
         fields[name] = value
     missing = sorted(_FIELDS - fields.keys())
     if missing:
-        raise BrokerUnauthorizedError(f"malformed token: missing {', '.join(missing)}")
+        raise UnauthorizedError(f"malformed token: missing {', '.join(missing)}")
     return fields
 
 
@@ -99,6 +99,6 @@ def _normalize(uri: str) -> str:
     lowered = uri.strip().lower()
     for scheme in _SCHEMES:
         if lowered.startswith(scheme):
-            lowered = lowered[len(scheme):]
+            lowered = lowered[len(scheme) :]
             break
     return lowered.rstrip("/")

@@ -7,7 +7,7 @@ control interface (plain HTTP, loopback) switches faults on and off:
 
 - ``outage``: every connection is dropped and the listening socket closed (connects are refused);
 - ``blackhole``: TCP is accepted but nothing is ever read or answered — the SDK then hangs in its SASL
-  handshake with no timeout (see ``research/SDK_NOTES.md``), which is what callers must defend against;
+  handshake with no timeout (see ``docs/servicebus-sdk.md``), which is what callers must defend against;
 - ``busy``/``stall`` and per-entity faults act inside the AMQP handling;
 - ``disaster`` drops every entity and message (and the on-disk log).
 
@@ -31,6 +31,7 @@ from bridge.emulator.amqp.broker import Broker
 from bridge.emulator.amqp.connection import AmqpConnection
 from bridge.emulator.certs import ensure_certificate, server_ssl_context
 from bridge.emulator.entities_file import load_entities
+from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultChange, FaultKind, FaultState
 from bridge.emulator.http.admin import make_admin_app
 from bridge.emulator.http.control import make_control_app
@@ -39,7 +40,7 @@ from bridge.emulator.model import persistence
 from bridge.emulator.model.descriptions import EntityDescription, EntityKind, RuleDescription
 from bridge.emulator.model.namespace import Namespace
 from bridge.emulator.wal import WriteAheadLog
-from bridge.errors import BrokerError, EmulatorError
+from bridge.errors import EmulatorError
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,11 @@ class EmulatorServer:
                 created.add(f"{desc.topic_name}/Subscriptions/{desc.subscription_name}")
         for sub_path in created:
             declared_default = any(
-                isinstance(d, RuleDescription) and d.name.lower() == "$default"
-                and f"{d.topic_name}/Subscriptions/{d.subscription_name}" == sub_path for d in declared)
+                isinstance(d, RuleDescription)
+                and d.name.lower() == "$default"
+                and f"{d.topic_name}/Subscriptions/{d.subscription_name}" == sub_path
+                for d in declared
+            )
             if not declared_default:
                 with contextlib.suppress(BrokerError):
                     self.namespace.delete(EntityKind.RULE, f"{sub_path}/Rules/$Default")
@@ -198,7 +202,8 @@ class EmulatorServer:
             protocol = asyncio.StreamReaderProtocol(reader)
             try:
                 transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self.ssl_context)
+                    lambda: protocol, sock, ssl=self.ssl_context
+                )
             except (ssl.SSLError, OSError):
                 sock.close()
                 return
@@ -209,9 +214,13 @@ class EmulatorServer:
 
     def _admin_app(self) -> Any:
         authority = f"{self.config.host}:{self.port}"
-        return make_admin_app(self.namespace, {self.config.key_name: self.config.key},
-                              lambda request: f"https://{request.headers.get('host') or authority}",
-                              time.time, name=self.config.name)
+        return make_admin_app(
+            self.namespace,
+            {self.config.key_name: self.config.key},
+            lambda request: f"https://{request.headers.get('host') or authority}",
+            time.time,
+            name=self.config.name,
+        )
 
     # ---- faults --------------------------------------------------------------------------------------
     def _on_fault_change(self, change: FaultChange) -> None:
@@ -223,8 +232,11 @@ class EmulatorServer:
             for conn in list(self.broker.connections):
                 conn.abort()
         still = self.faults.for_namespace()
-        if (FaultKind.OUTAGE in ended and self._listener is None
-                and (still is None or still.kind is not FaultKind.OUTAGE)):
+        if (
+            FaultKind.OUTAGE in ended
+            and self._listener is None
+            and (still is None or still.kind is not FaultKind.OUTAGE)
+        ):
             self._open_listener()
         if FaultKind.BLACKHOLE in ended:
             for sock in self._parked:

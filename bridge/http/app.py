@@ -1,10 +1,11 @@
 """The ASGI app of ``bridge serve``: routes, start-up checks, health and readiness.
 
 ``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis (URL forms
-in ``bridge.outbox.connection``), checks what the settings demand of it (``ingress.require_appendfsync``,
-``WAIT`` not on a Cluster) and refuses to start otherwise. ``require_auth`` is decided by the caller from the
-bind address (``bridge serve`` requires keys on any non-loopback address); without keys configured, an app
-that requires authentication refuses to be built.
+in ``bridge.redis.connection``), has the outbox's read side check what the settings demand of it
+(``AsyncOutboxView.check_start_up``: ``ingress.require_appendfsync``, ``WAIT`` not on a Cluster) and refuses
+to start otherwise. Routes reach Redis only through the outbox (``AsyncOutbox``, ``AsyncOutboxView``).
+``require_auth`` is decided by the caller from the bind address (``bridge serve`` requires keys on any
+non-loopback address); without keys configured, an app that requires authentication refuses to be built.
 """
 
 from __future__ import annotations
@@ -13,27 +14,26 @@ import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
-import redis
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from bridge.errors import ConfigurationError
-from bridge.http import rest_door, v1
+from bridge.errors import ConfigurationError, StateStoreUnavailableError
+from bridge.http import operations, rest_door, v1
 from bridge.http.ingress import Ingress
 from bridge.http.openapi import document
-from bridge.outbox.connection import async_client, is_cluster
-from bridge.outbox.scripts import WRITE
+from bridge.http.problems import http_error, server_error
 from bridge.outbox.store import AsyncOutbox
+from bridge.outbox.view import AsyncOutboxView
+from bridge.redis.connection import async_client
+from bridge.redis.types import AsyncRedis
 from bridge.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_FSYNC_STRICTNESS = {"always": 2, "everysec": 1, "no": 0}
 
 
 def is_loopback(host: str) -> bool:
@@ -56,41 +56,6 @@ def check_auth_settings(settings: Settings, require_auth: bool) -> None:
         )
 
 
-async def check_redis(client: Any, settings: Settings) -> None:
-    """Start-up checks against the Redis the outbox lives in."""
-    ingress = settings.ingress
-    cluster = is_cluster(client)
-    if ingress.wait_replicas and cluster:
-        raise ConfigurationError("ingress.wait_replicas is not supported on a Redis Cluster")
-    try:
-        await client.script_load(WRITE.text)
-    except redis.exceptions.ConnectionError as exc:
-        if ingress.require_appendfsync:
-            raise ConfigurationError(
-                f"cannot verify ingress.require_appendfsync: Redis unreachable ({type(exc).__name__})"
-            ) from None
-        # Start anyway: /readyz reports 503 and writes answer 503 until Redis is back.
-        log.warning("Redis unreachable at start-up (%s); answering 503 until it is back", type(exc).__name__)
-        return
-    except redis.exceptions.RedisError as exc:
-        raise ConfigurationError(f"cannot load the outbox script ({type(exc).__name__})") from None
-    try:
-        if ingress.require_appendfsync:
-            config = await client.config_get("append*")
-            appendonly = config.get(b"appendonly", config.get("appendonly"))
-            fsync = config.get(b"appendfsync", config.get("appendfsync"))
-            appendonly = appendonly.decode() if isinstance(appendonly, bytes) else appendonly
-            fsync = fsync.decode() if isinstance(fsync, bytes) else fsync
-            wanted = _FSYNC_STRICTNESS[ingress.require_appendfsync]
-            if appendonly != "yes" or _FSYNC_STRICTNESS.get(str(fsync), -1) < wanted:
-                raise ConfigurationError(
-                    f"Redis runs appendonly={appendonly} appendfsync={fsync}; ingress.require_appendfsync "
-                    f"asks for appendonly=yes and appendfsync={ingress.require_appendfsync} or stricter"
-                )
-    except redis.exceptions.RedisError as exc:
-        raise ConfigurationError(f"cannot check Redis at start-up ({type(exc).__name__})") from None
-
-
 async def healthz(request: Request) -> Response:
     """Liveness: the process answers."""
     return JSONResponse({"status": "ok"})
@@ -100,10 +65,10 @@ async def readyz(request: Request) -> Response:
     """Readiness: Redis answers a PING."""
     ingress: Ingress = request.app.state.ingress
     try:
-        await ingress.outbox.client.ping()
-    except redis.exceptions.RedisError as exc:
+        await ingress.view.ping()
+    except StateStoreUnavailableError as exc:
         return JSONResponse(
-            {"status": "unavailable", "reason": type(exc).__name__},
+            {"status": "unavailable", "reason": str(exc)},
             status_code=503,
             headers={"Retry-After": "1"},
         )
@@ -152,7 +117,7 @@ class SingleMessageFastPath:
 
 
 def create_app(
-    settings: Settings, *, require_auth: bool = False, client: Any = None
+    settings: Settings, *, require_auth: bool = False, client: AsyncRedis | None = None
 ) -> SingleMessageFastPath:
     """The ingress app; ``client`` (an asyncio Redis client) defaults to one built from ``redis_url``."""
     check_auth_settings(settings, require_auth)
@@ -160,7 +125,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         redis_client = client if client is not None else async_client(settings.redis_url.get_secret_value())
-        await check_redis(redis_client, settings)
+        await AsyncOutboxView(redis_client, settings).check_start_up()
         app.state.ingress = Ingress(settings, AsyncOutbox(redis_client, settings), require_auth=require_auth)
         log.info("ingress ready (authentication %s)", "required" if require_auth else "optional")
         try:
@@ -175,6 +140,9 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/v1/openapi.json", openapi, methods=["GET"]),
         *v1.routes,
+        *operations.routes,
         *rest_door.routes,
     ]
-    return SingleMessageFastPath(Starlette(routes=routes, lifespan=lifespan))
+    # Every refusal is JSON with a code, also the router's own 404/405 and an unexpected 500.
+    handlers = {HTTPException: http_error, Exception: server_error}
+    return SingleMessageFastPath(Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers))

@@ -1,4 +1,5 @@
-"""What every HTTP route shares: settings, the outbox and its write batcher, authentication, body limits.
+"""What every HTTP route shares: settings, the outbox (writes, its batcher, its read side ``view``),
+authentication, body limits.
 
 ``Ingress`` is built once by the app's lifespan and reached through ``request.app.state.ingress``; routes
 stay a few lines: authenticate, read a bounded body, decode the door's format, validate (``bridge.core``),
@@ -7,20 +8,23 @@ stay a few lines: authenticate, read a bounded body, decode the door's format, v
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from bridge.core.auth import ApiKey, Caller, authenticate_key, authenticate_sas
 from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, validate_entity
 from bridge.errors import AuthenticationError, InvalidMessageError, MessageTooLargeError, UnknownEntityError
+from bridge.observability import metrics
 from bridge.outbox.batcher import WriteBatcher
 from bridge.outbox.store import AsyncOutbox
+from bridge.outbox.view import AsyncOutboxView
 from bridge.outbox.writer import Ack
 from bridge.settings import Settings
 
@@ -38,6 +42,7 @@ class Ingress:
     def __init__(self, settings: Settings, outbox: AsyncOutbox, *, require_auth: bool) -> None:
         self.settings = settings
         self.outbox = outbox
+        self.view = AsyncOutboxView(outbox.client, settings)
         self.writer = outbox.writer
         self.batcher = WriteBatcher(outbox)
         self.require_auth = require_auth
@@ -49,6 +54,7 @@ class Ingress:
         self.sas_key_name = ingress.sas_key_name
         self.sas_key = ingress.sas_key.get_secret_value() if ingress.sas_key else None
         self.max_request_bytes = ingress.max_request_bytes
+        self.body_read_timeout = ingress.body_read_timeout
 
     def authenticate(self, request: Request, *, allow_sas: bool = False) -> Caller:
         """The caller of ``request``; anonymous only when authentication is not required."""
@@ -63,7 +69,11 @@ class Ingress:
             if not allow_sas or self.sas_key is None or self.sas_key_name is None:
                 raise AuthenticationError("SharedAccessSignature is not accepted here")
             return authenticate_sas(
-                authorization, key_name=self.sas_key_name, key=self.sas_key, now=time.time()
+                authorization,
+                key_name=self.sas_key_name,
+                key=self.sas_key,
+                now=time.time(),
+                path=request.url.path,
             )
         if self.require_auth:
             raise AuthenticationError("credentials required: Authorization: Bearer <key> or x-api-key")
@@ -77,18 +87,33 @@ class Ingress:
             raise UnknownEntityError(f"entity {entity!r} is not configured")
 
     async def body(self, request: Request) -> bytes:
-        """The request body, refused with 413 as soon as it passes ``max_request_bytes``."""
+        """The request body, refused with 413 as soon as it passes ``max_request_bytes``.
+
+        The whole body must arrive within ``ingress.body_read_timeout`` seconds (408 ``request_timeout``
+        otherwise): uvicorn bounds neither a body's pace nor its duration, so without this a client
+        trickling bytes would hold the request, its buffers and its connection for as long as it likes.
+        """
         limit = self.max_request_bytes
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise MessageTooLargeError("request_too_large", f"request body exceeds {limit} bytes")
         chunks = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise MessageTooLargeError("request_too_large", f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_read_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise MessageTooLargeError("request_too_large", f"request body exceeds {limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise InvalidMessageError(
+                "request_timeout", f"the body did not arrive within {self.body_read_timeout:g} s"
+            ) from None
+        except ClientDisconnect:
+            raise InvalidMessageError(
+                "request_incomplete", "the client closed the connection before the body was complete"
+            ) from None
         return b"".join(chunks)
 
     async def json_body(self, request: Request) -> Any:
@@ -96,7 +121,7 @@ class Ingress:
         raw = await self.body(request)
         try:
             return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested too deep
             raise InvalidMessageError("invalid_json", "request body is not UTF-8 JSON") from None
 
     def envelopes(
@@ -123,8 +148,17 @@ class Ingress:
         return envelopes, fresh
 
     async def store(
-        self, entity: str, envelopes: list[Envelope], fresh: list[bool], *, transactional: bool = False
+        self,
+        entity: str,
+        envelopes: list[Envelope],
+        fresh: list[bool],
+        *,
+        transactional: bool = False,
+        door: str = "http",
     ) -> list[Ack]:
         """Write atomically through the batcher; returns once Redis accepted (or raises)."""
-        group = self.writer.group(entity, envelopes, transactional=transactional, fresh=fresh)
-        return await self.batcher.submit(group)
+        group = self.writer.group(entity, envelopes, transactional=transactional, fresh=fresh, door=door)
+        acks = await self.batcher.submit(group)
+        duplicates = sum(1 for ack in acks if ack.duplicate)
+        metrics.record_ingress("http", entity, len(acks) - duplicates, duplicates)
+        return acks

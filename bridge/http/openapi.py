@@ -9,9 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.core.door_formats import BODY_ENCODINGS
-from bridge.core.validation import MAX_ID_LENGTH
+from bridge.core.validation import (
+    ENTITY_PATTERN,
+    MAX_ENTITY_LENGTH,
+    MAX_ID_LENGTH,
+    MAX_TIME_TO_LIVE,
+    RESERVED_ENTITIES,
+)
+from bridge.http.v1 import AFTER_PATTERN
 
-_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+_TEXT = {"type": ["string", "null"]}  # null is the same as absent, for every optional field
+_ID = {"type": ["string", "null"], "maxLength": MAX_ID_LENGTH}
+_BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _encoding_is(name: str) -> dict[str, Any]:
+    return {"properties": {"body_encoding": {"const": name}}, "required": ["body_encoding"]}
+
 
 ENVELOPE: dict[str, Any] = {
     "type": "object",
@@ -20,29 +34,50 @@ ENVELOPE: dict[str, Any] = {
     "properties": {
         "body": {"description": "Text, base64 text, or any JSON value (see body_encoding)."},
         "body_encoding": {"type": "string", "enum": list(BODY_ENCODINGS), "default": "text"},
-        "content_type": {"type": "string"},
-        "message_id": {**_ID, "description": "Assigned by the bridge when absent; re-posting is idempotent."},
-        "session_id": {"type": "string", "maxLength": MAX_ID_LENGTH},
-        "partition_key": {
-            "type": "string",
-            "maxLength": MAX_ID_LENGTH,
-            "description": "Must equal session_id when both are set.",
+        "content_type": _TEXT,
+        "message_id": {
+            **_ID,
+            "minLength": 1,
+            "description": "Assigned by the bridge when absent; re-posting is idempotent.",
         },
-        "time_to_live": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds."},
+        "session_id": _ID,
+        "partition_key": {**_ID, "description": "Must equal session_id when both are set."},
+        "time_to_live": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "maximum": MAX_TIME_TO_LIVE,
+            "description": "Seconds.",
+        },
         "scheduled_enqueue_time_utc": {
-            "type": "string",
+            "type": ["string", "null"],
             "format": "date-time",
             "description": "ISO-8601 with a UTC offset.",
         },
-        "correlation_id": {"type": "string"},
-        "subject": {"type": "string"},
-        "reply_to": {"type": "string"},
-        "to": {"type": "string"},
+        "correlation_id": _TEXT,
+        "subject": _TEXT,
+        "reply_to": _TEXT,
+        "to": _TEXT,
         "application_properties": {
-            "type": "object",
-            "additionalProperties": {"type": ["string", "number", "integer", "boolean"]},
+            "type": ["object", "null"],
+            "propertyNames": {"minLength": 1},
+            # JSON Schema cannot tell 1e20 (a double) from 100000000000000000000 (an integer beyond 64 bits,
+            # refused with application_property_out_of_range), so the bound is in the description only.
+            "additionalProperties": {
+                "type": ["string", "boolean", "number"],
+                "description": "An integer written without fraction or exponent must fit 64 bits.",
+            },
         },
     },
+    # body is text unless body_encoding is "json" (then any JSON value); base64 text must decode.
+    "allOf": [
+        {"if": _encoding_is("json"), "else": {"properties": {"body": {"type": "string"}}}},
+        {"if": _encoding_is("base64"), "then": {"properties": {"body": {"pattern": _BASE64}}}},
+    ],
+    "description": (
+        "Rules no schema can say are checked too (422 with a code): session_id equals partition_key when "
+        "both are set, a session entity needs session_id, properties fit 64 KB and the whole message the "
+        "entity's maximum size."
+    ),
 }
 
 ERROR: dict[str, Any] = {
@@ -64,20 +99,40 @@ ERROR: dict[str, Any] = {
 
 def _errors(*statuses: int) -> dict[str, Any]:
     reasons = {
-        400: "Malformed JSON",
+        400: "Malformed JSON, text or body; the REST door: any broken rule",
         401: "Missing or invalid credentials",
         403: "Key not allowed for the entity",
         404: "Unknown entity",
+        408: "The body did not arrive within ingress.body_read_timeout",
         413: "Too large",
-        422: "A rule was broken; see code and field",
+        422: "A rule was broken (also an invalid entity path); see code and field",
         503: "Outbox full or Redis unavailable; see Retry-After",
     }
     ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return {str(status): {"description": reasons[status], **ref} for status in statuses}
 
 
-_ENTITY_PARAM = {"name": "entity", "in": "path", "required": True, "schema": {"type": "string"}}
-_SEND_ERRORS = _errors(400, 401, 403, 404, 413, 422, 503)
+_SUBSCRIPTION = "(^|/)[Ss][Uu][Bb][Ss][Cc][Rr][Ii][Pp][Tt][Ii][Oo][Nn][Ss]/[^/]*$"
+_ENTITY_PARAM = {
+    "name": "entity",
+    "in": "path",
+    "required": True,
+    "description": "Queue or topic path: letters, digits, '.', '-', '_', '/'; no '.' or '..' segment.",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_ENTITY_LENGTH,
+        "pattern": ENTITY_PATTERN,
+        "not": {
+            "anyOf": [
+                {"pattern": r"(^|/)\.\.?/"},
+                {"pattern": _SUBSCRIPTION},
+                {"enum": sorted(RESERVED_ENTITIES)},
+            ]
+        },
+    },
+}
+_SEND_ERRORS = _errors(400, 401, 403, 404, 408, 413, 422, 503)
 
 
 def document() -> dict[str, Any]:
@@ -178,14 +233,22 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "Outbox depth",
                     "parameters": [_ENTITY_PARAM],
-                    "responses": {"200": {"description": "Depth"}},
+                    "responses": {"200": {"description": "Depth"}, **_errors(401, 403, 404, 422, 503)},
                 }
             },
             "/{entity}/messages": {
                 "post": {
                     "summary": "Service Bus REST send (BrokerProperties header, custom property headers)",
                     "parameters": [_ENTITY_PARAM],
-                    "responses": {"201": {"description": "Stored"}, **_errors(400, 401, 403, 413, 503)},
+                    "requestBody": {
+                        "content": {
+                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                        }
+                    },
+                    "responses": {
+                        "201": {"description": "Stored"},
+                        **_errors(400, 401, 403, 404, 408, 413, 503),
+                    },
                 }
             },
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "Alive"}}}},
@@ -205,7 +268,15 @@ def _listing(summary: str) -> dict[str, Any]:
         "parameters": [
             _ENTITY_PARAM,
             {"name": "count", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-            {"name": "after", "in": "query", "schema": {"type": "string"}},
+            {
+                "name": "after",
+                "in": "query",
+                "description": "List entries after this entry id ('-': from the start).",
+                "schema": {"type": "string", "pattern": AFTER_PATTERN},
+            },
         ],
-        "responses": {"200": {"description": "Entries, oldest first"}, **_errors(401, 403, 404)},
+        "responses": {
+            "200": {"description": "Entries, oldest first"},
+            **_errors(401, 403, 404, 422, 503),
+        },
     }

@@ -86,7 +86,7 @@ async def post_messages(request: Request) -> Response:
             body, request.headers.get("brokerproperties"), custom_properties(request), content_type
         )
         envelopes, fresh = ingress.envelopes(entity, [item], single=True)
-    await ingress.store(entity, envelopes, fresh)
+    await ingress.store(entity, envelopes, fresh, door="rest")
     return Response(status_code=201)
 
 

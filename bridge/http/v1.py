@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable
 
-import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -22,12 +22,14 @@ from bridge.core.door_formats import v1_message
 from bridge.core.validation import check_batch
 from bridge.errors import BridgeError, InvalidMessageError
 from bridge.http.ingress import Ingress
-from bridge.http.problems import error_response
-from bridge.outbox import keys
-from bridge.outbox.connection import translate
-from bridge.outbox.reader import problem_records, problem_stream
+from bridge.http.problems import error_code, error_response
+from bridge.observability import metrics
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+# ``?after=``: a stream entry id (``<ms>`` or ``<ms>-<seq>``) or ``-``, checked before it reaches Redis.
+AFTER_PATTERN = "^(?:-|[0-9]{1,19}(?:-[0-9]{1,19})?)$"  # 19 digits: always below 2**64
+_AFTER = re.compile(AFTER_PATTERN.replace("$", r"\Z"))
 
 
 def answers_errors(*, rest: bool = False) -> Callable[[Handler], Handler]:
@@ -39,6 +41,7 @@ def answers_errors(*, rest: bool = False) -> Callable[[Handler], Handler]:
             try:
                 return await handler(request)
             except BridgeError as exc:
+                metrics.record_rejected("http", error_code(exc))
                 return error_response(exc, rest=rest)
 
         return wrapper
@@ -105,7 +108,7 @@ def _flag(request: Request, name: str) -> bool:
 
 def _count(request: Request) -> int:
     text = request.query_params.get("count", "50")
-    if not text.isdigit() or not 0 < int(text) <= 1000:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 1000:  # int() refuses "²"
         raise InvalidMessageError("invalid_type", "?count= is an integer from 1 to 1000", field="count")
     return int(text)
 
@@ -115,16 +118,10 @@ async def _problems(request: Request, which: str) -> Response:
     entity = request.path_params["entity"]
     ingress.check_entity(ingress.authenticate(request), entity)
     after = request.query_params.get("after", "-")
-    start = after if after == "-" else f"({after}"
-    try:
-        items = await ingress.outbox.client.xrange(
-            problem_stream(entity, which), min=start, max="+", count=_count(request)
-        )
-    except redis.exceptions.ResponseError:
-        raise InvalidMessageError("invalid_type", "?after= is a stream entry id", field="after") from None
-    except redis.exceptions.RedisError as exc:
-        raise translate(exc) from None
-    return JSONResponse({"entity": entity, "entries": problem_records(items)})
+    if not _AFTER.match(after):
+        raise InvalidMessageError("invalid_type", "?after= is a stream entry id", field="after")
+    entries = await ingress.view.problems(entity, which, count=_count(request), after=after)
+    return JSONResponse({"entity": entity, "entries": entries})
 
 
 @answers_errors()
@@ -145,22 +142,9 @@ async def get_outbox(request: Request) -> Response:
     ingress = ingress_of(request)
     entity = request.path_params["entity"]
     ingress.check_entity(ingress.authenticate(request), entity)
-    client = ingress.outbox.client
-    try:
-        stats = await client.hmget(keys.stats(entity), ["messages", "bytes"])
-        quarantined = await client.xlen(keys.quarantine(entity))
-        dead = await client.xlen(keys.deadletter(entity))
-    except redis.exceptions.RedisError as exc:
-        raise translate(exc) from None
-    return JSONResponse(
-        {
-            "entity": entity,
-            "pending_messages": int(stats[0] or 0),
-            "pending_bytes": int(stats[1] or 0),
-            "quarantine": quarantined,
-            "deadletter": dead,
-        }
-    )
+    depth = await ingress.view.depth(entity)
+    fields = ("pending_messages", "pending_bytes", "quarantine", "deadletter")
+    return JSONResponse({"entity": entity, **{name: depth[name] for name in fields}})
 
 
 routes = [

@@ -1,11 +1,11 @@
 """Where everything lives in Redis.
 
-Every key of one entity carries the hash tag ``{<entity>}`` so that, on a Redis Cluster, the outbox shards,
-counters, idempotency markers, the ingress stream, quarantine and dead-letter streams of an entity sit in
-one slot: the writer's Lua script touches several of them atomically, which a cluster only allows within a
-slot. Totals across entities live under ``{bridge}`` and are updated outside the per-entity script.
-The replication state (roles, health, paired failover, cost, retry times, leases) follows the same scheme;
-its keys are listed in ``bridge.state.keys``.
+Every key of one entity carries the hash tag ``{<entity>}`` (``bridge.redis.keys.tag``) so that, on a
+Redis Cluster, the outbox shards, counters, idempotency markers, the ingress stream, quarantine and
+dead-letter streams of an entity sit in one slot: the writer's Lua script touches several of them
+atomically, which a cluster only allows within a slot. Totals across entities live under ``{bridge}`` and
+are updated outside the per-entity script. The replication state (roles, health, paired failover, cost,
+retry times, leases) follows the same scheme; its keys are listed in ``bridge.state.keys``.
 
 =======================================  =================================================================
 key                                      holds
@@ -15,25 +15,28 @@ key                                      holds
 ``bridge:{E}:mid:<bucket>``              idempotency markers of one time bucket (hash MessageId ->
                                          ``<shard> <entry id>``; expires, see ``scripts.WRITE``)
 ``bridge:{E}:in``                        the Redis door: apps ``XADD`` here (group ``ingress``)
+``bridge:{E}:lease:ingest``              string: owner of the Redis-door mover lease of E (one mover at a
+                                         time keeps the door's order; ``bridge.redis.lease``)
 ``bridge:{E}:quarantine``                entries that failed validation, with the reason (stream)
 ``bridge:{E}:deadletter``                messages Service Bus will never take, with the reason (stream)
 ``bridge:{bridge}:stats``                hash ``messages``, ``bytes``: totals over all entities
 ``bridge:{bridge}:entities``             set of entity names that ever had an outbox (for listings)
+``bridge:{bridge}:door-entities``        set of entities whose Redis-door stream a scan found
+                                         (``bridge.outbox.discovery``; ``door-scan``, ``door-scan-mark``:
+                                         the scan's cursor and its once-per-interval mark)
+``bridge:{E}:layout``                    hash: the shard layout writers and readers agree on
+                                         (``bridge.outbox.layout``)
 =======================================  =================================================================
 """
 
 from __future__ import annotations
 
+from bridge.redis.keys import tag as _tag
+
 SENDERS_GROUP = "senders"
 INGRESS_GROUP = "ingress"
 TOTALS = "bridge:{bridge}:stats"
 ENTITIES = "bridge:{bridge}:entities"
-
-
-def _tag(entity: str) -> str:
-    # A '}' in the name would end the hash tag early; validated entity paths never contain one, and the
-    # replacement keeps a hand-made name from splitting an entity's keys across slots.
-    return "bridge:{" + entity.replace("}", "%7D") + "}:"
 
 
 def outbox(entity: str, shard: int) -> str:
@@ -56,6 +59,11 @@ def ingress(entity: str) -> str:
     return _tag(entity) + "in"
 
 
+def ingest_lease(entity: str) -> str:
+    """The lease of the entity's Redis-door mover: one mover at a time keeps the door's order."""
+    return _tag(entity) + "lease:ingest"
+
+
 def quarantine(entity: str) -> str:
     """Entries that failed validation."""
     return _tag(entity) + "quarantine"
@@ -64,3 +72,8 @@ def quarantine(entity: str) -> str:
 def deadletter(entity: str) -> str:
     """The local dead-letter stream."""
     return _tag(entity) + "deadletter"
+
+
+def layout(entity: str) -> str:
+    """The shard layout writers and drainers agree on (``bridge.core.layout``)."""
+    return _tag(entity) + "layout"

@@ -1,30 +1,50 @@
 """The send workers' side of the outbox: consumer-group reads, acknowledgement, reclaim, dead-letter.
 
 Layout: each outbox shard stream has the consumer group ``senders`` (created with ``ensure_groups``). A
-worker reads new entries with ``XREADGROUP`` (``read``), acknowledges an entry only after a namespace
-accepted it (``ack``: ``XACK`` + ``XDEL`` + counters, one script), and takes over entries that a crashed
-worker left pending with ``XAUTOCLAIM`` (``reclaim``). An entry that cannot be decoded goes to quarantine,
-a message Service Bus will never accept to the local dead-letter stream; both moves are atomic with the
-acknowledgement, and both streams can be listed (``bridge status``, ``GET /v1/entities/{e}/quarantine``).
+shard's lease holder reads new entries with ``XREADGROUP`` (``read_fenced``), acknowledges an entry only
+after a namespace accepted it (``ack``: ``XACK`` + ``XDEL`` + counters, one script), and takes over entries
+that a crashed worker left pending with ``XAUTOCLAIM`` (``claim_fenced``). An entry that cannot be decoded
+goes to quarantine, a message Service Bus will never accept to the local dead-letter stream (``move``);
+both moves are atomic with the acknowledgement (one script, ``scripts.MOVE``). What a problem entry holds
+and how the streams are listed: ``bridge.outbox.problems``.
 
-Quarantine and dead-letter entries keep the original fields under ``orig.<name>`` and add ``code``,
-``reason``, ``field``, ``source`` (``redis-door``, ``outbox``, ``sender``), ``source_id`` and ``at``.
+Fencing: the drainer passes its lease's ``Fence`` (``bridge.state.lease``) and every script checks it in
+the same step as it reads, claims, acknowledges or moves, so a drainer whose lease passed to another can
+change nothing (``LeaseLostError``). Waiting is a plain ``XREAD BLOCK`` after the group's last-delivered id
+(``wait_for_new``): it returns within a millisecond of a write and consumes nothing, so it needs no fence.
+Consumers are named after the drainer's process (stable, one per process) and deleted once they have
+nothing pending (``claim_fenced(prune=True)`` on takeover, ``retire_consumer`` on hand-over), so the group
+keeps about one consumer per shard however many drains ran. The unfenced ``read_shard``/``claim_shard``
+serve tools and tests.
 """
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from bridge.core.envelope import Envelope
-from bridge.errors import CorruptEntryError
+from bridge.errors import CorruptEntryError, LeaseLostError, OutboxUnavailableError
 from bridge.outbox import keys
-from bridge.outbox.connection import driver_errors, is_cluster
-from bridge.outbox.scripts import ACK
+from bridge.outbox.layout import LayoutStore
+from bridge.outbox.problems import problem_fields, problem_stream
+from bridge.outbox.scripts import (
+    ACK,
+    FENCED_ACK,
+    FENCED_CLAIM,
+    FENCED_MOVE,
+    FENCED_READ,
+    MOVE,
+    RETIRE_CONSUMER,
+)
+from bridge.outbox.view import depth_record, queue_depth
+from bridge.redis.connection import is_cluster
+from bridge.redis.errors import driver_errors
+from bridge.redis.fence import Fence
+from bridge.redis.scripts import run_script
+from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 
 
@@ -40,50 +60,50 @@ class OutboxEntry:
     error: CorruptEntryError | None
 
 
+@dataclass(frozen=True)
+class ShardRead:
+    """What a fenced read found: new entries, or the id after which to wait for the next one."""
+
+    entries: list[OutboxEntry]
+    last_delivered: str | None
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def problem_fields(
-    fields: Mapping[bytes, bytes],
-    *,
-    code: str,
-    reason: str,
-    field: str | None,
-    source: str,
-    source_id: str,
-    now: float,
-) -> dict[bytes | str, bytes | str | float]:
-    """Fields of a quarantine or dead-letter entry: the reason first, then the original fields."""
-    out: dict[bytes | str, bytes | str | float] = {
-        "code": code,
-        "reason": reason,
-        "field": field or "",
-        "source": source,
-        "source_id": source_id,
-        "at": repr(now),
-    }
-    for name, value in fields.items():
-        out[b"orig." + name] = value
-    return out
+def _flat_items(items: list[Any]) -> list[tuple[Any, dict[bytes, bytes] | None]]:
+    # Entries as a script returns them: [id, [field, value, ...]] (no dict parsing as for XREADGROUP).
+    return [
+        (entry_id, None if flat is None else dict(zip(flat[::2], flat[1::2], strict=True)))
+        for entry_id, flat in items
+    ]
+
+
+def _check_fence(reply: Any, entity: str, shard: int) -> None:
+    # The fenced scripts answer -1 first when the lease is not held with the token: nothing happened.
+    if isinstance(reply, list) and reply and reply[0] == -1:
+        raise LeaseLostError(f"shard {shard} of {entity}: the lease passed to another drainer")
 
 
 class OutboxReader:
     """Consumer-group operations on one Redis (or Cluster) for any entity."""
 
-    def __init__(self, client: Any, settings: Settings) -> None:
-        # ``client``: any blocking client from ``bridge.outbox.connection.sync_client``.
+    def __init__(self, client: SyncRedis, settings: Settings) -> None:
+        # ``client``: any blocking client from ``bridge.redis.connection.sync_client``.
         self.client = client
         self.settings = settings
         self.cluster = is_cluster(client)
 
     def shards(self, entity: str) -> int:
-        """How many outbox shards the entity has (``outbox_shards`` of its settings)."""
-        return self.settings.entity(entity).outbox_shards
+        """How many shard streams to read: the layout recorded in Redis (both layouts' while the count
+        changes, ``bridge.core.layout``), else ``outbox_shards`` of the settings."""
+        layout = LayoutStore(self.client).get(entity)
+        return layout.read_count if layout is not None else self.settings.entity(entity).outbox_shards
 
     def ensure_groups(self, entity: str) -> None:
         """Create the ``senders`` group on every shard (idempotent; creates empty streams as needed)."""
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             for shard in range(self.shards(entity)):
                 try:
                     self.client.xgroup_create(
@@ -92,27 +112,6 @@ class OutboxReader:
                 except redis.exceptions.ResponseError as exc:
                     if "BUSYGROUP" not in str(exc):
                         raise
-
-    def read(
-        self, entity: str, consumer: str, count: int = 100, block_ms: int | None = None
-    ) -> list[OutboxEntry]:
-        """New entries for ``consumer`` from every shard of the entity (at most ``count`` per shard)."""
-        streams = {keys.outbox(entity, shard): ">" for shard in range(self.shards(entity))}
-        with driver_errors():
-            if self.cluster:
-                reply: list[Any] = []
-                for stream in streams:
-                    reply.extend(
-                        self.client.xreadgroup(
-                            keys.SENDERS_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
-                        )
-                        or []
-                    )
-            else:
-                reply = self.client.xreadgroup(
-                    keys.SENDERS_GROUP, consumer, streams, count=count, block=block_ms
-                )
-        return [entry for stream, items in reply or [] for entry in self._entries(entity, stream, items)]
 
     def _entries(self, entity: str, stream: Any, items: list[Any]) -> list[OutboxEntry]:
         shard = int(_text(stream).rsplit(":", 1)[1])
@@ -128,28 +127,24 @@ class OutboxReader:
             out.append(OutboxEntry(entity, shard, _text(entry_id), fields, envelope, error))
         return out
 
-    def reclaim(self, entity: str, consumer: str, min_idle_ms: int, count: int = 100) -> list[OutboxEntry]:
-        """Take over entries pending longer than ``min_idle_ms`` (their worker crashed or hangs)."""
-        out: list[OutboxEntry] = []
-        with driver_errors():
-            for shard in range(self.shards(entity)):
-                stream = keys.outbox(entity, shard)
-                reply = self.client.xautoclaim(
-                    stream, keys.SENDERS_GROUP, consumer, min_idle_ms, "0-0", count=count
-                )
-                out.extend(self._entries(entity, stream, reply[1]))
-        return out
+    def ack(
+        self, entity: str, shard: int, entry_ids: list[str], fence: Fence | None = None
+    ) -> tuple[int, int]:
+        """Acknowledge, delete and un-count entries; returns (messages, bytes) removed.
 
-    def ack(self, entity: str, shard: int, entry_ids: list[str]) -> tuple[int, int]:
-        """Acknowledge, delete and un-count entries; returns (messages, bytes) removed."""
+        With ``fence`` (the drainer's lease): only while that lease is held, else ``LeaseLostError`` and
+        nothing is acknowledged.
+        """
         if not entry_ids:
             return 0, 0
         script_keys, args = self._ack_call(entity, shard, entry_ids)
-        with driver_errors():
-            try:
-                reply = self.client.evalsha(ACK.sha, len(script_keys), *script_keys, *args)
-            except redis.exceptions.NoScriptError:
-                reply = self.client.eval(ACK.text, len(script_keys), *script_keys, *args)
+        if fence is not None:
+            script_keys.append(fence.key)
+            args.insert(2, fence.token)
+        with driver_errors(OutboxUnavailableError):
+            reply = run_script(self.client, ACK if fence is None else FENCED_ACK, script_keys, args)
+        _check_fence(reply, entity, shard)
+        with driver_errors(OutboxUnavailableError):
             return self._uncount_totals(reply)
 
     def _ack_call(self, entity: str, shard: int, entry_ids: list[str]) -> tuple[list[str], list[str]]:
@@ -166,9 +161,18 @@ class OutboxReader:
         return removed
 
     def move(
-        self, entry: OutboxEntry, *, to: str, code: str, reason: str, now: float, source: str = "outbox"
+        self,
+        entry: OutboxEntry,
+        *,
+        to: str,
+        code: str,
+        reason: str,
+        now: float,
+        source: str = "outbox",
+        fence: Fence | None = None,
     ) -> None:
-        """Move an entry to ``quarantine`` or ``deadletter`` with the reason, atomically with its ack."""
+        """Move an entry to ``quarantine`` or ``deadletter`` with the reason, atomically with its ack
+        (with ``fence``: only while that lease is held, else ``LeaseLostError`` and nothing moves)."""
         fields = problem_fields(
             entry.fields,
             code=code,
@@ -179,34 +183,29 @@ class OutboxReader:
             now=now,
         )
         script_keys, args = self._ack_call(entry.entity, entry.shard, [entry.entry_id])
-        with driver_errors():
-            self.client.script_load(ACK.text)  # so the MULTI below cannot fail half-way on NOSCRIPT
-            pipe = self.client.pipeline(transaction=True)
-            pipe.xadd(problem_stream(entry.entity, to), fields)
-            pipe.evalsha(ACK.sha, len(script_keys), *script_keys, *args)
-            reply = pipe.execute()[1]
+        script_keys.append(problem_stream(entry.entity, to))
+        problem = [item for pair in fields.items() for item in pair]
+        script = MOVE
+        if fence is not None:
+            script = FENCED_MOVE
+            script_keys.append(fence.key)
+            args.insert(2, fence.token)
+        with driver_errors(OutboxUnavailableError):
+            reply = run_script(self.client, script, script_keys, [*args, *problem])
+        _check_fence(reply, entry.entity, entry.shard)
+        with driver_errors(OutboxUnavailableError):
             self._uncount_totals(reply)
 
     def depth(self, entity: str) -> dict[str, int]:
         """Pending messages and bytes of the entity's outbox, and the lengths of its problem streams."""
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(keys.stats(entity), ["messages", "bytes"])
-            pipe.xlen(keys.quarantine(entity))
-            pipe.xlen(keys.deadletter(entity))
-            pipe.xlen(keys.ingress(entity))
-            stats, quarantined, dead, ingress = pipe.execute()
-        return {
-            "pending_messages": int(stats[0] or 0),
-            "pending_bytes": int(stats[1] or 0),
-            "quarantine": int(quarantined),
-            "deadletter": int(dead),
-            "ingress": int(ingress),
-        }
+            queue_depth(pipe, entity)
+            return depth_record(pipe.execute())
 
     def entities(self) -> list[str]:
         """Entities that ever had an outbox write."""
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
     # ---- one shard at a time (ordered draining: one lease holder per shard) ------------------------
@@ -215,9 +214,10 @@ class OutboxReader:
     ) -> list[OutboxEntry]:
         """New entries of one shard for ``consumer``, oldest first."""
         stream = keys.outbox(entity, shard)
-        with driver_errors():
-            reply = self.client.xreadgroup(keys.SENDERS_GROUP, consumer, {stream: ">"}, count=count,
-                                           block=block_ms)
+        with driver_errors(OutboxUnavailableError):
+            reply: Any = self.client.xreadgroup(
+                keys.SENDERS_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
+            )
         return [entry for _, items in reply or [] for entry in self._entries(entity, stream, items)]
 
     def claim_shard(self, entity: str, shard: int, consumer: str, count: int = 1000) -> list[OutboxEntry]:
@@ -230,71 +230,85 @@ class OutboxReader:
         stream = keys.outbox(entity, shard)
         out: list[OutboxEntry] = []
         cursor = "0-0"
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             while len(out) < count:
-                reply = self.client.xautoclaim(stream, keys.SENDERS_GROUP, consumer, 0, cursor,
-                                               count=min(100, count - len(out)))
+                reply = self.client.xautoclaim(
+                    stream, keys.SENDERS_GROUP, consumer, 0, cursor, count=min(100, count - len(out))
+                )
                 out.extend(self._entries(entity, stream, reply[1]))
                 cursor = _text(reply[0])
                 if cursor == "0-0":
                     break
         return out
 
+    def read_fenced(self, entity: str, shard: int, consumer: str, fence: Fence, count: int) -> ShardRead:
+        """New entries of one shard for the lease holder (``LeaseLostError`` when ``fence`` is not held).
+
+        Never blocks: when there is nothing new, ``ShardRead.last_delivered`` says after which id to
+        ``wait_for_new``.
+        """
+        stream = keys.outbox(entity, shard)
+        args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count]
+        with driver_errors(OutboxUnavailableError):
+            reply = run_script(self.client, FENCED_READ, [stream, fence.key], args)
+        _check_fence(reply, entity, shard)
+        if int(reply[0]) == 0:
+            return ShardRead([], _text(reply[1]))
+        return ShardRead(self._entries(entity, stream, _flat_items(reply[1])), None)
+
+    def wait_for_new(self, entity: str, shard: int, after: str, block_ms: int) -> bool:
+        """Block up to ``block_ms`` until the shard has an entry newer than ``after``; True when it has.
+
+        A plain ``XREAD``: it consumes nothing and needs no lease (the fenced read that follows does).
+        ``block_ms`` must stay below the client's socket timeout.
+        """
+        stream = keys.outbox(entity, shard)
+        with driver_errors(OutboxUnavailableError):
+            reply = self.client.xread({stream: after}, count=1, block=block_ms)
+        return bool(reply)
+
+    def claim_fenced(
+        self, entity: str, shard: int, consumer: str, fence: Fence, *, count: int = 1000, prune: bool = False
+    ) -> list[OutboxEntry]:
+        """Every entry still pending in the shard's group, now the holder's, oldest first (at most
+        ``count``); with ``prune`` the other consumers with nothing pending are deleted from the group.
+        ``LeaseLostError`` when ``fence`` is not held."""
+        stream = keys.outbox(entity, shard)
+        args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count, "1" if prune else "0"]
+        with driver_errors(OutboxUnavailableError):
+            reply = run_script(self.client, FENCED_CLAIM, [stream, fence.key], args)
+        _check_fence(reply, entity, shard)
+        return self._entries(entity, stream, _flat_items(reply[1]))
+
+    def retire_consumer(self, entity: str, shard: int, consumer: str) -> bool:
+        """Delete ``consumer`` from the shard's group if it has nothing pending; True when deleted."""
+        stream = keys.outbox(entity, shard)
+        with driver_errors(OutboxUnavailableError):
+            reply = run_script(self.client, RETIRE_CONSUMER, [stream], [keys.SENDERS_GROUP, consumer])
+        return int(reply) == 1
+
+    def consumers(self, entity: str, shard: int) -> dict[str, int]:
+        """The consumers of the shard's group and how many entries each has pending."""
+        with driver_errors(OutboxUnavailableError):
+            infos = self.client.xinfo_consumers(keys.outbox(entity, shard), keys.SENDERS_GROUP)
+        return {_text(info["name"]): int(info["pending"]) for info in infos}
+
     def reclaim_shard(self, entity: str, shard: int, consumer: str, min_idle_ms: int) -> int:
         """Move entries idle longer than ``min_idle_ms`` to ``consumer`` (a dead consumer's); how many."""
         stream = keys.outbox(entity, shard)
-        with driver_errors():
-            reply = self.client.xautoclaim(stream, keys.SENDERS_GROUP, consumer, min_idle_ms, "0-0",
-                                           count=1000, justid=True)
+        with driver_errors(OutboxUnavailableError):
+            reply = self.client.xautoclaim(
+                stream, keys.SENDERS_GROUP, consumer, min_idle_ms, "0-0", count=1000, justid=True
+            )
         # redis-py answers JUSTID with the bare list of ids (no cursor, no deleted list).
         return len(reply)
 
     def shard_length(self, entity: str, shard: int) -> int:
         """Entries in the shard (acknowledged entries are deleted, so this is what is left to send)."""
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             return int(self.client.xlen(keys.outbox(entity, shard)))
 
     def ingress_length(self, entity: str) -> int:
         """Entries waiting in the entity's Redis-door stream."""
-        with driver_errors():
+        with driver_errors(OutboxUnavailableError):
             return int(self.client.xlen(keys.ingress(entity)))
-
-
-def problem_stream(entity: str, which: str) -> str:
-    """Key of the entity's ``quarantine`` or ``deadletter`` stream."""
-    if which == "quarantine":
-        return keys.quarantine(entity)
-    if which == "deadletter":
-        return keys.deadletter(entity)
-    raise ValueError(f"no problem stream named {which!r}")
-
-
-def list_problems(
-    client: Any, entity: str, which: str, *, count: int = 50, after: str = "-"
-) -> list[dict[str, Any]]:
-    """Entries of the quarantine or dead-letter stream, oldest first, as JSON-ready dicts."""
-    start = after if after == "-" else f"({after}"
-    with driver_errors():
-        items = client.xrange(problem_stream(entity, which), min=start, max="+", count=count)
-    return problem_records(items)
-
-
-def problem_records(items: list[Any]) -> list[dict[str, Any]]:
-    """``XRANGE`` items of a problem stream as dicts; original fields as text when UTF-8, else base64
-    under ``<name>.base64``."""
-    out = []
-    for entry_id, fields in items:
-        record: dict[str, Any] = {"id": _text(entry_id)}
-        original: dict[str, str] = {}
-        for name, value in fields.items():
-            text_name = _text(name)
-            if text_name.startswith("orig."):
-                try:
-                    original[text_name[5:]] = value.decode()
-                except UnicodeDecodeError:
-                    original[text_name[5:] + ".base64"] = base64.b64encode(value).decode()
-            else:
-                record[text_name] = _text(value)
-        record["original"] = original
-        out.append(record)
-    return out

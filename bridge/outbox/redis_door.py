@@ -10,10 +10,18 @@ atomic group, and then, in one ``MULTI``, appends the invalid ones to the quaran
 and reason) and acknowledges and deletes every entry it handled. Nothing is dropped silently. A crash
 between the two steps leaves the entries pending; the next call reclaims them (``XAUTOCLAIM``) and the
 outbox write repeats harmlessly because an entry without ``message_id`` gets one derived from its entry id.
+
+Order: the door keeps the stream's order, which is each key's order. One mover at a time per entity: a
+call holds the entity's lease (``keys.ingest_lease``, ``lease_ms``) or returns at once having
+moved nothing. Under the lease every entry still pending in the group — refused by backpressure, or left
+by a mover that died — is older than any unread one, so the call first claims all of them (``XAUTOCLAIM``
+from ``0-0`` with no idle time: whoever read them is gone or is this caller) and only then reads new ones
+(``>``). An entry refused once is therefore never moved after a newer one.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +30,14 @@ import redis
 from bridge.core.door_formats import door_message_id, redis_door_message
 from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, validate_entity
-from bridge.errors import BridgeError, InvalidMessageError
+from bridge.errors import BridgeError, InvalidMessageError, OutboxUnavailableError
+from bridge.observability import transitions
 from bridge.outbox import keys
-from bridge.outbox.connection import driver_errors
-from bridge.outbox.reader import problem_fields
+from bridge.outbox.problems import problem_fields
 from bridge.outbox.store import SyncOutbox
+from bridge.redis.errors import driver_errors
+from bridge.redis.lease import Lease
+from bridge.redis.types import SyncRedis
 
 
 @dataclass(frozen=True)
@@ -42,9 +53,9 @@ def _no_new_id() -> str:
     raise AssertionError("redis_door_message always sets message_id")
 
 
-def ensure_ingress_group(client: Any, entity: str) -> None:
+def ensure_ingress_group(client: SyncRedis, entity: str) -> None:
     """Create the ``ingress`` consumer group (and the stream) if missing."""
-    with driver_errors():
+    with driver_errors(OutboxUnavailableError):
         try:
             client.xgroup_create(keys.ingress(entity), keys.INGRESS_GROUP, id="0", mkstream=True)
         except redis.exceptions.ResponseError as exc:
@@ -59,24 +70,56 @@ def move_ingress(
     consumer: str,
     now: float,
     count: int = 100,
-    reclaim_idle_ms: int = 30_000,
+    reclaim_idle_ms: int = 0,
+    lease_ms: int = 30_000,
 ) -> MoveReport:
-    """Validate up to ``count`` ingress entries and move them to the outbox or to quarantine.
+    """Validate up to ``count`` ingress entries, oldest first, and move them to the outbox or to quarantine.
 
-    Raises ``BackpressureError`` / ``OutboxUnavailableError`` with nothing acknowledged, so the caller (a
-    Celery task) simply runs again later.
+    Returns an empty report when another mover holds the entity's lease. Raises ``BackpressureError`` /
+    ``OutboxUnavailableError`` with nothing acknowledged, so the caller (a Celery task) simply runs again
+    later; the refused entries stay pending and go first next time. ``reclaim_idle_ms`` only matters to a
+    caller that shares the group outside the lease (none in the bridge).
     """
     validate_entity(entity)
+    lease = Lease(outbox.client, keys.ingest_lease(entity))
+    owner = f"{consumer}:{uuid.uuid4().hex[:8]}"
+    if not lease.acquire(owner, lease_ms):
+        return MoveReport(0, 0, 0)
+    try:
+        return _move(outbox, entity, consumer=consumer, now=now, count=count, reclaim_idle_ms=reclaim_idle_ms)
+    finally:
+        lease.release(owner)
+
+
+def _pending_first(
+    client: SyncRedis, stream: str, consumer: str, count: int, reclaim_idle_ms: int
+) -> list[Any]:
+    """Every entry still pending in the group (oldest first), then new ones, up to ``count`` in all."""
+    items: list[Any] = []
+    cursor = "0-0"
+    while len(items) < count:
+        claimed: Any = client.xautoclaim(
+            stream, keys.INGRESS_GROUP, consumer, reclaim_idle_ms, cursor, count=count - len(items)
+        )
+        items.extend(item for item in claimed[1] if item[1] is not None)
+        cursor = claimed[0].decode() if isinstance(claimed[0], bytes) else str(claimed[0])
+        if cursor == "0-0":
+            break
+    if len(items) < count and cursor == "0-0":
+        reply: Any = client.xreadgroup(keys.INGRESS_GROUP, consumer, {stream: ">"}, count=count - len(items))
+        for _, fresh in reply or []:
+            items.extend(fresh)
+    return items
+
+
+def _move(
+    outbox: SyncOutbox, entity: str, *, consumer: str, now: float, count: int, reclaim_idle_ms: int
+) -> MoveReport:
     client = outbox.client
     stream = keys.ingress(entity)
     ensure_ingress_group(client, entity)
-    with driver_errors():
-        claimed = client.xautoclaim(stream, keys.INGRESS_GROUP, consumer, reclaim_idle_ms, "0-0", count=count)
-        items: list[Any] = [item for item in claimed[1] if item[1] is not None]
-        if len(items) < count:
-            reply = client.xreadgroup(keys.INGRESS_GROUP, consumer, {stream: ">"}, count=count - len(items))
-            for _, fresh in reply or []:
-                items.extend(fresh)
+    with driver_errors(OutboxUnavailableError):
+        items = _pending_first(client, stream, consumer, count, reclaim_idle_ms)
     if not items:
         return MoveReport(0, 0, 0)
     rules = outbox.writer.policy(entity).rules
@@ -92,11 +135,11 @@ def move_ingress(
             problems.append((entry_id, fields, refused))
     duplicates = 0
     if envelopes:
-        (result,) = outbox.write([outbox.writer.group(entity, envelopes)])
+        (result,) = outbox.write([outbox.writer.group(entity, envelopes, door="redis-door")])
         if isinstance(result, BridgeError):
             raise result
         duplicates = sum(1 for ack in result if ack.duplicate)
-    with driver_errors():
+    with driver_errors(OutboxUnavailableError):
         pipe = client.pipeline(transaction=True)
         for entry_id, fields, problem in problems:
             pipe.xadd(
@@ -115,4 +158,7 @@ def move_ingress(
         pipe.xack(stream, keys.INGRESS_GROUP, *ids)
         pipe.xdel(stream, *ids)
         pipe.execute()
+    transitions.redis_door_moved(
+        entity, len(envelopes) - duplicates, duplicates, [(p.code, p.detail) for *_, p in problems]
+    )
     return MoveReport(moved=len(envelopes) - duplicates, duplicates=duplicates, quarantined=len(problems))

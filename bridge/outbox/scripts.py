@@ -1,36 +1,24 @@
 """The Lua scripts that make outbox writes and acknowledgements atomic per entity.
 
 Redis runs a script as one step: no other client sees the idempotency check without the ``XADD``, or the
-entry without its counters. Both scripts touch only keys with the entity's hash tag, so they run unchanged
+entry without its counters. Every script touches only keys with the entity's hash tag, so they run unchanged
 on a Redis Cluster. The ``#!lua`` shebang (Redis >= 7) makes Redis refuse a writing script *before* it
 starts when memory is full, so an out-of-memory error never leaves a batch half-written.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
+from bridge.redis.scripts import LuaScript
 
-
-@dataclass(frozen=True)
-class LuaScript:
-    """Script text and its SHA-1 (what ``EVALSHA`` needs), computed once."""
-
-    text: str
-    sha: str = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        # SHA-1 hex digest of the text, as Redis computes it; hashing a 4 KB script on every call cost more
-        # than a whole message's encoding.
-        object.__setattr__(self, "sha", hashlib.sha1(self.text.encode(), usedforsecurity=False).hexdigest())
-
-
-# KEYS: stats, idempotency prefix, totals (or stats again when totals are kept outside), shard 0 .. n-1.
+# KEYS: stats, idempotency prefix, totals (or stats again when totals are kept outside), shard 0 .. n-1,
+#       the entity's layout hash (``bridge.outbox.layout``), and last the entity's journal stream and its
+#       overflow hash (``bridge.journal.keys``).
 # ARGV: window_ms, max_messages, max_bytes, total_max_messages, total_max_bytes, use_totals (1/0),
-#       entity (the value of ``e``), group count, then per group: message count, then three strings with
-#       one byte per message: its shard (0..255), fresh (1 when the bridge just generated the id, so no
-#       lookup is needed), k (how many optional field/value items follow it); then per message: message id,
-#       body, at, then its k optional items (``Envelope.encode_optional``).
+#       entity (the value of ``e``), group count, journal max length (0: no journal), then per group:
+#       message count, door (``http``, ``rest``, ``producer``, ``redis-door``; may be empty), then three
+#       strings with one byte per message: its shard (0..255), fresh (1 when the bridge just generated the
+#       id, so no lookup is needed), k (how many optional field/value items follow it); then per message:
+#       message id, body, at, then its k optional items (``Envelope.encode_optional``).
 # The script writes each entry as ``Envelope.encode_flat`` lays it out (version 1: v, id, b, at, e, then
 # the optional fields): the names and the version travel once, in this text, and the small numbers in a
 # byte each, because every argument costs the client, the server and Lua (which hashes every byte of
@@ -38,6 +26,13 @@ class LuaScript:
 # lengths, as the ACK script counts it.
 # Reply per group: {0, "entity"|"total"} when the group does not fit a bound (nothing written), else
 #       {1, marker, duplicate, marker, duplicate, ...} where marker is "<shard> <entry id>".
+# Journal: every message stored (not a duplicate) gets its ``accepted`` event (``bridge.core.journal``) in
+# the same step, so the journal never misses a message the outbox holds: one batch entry per group (its
+# MessageIds, sizes, shards and partition keys as JSON arrays). A full journal counts the entry in the
+# overflow hash instead (the journal never refuses a write).
+# Layout: the writer assumed n = #KEYS - 6 shards. The first write that stores something records n; when
+# the recorded count differs (a migration, ``bridge.core.layout``), nothing is written and every group answers
+# {2, "<recorded count>"}: the writer re-shards its groups for that count and sends them again.
 # A group is all-or-nothing; duplicates (a marker exists, or the same id earlier in the group) are
 # acknowledged with the first entry's marker and count toward no bound.
 #
@@ -53,6 +48,15 @@ local max_n, max_b = tonumber(ARGV[2]), tonumber(ARGV[3])
 local tmax_n, tmax_b = tonumber(ARGV[4]), tonumber(ARGV[5])
 local use_totals = ARGV[6] == '1'
 local entity = ARGV[7]
+local layout, nshards = KEYS[#KEYS - 2], #KEYS - 6
+local journal, journal_overflow = KEYS[#KEYS - 1], KEYS[#KEYS]
+local journal_max = tonumber(ARGV[9])
+local recorded = redis.call('HGET', layout, 'shards')
+if recorded and tonumber(recorded) ~= nshards then
+  local refused = {}
+  for g = 1, tonumber(ARGV[8]) do refused[g] = {2, recorded} end
+  return refused
+end
 local overhead = #'v' + #'1' + #'id' + #'b' + #'at' + #'e' + #entity
 local byte = string.byte
 local clock = redis.call('TIME')
@@ -66,13 +70,18 @@ if use_totals then
   local t = redis.call('HMGET', totals, 'messages', 'bytes')
   t_now, tb_now = tonumber(t[1]) or 0, tonumber(t[2]) or 0
 end
+local journal_len, journal_dropped = 0, 0
+if journal_max > 0 then
+  journal_len = redis.call('XLEN', journal)
+end
 local added_n, added_b = 0, 0
-local pos = 9
+local pos = 10
 local out = {}
 for g = 1, tonumber(ARGV[8]) do
   local count = tonumber(ARGV[pos])
-  local shards, fresh, optional = ARGV[pos + 1], ARGV[pos + 2], ARGV[pos + 3]
-  pos = pos + 4
+  local door = ARGV[pos + 1]
+  local shards, fresh, optional = ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4]
+  pos = pos + 5
   local first = pos
   -- First pass: sizes, distinct ids and what they would add, which ids may have been stored before.
   local seen, sizes, lookup, nl = {}, {}, {}, 0
@@ -120,6 +129,7 @@ for g = 1, tonumber(ARGV[8]) do
     out[g] = {0, 'total'}
   else
     local res, marks, nr, nm = {1}, {}, 1, 0
+    local jids, jsizes, jshards, jkeys, jkeyed, nj = {}, {}, {}, {}, false, 0
     local p = first
     for m = 1, count do
       local mid, k = ARGV[p], byte(optional, m)
@@ -130,6 +140,16 @@ for g = 1, tonumber(ARGV[8]) do
           'at', ARGV[p + 2], 'e', entity, unpack(ARGV, p + 3, p + 2 + k))
         local marker = shard .. ' ' .. id
         seen[mid] = marker
+        if journal_max > 0 then
+          nj = nj + 1
+          jids[nj], jsizes[nj], jshards[nj], jkeys[nj] = mid, sizes[m], shard, cjson.null
+          for i = p + 3, p + 1 + k, 2 do
+            if ARGV[i] == 'sid' or ARGV[i] == 'pk' then
+              jkeys[nj], jkeyed = ARGV[i + 1], true
+              break
+            end
+          end
+        end
         marks[nm + 1], marks[nm + 2], nm = mid, marker, nm + 2
         res[nr + 1], res[nr + 2], nr = marker, 0, nr + 2
       else
@@ -140,6 +160,19 @@ for g = 1, tonumber(ARGV[8]) do
     if nm > 0 then
       redis.call('HSET', cur_key, unpack(marks))
     end
+    if nj > 0 then
+      if journal_len < journal_max then
+        local entry = {'v', '1', 'k', 'accepted', 't', ARGV[first + 2], 'd', door, 'M', cjson.encode(jids),
+          'Z', cjson.encode(jsizes), 'S', cjson.encode(jshards)}
+        if jkeyed then
+          entry[#entry + 1], entry[#entry + 2] = 'Y', cjson.encode(jkeys)
+        end
+        redis.call('XADD', journal, '*', unpack(entry))
+        journal_len = journal_len + 1
+      else
+        journal_dropped = journal_dropped + 1
+      end
+    end
     n_now, b_now = n_now + new_n, b_now + new_b
     t_now, tb_now = t_now + new_n, tb_now + new_b
     added_n, added_b = added_n + new_n, added_b + new_b
@@ -147,6 +180,10 @@ for g = 1, tonumber(ARGV[8]) do
   end
 end
 if added_n > 0 then
+  -- Recorded with the first entry it describes, so a refused write leaves no key behind.
+  if not recorded then
+    redis.call('HSET', layout, 'shards', nshards)
+  end
   redis.call('PEXPIRE', cur_key, 2 * window + 1000)
   redis.call('HINCRBY', stats, 'messages', added_n)
   redis.call('HINCRBY', stats, 'bytes', added_b)
@@ -155,40 +192,156 @@ if added_n > 0 then
     redis.call('HINCRBY', totals, 'bytes', added_b)
   end
 end
+if journal_dropped > 0 then
+  redis.call('HINCRBY', journal_overflow, 'accepted', journal_dropped)
+end
 return out
 """
 )
 
-# KEYS: stats, the shard stream, totals (or stats again when totals are kept outside).
-# ARGV: group, use_totals (1/0), entry ids.
-# Acknowledges, deletes and un-counts the entries (an entry's size is the length of its field names and
-# values, as the writer counted it); entries already gone count nothing (a second ack after a
-# crash is harmless). Reply: {messages, bytes} removed, for the caller to subtract from the totals.
-ACK = LuaScript(
-    """#!lua
-local stats, stream, totals, group = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local n, b = 0, 0
-for i = 3, #ARGV do
-  local entry = redis.call('XRANGE', stream, ARGV[i], ARGV[i])
-  if #entry > 0 then
-    local fields = entry[1][2]
-    local size = 0
-    for j = 1, #fields do
-      size = size + #fields[j]
+# The acknowledgement both scripts below share: acknowledges, deletes and un-counts the entries
+# ARGV[first .. last] of ``stream`` (an entry's size is the length of its field names and values, as the
+# writer counted it); entries already gone count nothing (a second ack after a crash is harmless).
+# Returns {messages, bytes} removed, for the caller to subtract from the totals on a Cluster.
+_ACK_ENTRIES = """
+local function ack(stats, stream, totals, group, use_totals, first, last)
+  local n, b = 0, 0
+  for i = first, last do
+    local entry = redis.call('XRANGE', stream, ARGV[i], ARGV[i])
+    if #entry > 0 then
+      local fields = entry[1][2]
+      local size = 0
+      for j = 1, #fields do
+        size = size + #fields[j]
+      end
+      n, b = n + 1, b + size
+      redis.call('XACK', stream, group, ARGV[i])
+      redis.call('XDEL', stream, ARGV[i])
     end
-    n, b = n + 1, b + size
-    redis.call('XACK', stream, group, ARGV[i])
-    redis.call('XDEL', stream, ARGV[i])
+  end
+  if n > 0 then
+    redis.call('HINCRBY', stats, 'messages', -n)
+    redis.call('HINCRBY', stats, 'bytes', -b)
+    if use_totals then
+      redis.call('HINCRBY', totals, 'messages', -n)
+      redis.call('HINCRBY', totals, 'bytes', -b)
+    end
+  end
+  return {n, b}
+end
+"""
+
+# KEYS: stats, the shard stream, totals (or stats again when totals are kept outside).
+# ARGV: group, use_totals (1/0), entry ids. Reply: {messages, bytes} removed.
+ACK = LuaScript(
+    "#!lua\n" + _ACK_ENTRIES + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 3, #ARGV)\n"
+)
+
+# KEYS: stats, the shard stream, totals (or stats again), the quarantine or dead-letter stream.
+# ARGV: group, use_totals (1/0), entry id, then the field/value pairs of the problem entry.
+# Writes the problem entry and acknowledges the outbox entry in one step, so an entry is never in both
+# streams or in neither. Reply: {messages, bytes} removed.
+MOVE = LuaScript(
+    "#!lua\n"
+    + _ACK_ENTRIES
+    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 4))\n"
+    + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 3, 3)\n"
+)
+
+# ---- fenced scripts: the shard's lease holder only -------------------------------------------------------
+# A drainer holds the lease ``bridge:{E}:lease:<i>`` of its shard (``bridge.state.lease``) with a token unique
+# to its tenure. Every script below first checks ``GET lease == token`` and does nothing when it does not
+# hold (reply -1 in the first position): a drainer whose lease expired mid-batch and was taken over can
+# neither read new entries, nor acknowledge, nor move entries that the new holder now owns. The lease key
+# carries the entity's hash tag, so the scripts stay within one Cluster slot.
+_FENCE = "if redis.call('GET', KEYS[{lease}]) ~= ARGV[{token}] then return {{-1, 0}} end\n"
+
+# KEYS: stats, the shard stream, totals (or stats again), lease. ARGV: group, use_totals, token, entry ids.
+# Reply: {messages, bytes} removed, or {-1, 0} when the lease is not held with the token.
+FENCED_ACK = LuaScript(
+    "#!lua\n"
+    + _ACK_ENTRIES
+    + _FENCE.format(lease=4, token=3)
+    + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 4, #ARGV)\n"
+)
+
+# KEYS: stats, the shard stream, totals (or stats again), the problem stream, lease.
+# ARGV: group, use_totals, token, entry id, then the field/value pairs of the problem entry.
+FENCED_MOVE = LuaScript(
+    "#!lua\n"
+    + _ACK_ENTRIES
+    + _FENCE.format(lease=5, token=3)
+    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5))\n"
+    + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 4, 4)\n"
+)
+
+# KEYS: the shard stream, lease. ARGV: token, group, consumer, count.
+# New entries for the lease holder (``XREADGROUP ... >``, never blocking: a script cannot block). Reply:
+# {1, entries} when there were some; {0, last-delivered-id} when none, the id to wait after with a plain
+# ``XREAD BLOCK`` (it returns as soon as an entry the group has not delivered yet arrives); {-1, 0}.
+FENCED_READ = LuaScript(
+    "#!lua\n"
+    + _FENCE.format(lease=2, token=1)
+    + """local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[4],
+  'STREAMS', KEYS[1], '>')
+if r then
+  return {1, r[1][2]}
+end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+  end
+  if name == ARGV[2] then
+    return {0, last}
   end
 end
-if n > 0 then
-  redis.call('HINCRBY', stats, 'messages', -n)
-  redis.call('HINCRBY', stats, 'bytes', -b)
-  if ARGV[2] == '1' then
-    redis.call('HINCRBY', totals, 'messages', -n)
-    redis.call('HINCRBY', totals, 'bytes', -b)
+return {0, '0-0'}
+"""
+)
+
+# KEYS: the shard stream, lease. ARGV: token, group, consumer, count, prune (1/0).
+# Every entry still pending in the group, whoever read it (a crashed or superseded drainer), becomes the
+# holder's, oldest first, up to ``count`` (``XAUTOCLAIM`` from 0 with no idle time: the holder owns the
+# shard). With prune, consumers other than the holder that have nothing pending are deleted
+# (``XGROUP DELCONSUMER``), so the group holds about one consumer however many drainers came and went.
+# Reply: {1, entries} or {-1, 0}.
+FENCED_CLAIM = LuaScript(
+    "#!lua\n"
+    + _FENCE.format(lease=2, token=1)
+    + """local want = tonumber(ARGV[4])
+local out = {}
+local cursor = '0-0'
+repeat
+  local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[2], ARGV[3], 0, cursor,
+    'COUNT', math.min(100, want - #out))
+  cursor = r[1]
+  for _, entry in ipairs(r[2]) do
+    out[#out + 1] = entry
+  end
+until cursor == '0-0' or #out >= want
+if ARGV[5] == '1' then
+  for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[2])) do
+    local name, pending
+    for i = 1, #c, 2 do
+      if c[i] == 'name' then name = c[i + 1] elseif c[i] == 'pending' then pending = c[i + 1] end
+    end
+    if name ~= ARGV[3] and pending == 0 then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[2], name)
+    end
   end
 end
-return {n, b}
+return {1, out}
+"""
+)
+
+# KEYS: the shard stream. ARGV: group, consumer. Deletes the consumer when it has nothing pending (a
+# drainer handing its shard over); reply 1 when deleted. Safe without a fence: nothing pending, nothing lost.
+RETIRE_CONSUMER = LuaScript(
+    """#!lua
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+  return 0
+end
+return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) >= 0 and 1 or 0
 """
 )

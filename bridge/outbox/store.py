@@ -4,26 +4,140 @@ One call sends every group's script in one pipeline (one round trip), then ``WAI
 confirm, and returns per group either its acks or the error that refused it. Driver errors become
 ``OutboxUnavailableError`` / ``BackpressureError`` here and never leave the package.
 
-Scripts run by ``EVALSHA``; when a server does not know the script yet (fresh start, failover, a cluster
-node added), it is loaded and only the refused calls are sent again: ``NOSCRIPT`` means nothing ran.
+Both classes run the same steps, written once: ``_write_steps`` is a generator that decides every Redis
+round trip (``Pipeline``, ``Script``, ``Load``), receives its reply and interprets it, without doing any
+I/O itself; the two classes only carry the steps out, one blocking, one with ``await``. So the fast path
+for a lone script call, the ``NOSCRIPT`` retry, the Cluster totals and the error handling cannot drift
+apart. ``NOSCRIPT`` follows ``bridge.redis.scripts``: nothing ran, so the script is loaded and only the
+refused calls are sent again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
-import redis.asyncio
 
-from bridge.errors import BackpressureError, BridgeError, OutboxUnavailableError
+from bridge.errors import BackpressureError, BridgeError, OutboxLayoutChangedError, OutboxUnavailableError
 from bridge.outbox import keys
-from bridge.outbox.connection import driver_errors, is_cluster, translate
 from bridge.outbox.scripts import WRITE
 from bridge.outbox.writer import Ack, Command, Group, OutboxWriter
+from bridge.redis.connection import is_cluster
+from bridge.redis.errors import driver_errors, translate
+from bridge.redis.scripts import is_noscript, load, load_async, run_script, run_script_async
+from bridge.redis.types import AsyncRedis, SyncRedis
 from bridge.settings import Settings
 
 GroupResult = list[Ack] | BridgeError
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Send ``calls`` in one round trip; the reply is the list of their replies, in order.
+
+    With ``errors_as_values`` a command's error is its reply (one group's refusal must not fail the
+    others); otherwise the first error is raised.
+    """
+
+    calls: list[tuple[Any, ...]]
+    errors_as_values: bool = False
+
+
+@dataclass(frozen=True)
+class Script:
+    """One call of the write script outside a pipeline (``run_script``); a refusal is its reply."""
+
+    command: Command
+
+
+@dataclass(frozen=True)
+class Load:
+    """Load the write script (after ``NOSCRIPT``); the reply is ``None``."""
+
+
+Step = Pipeline | Script | Load
+Steps = Generator[Step, Any, list[GroupResult]]
+
+
+def _write_steps(writer: OutboxWriter, groups: Sequence[Group]) -> Steps:
+    """Every round trip of one ``write`` call, and what its replies mean (no I/O here)."""
+    if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
+        (seen,) = yield Pipeline([("HMGET", keys.TOTALS, "messages", "bytes")])
+        writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
+    early, send = _sort(writer, groups)
+    if not send:
+        return [early[i] for i in range(len(groups))]
+    commands = writer.commands(send)
+    replies = yield from _send_steps(writer, commands)
+    results = _collect(writer, groups, early, commands, replies)
+    results = yield from _relayout_steps(writer, groups, results)
+    new_entities = _new_entities(writer, groups, results)
+    if new_entities:
+        yield Pipeline([("SADD", keys.ENTITIES, *new_entities)])
+        writer.known_entities.update(new_entities)
+    if writer.cluster:
+        messages, size = _accepted(writer, results, early, send)
+        totals = yield Pipeline(
+            [("HINCRBY", keys.TOTALS, "messages", messages), ("HINCRBY", keys.TOTALS, "bytes", size)]
+        )
+        writer.seen_totals = (int(totals[0]), int(totals[1]))
+    return results
+
+
+LAYOUT_RETRIES = 3
+"""Writes re-sharded and sent again after a layout refusal (one is enough unless the count keeps changing)."""
+
+
+def _relayout_steps(
+    writer: OutboxWriter, groups: Sequence[Group], results: list[GroupResult]
+) -> Generator[Step, Any, list[GroupResult]]:
+    """Groups the script refused because the entity's shard count changed (``bridge.core.layout``): learn
+    the recorded count, build them again for it and send them again. Nothing of a refused group was
+    written, so this is the same atomic write, only to the shards Redis now says."""
+    for _ in range(LAYOUT_RETRIES):
+        changed: list[int] = []
+        for index, result in enumerate(results):
+            if isinstance(result, OutboxLayoutChangedError):
+                writer.layouts[groups[index].entity] = result.shards
+                changed.append(index)
+        if not changed:
+            break
+        again = [writer.regroup(groups[index]) for index in changed]
+        commands = writer.commands(again)
+        replies = yield from _send_steps(writer, commands)
+        retried = _collect(writer, again, {}, commands, replies)
+        for slot, index in enumerate(changed):
+            results[index] = retried[slot]
+    return results
+
+
+def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step, Any, list[Any]]:
+    """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
+    # A cluster pipeline refuses EVALSHA: one call per entity. A lone call needs no pipeline either.
+    if writer.cluster or (len(commands) == 1 and not _waits(writer)):
+        replies = []
+        for command in commands:
+            replies.append((yield Script(command)))
+        return replies
+    replies = yield Pipeline(_calls(writer, commands), errors_as_values=True)
+    retry = [i for i in range(len(commands)) if is_noscript(replies[i])]
+    if retry:
+        yield Load()
+        again = yield Pipeline(_calls(writer, [commands[i] for i in retry]), errors_as_values=True)
+        _merge(writer, replies, retry, again)
+    return list(replies)
+
+
+def _calls(writer: OutboxWriter, commands: Sequence[Command]) -> list[tuple[Any, ...]]:
+    """The script calls, then ``WAIT`` when replicas must confirm (it covers every write before it)."""
+    calls: list[tuple[Any, ...]] = [
+        ("EVALSHA", WRITE.sha, len(command.keys), *command.keys, *command.args) for command in commands
+    ]
+    if _waits(writer):
+        calls.append(("WAIT", writer.wait_replicas, writer.wait_timeout_ms))
+    return calls
 
 
 def _sort(writer: OutboxWriter, groups: Sequence[Group]) -> tuple[dict[int, GroupResult], list[Group]]:
@@ -53,7 +167,7 @@ def _collect(
     by_group: dict[int, GroupResult] = {}
     for command, reply in zip(commands, replies[: len(commands)], strict=True):
         if isinstance(reply, Exception):
-            error = translate(reply)
+            error = translate(reply, OutboxUnavailableError)
             results: list[GroupResult] = [
                 error if isinstance(error, BridgeError) else OutboxUnavailableError("outbox write failed")
             ] * len(command.groups)
@@ -79,140 +193,6 @@ def _new_entities(writer: OutboxWriter, groups: Sequence[Group], results: list[G
     return sorted(found - writer.known_entities)
 
 
-def _is_noscript(reply: object) -> bool:
-    return isinstance(reply, redis.exceptions.NoScriptError)
-
-
-class SyncOutbox:
-    """Blocking outbox writes (used by ``bridge.Producer`` and the Redis door)."""
-
-    def __init__(self, client: Any, settings: Settings) -> None:
-        # ``client``: any blocking client from ``bridge.outbox.connection.sync_client``.
-        self.client = client
-        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
-
-    def write(self, groups: Sequence[Group]) -> list[GroupResult]:
-        """Store every group atomically; per group, its acks or the error that refused it."""
-        writer = self.writer
-        with driver_errors():
-            if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
-                seen = self.client.hmget(keys.TOTALS, ["messages", "bytes"])
-                writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
-            early, send = _sort(writer, groups)
-            if not send:
-                return [early[i] for i in range(len(groups))]
-            commands = writer.commands(send)
-            replies = self._send(commands)
-            results = _collect(writer, groups, early, commands, replies)
-            new_entities = _new_entities(writer, groups, results)
-            if new_entities:
-                self.client.sadd(keys.ENTITIES, *new_entities)
-                writer.known_entities.update(new_entities)
-            if writer.cluster:
-                messages, size = _accepted(writer, results, early, send)
-                pipe = self.client.pipeline(transaction=False)
-                pipe.hincrby(keys.TOTALS, "messages", messages)
-                pipe.hincrby(keys.TOTALS, "bytes", size)
-                totals = pipe.execute()
-                writer.seen_totals = (int(totals[0]), int(totals[1]))
-        return results
-
-    def _send(self, commands: list[Command]) -> list[Any]:
-        """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
-        # A cluster pipeline refuses EVALSHA: one call per entity. A lone call needs no pipeline either.
-        if self.writer.cluster or (len(commands) == 1 and not _waits(self.writer)):
-            return [self._call(command) for command in commands]
-        pipe = self.client.pipeline(transaction=False)
-        _queue(pipe, self.writer, commands)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
-        if retry:
-            self.client.script_load(WRITE.text)
-            pipe = self.client.pipeline(transaction=False)
-            _queue(pipe, self.writer, [commands[i] for i in retry])
-            _merge(self.writer, replies, retry, pipe.execute(raise_on_error=False))
-        return replies
-
-    def _call(self, command: Command) -> Any:
-        for attempt in (1, 2):
-            try:
-                return self.client.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
-            except redis.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
-                self.client.script_load(WRITE.text)
-            except redis.exceptions.ResponseError as exc:
-                return exc
-        raise AssertionError("unreachable")
-
-
-class AsyncOutbox:
-    """asyncio outbox writes (used by the HTTP ingress through the batcher, and ``AsyncProducer``)."""
-
-    def __init__(self, client: Any, settings: Settings) -> None:
-        # ``client``: any asyncio client from ``bridge.outbox.connection.async_client``.
-        self.client = client
-        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
-
-    async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
-        """Store every group atomically; per group, its acks or the error that refused it."""
-        try:
-            return await self._write(groups)
-        except redis.exceptions.RedisError as exc:
-            raise translate(exc) from None
-
-    async def _write(self, groups: Sequence[Group]) -> list[GroupResult]:
-        writer = self.writer
-        if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
-            seen = await self.client.hmget(keys.TOTALS, ["messages", "bytes"])
-            writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
-        early, send = _sort(writer, groups)
-        if not send:
-            return [early[i] for i in range(len(groups))]
-        commands = writer.commands(send)
-        replies = await self._send(commands)
-        results = _collect(writer, groups, early, commands, replies)
-        new_entities = _new_entities(writer, groups, results)
-        if new_entities:
-            await self.client.sadd(keys.ENTITIES, *new_entities)
-            writer.known_entities.update(new_entities)
-        if writer.cluster:
-            messages, size = _accepted(writer, results, early, send)
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hincrby(keys.TOTALS, "messages", messages)
-            pipe.hincrby(keys.TOTALS, "bytes", size)
-            totals = await pipe.execute()
-            writer.seen_totals = (int(totals[0]), int(totals[1]))
-        return results
-
-    async def _send(self, commands: list[Command]) -> list[Any]:
-        """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
-        if self.writer.cluster:  # a cluster pipeline refuses EVALSHA: one call per entity
-            return [await self._call(command) for command in commands]
-        pipe = self.client.pipeline(transaction=False)
-        _queue(pipe, self.writer, commands)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-        retry = [i for i in range(len(commands)) if _is_noscript(replies[i])]
-        if retry:
-            await self.client.script_load(WRITE.text)
-            pipe = self.client.pipeline(transaction=False)
-            _queue(pipe, self.writer, [commands[i] for i in retry])
-            _merge(self.writer, replies, retry, await pipe.execute(raise_on_error=False))
-        return replies
-
-    async def _call(self, command: Command) -> Any:
-        for attempt in (1, 2):
-            try:
-                return await self.client.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
-            except redis.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
-                await self.client.script_load(WRITE.text)
-            except redis.exceptions.ResponseError as exc:
-                return exc
-        raise AssertionError("unreachable")
-
-
 def _merge(writer: OutboxWriter, replies: list[Any], retry: list[int], again: list[Any]) -> None:
     """Put the replies of re-sent script calls in place; ``WAIT`` counts the weaker of its two answers."""
     for slot, index in enumerate(retry):
@@ -225,16 +205,80 @@ def _waits(writer: OutboxWriter) -> bool:
     return writer.wait_replicas > 0 and not writer.cluster
 
 
-def _queue(pipe: Any, writer: OutboxWriter, commands: Sequence[Command]) -> None:
-    """The script calls, then ``WAIT`` when replicas must confirm (it covers every write before it)."""
-    for command in commands:
-        pipe.evalsha(WRITE.sha, len(command.keys), *command.keys, *command.args)
-    if _waits(writer):
-        pipe.execute_command("WAIT", writer.wait_replicas, writer.wait_timeout_ms)
-
-
 def _accepted(
     writer: OutboxWriter, results: list[GroupResult], early: dict[int, GroupResult], send: list[Group]
 ) -> tuple[int, int]:
     sent = [result for index, result in enumerate(results) if index not in early]
     return writer.accepted(sent, send)
+
+
+class SyncOutbox:
+    """Blocking outbox writes (used by ``bridge.Producer`` and the Redis door)."""
+
+    def __init__(self, client: SyncRedis, settings: Settings) -> None:
+        # ``client``: any blocking client from ``bridge.redis.connection.sync_client``.
+        self.client = client
+        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+
+    def write(self, groups: Sequence[Group]) -> list[GroupResult]:
+        """Store every group atomically; per group, its acks or the error that refused it."""
+        steps = _write_steps(self.writer, groups)
+        reply: Any = None
+        with driver_errors(OutboxUnavailableError):
+            while True:
+                try:
+                    step = steps.send(reply)
+                except StopIteration as done:
+                    results: list[GroupResult] = done.value
+                    return results
+                reply = self._do(step)
+
+    def _do(self, step: Step) -> Any:
+        if isinstance(step, Script):
+            try:
+                return run_script(self.client, WRITE, step.command.keys, step.command.args)
+            except redis.exceptions.ResponseError as exc:
+                return exc
+        if isinstance(step, Load):
+            load(self.client, WRITE)
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        for call in step.calls:
+            pipe.execute_command(*call)
+        return pipe.execute(raise_on_error=not step.errors_as_values)
+
+
+class AsyncOutbox:
+    """asyncio outbox writes (used by the HTTP ingress through the batcher, and ``AsyncProducer``)."""
+
+    def __init__(self, client: AsyncRedis, settings: Settings) -> None:
+        # ``client``: any asyncio client from ``bridge.redis.connection.async_client``.
+        self.client = client
+        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+
+    async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
+        """Store every group atomically; per group, its acks or the error that refused it."""
+        steps = _write_steps(self.writer, groups)
+        reply: Any = None
+        with driver_errors(OutboxUnavailableError):
+            while True:
+                try:
+                    step = steps.send(reply)
+                except StopIteration as done:
+                    results: list[GroupResult] = done.value
+                    return results
+                reply = await self._do(step)
+
+    async def _do(self, step: Step) -> Any:
+        if isinstance(step, Script):
+            try:
+                return await run_script_async(self.client, WRITE, step.command.keys, step.command.args)
+            except redis.exceptions.ResponseError as exc:
+                return exc
+        if isinstance(step, Load):
+            await load_async(self.client, WRITE)
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        for call in step.calls:
+            pipe.execute_command(*call)
+        return await pipe.execute(raise_on_error=not step.errors_as_values)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from bridge.core.envelope import REQUIRED_OVERHEAD, Envelope, encode_time
 from bridge.core.partitioning import choose_shard, partition_key
 from bridge.core.validation import EntityRules
-from bridge.errors import BackpressureError, BridgeError, OutboxUnavailableError
+from bridge.errors import BackpressureError, BridgeError, OutboxLayoutChangedError, OutboxUnavailableError
+from bridge.journal import keys as journal_keys
 from bridge.outbox import keys
 from bridge.settings import Settings
 
@@ -59,6 +60,12 @@ class Group:
     args: list[bytes | str | int] = field(default_factory=list)
     messages: int = 0
     size: int = 0
+    transactional: bool = False
+    fresh: Sequence[bool] | None = None
+    """How it was built, so it can be built again for another shard count (``OutboxWriter.regroup``)."""
+    door: str = ""
+    """Which door it came through (``http``, ``rest``, ``producer``, ``redis-door``): the journal's
+    ``accepted`` event records it."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,13 @@ class OutboxWriter:
         self.wait_timeout_ms = max(1, int(ingress.wait_timeout * 1000))
         self.total_messages = ingress.max_total_messages
         self.total_bytes = ingress.max_total_bytes
+        # The write script journals each stored message (``accepted``) when this is above 0.
+        self.journal_max = settings.journal.max_length if settings.journal.enabled else 0
         self._round_robin = itertools.count()
         self._policies: dict[str, EntityPolicy] = {}
+        # The shard count recorded in Redis per entity, learnt from the write script's refusals; it wins
+        # over the settings while a migration (bridge.core.layout) is pending or done.
+        self.layouts: dict[str, int] = {}
         self.known_entities: set[str] = set()
         # Cluster only: the totals as last seen by this process.
         self.seen_totals = (0, 0)
@@ -115,6 +127,7 @@ class OutboxWriter:
         *,
         transactional: bool = False,
         fresh: Sequence[bool] | None = None,
+        door: str = "",
     ) -> Group:
         """Assign shards and encode; a transactional group goes to one shard so it stays together.
 
@@ -122,12 +135,13 @@ class OutboxWriter:
         and the script skips the lookup (it still records the id for later re-posts).
         """
         policy = self.policy(entity)
+        shard_count = self.shards(entity)
         dedup = policy.rules.requires_duplicate_detection
-        group = Group(entity=entity, envelopes=envelopes)
+        group = Group(entity=entity, envelopes=envelopes, transactional=transactional, fresh=fresh, door=door)
         fixed: int | None = None
         if transactional and envelopes:
-            fixed = choose_shard(partition_key(envelopes[0], dedup), policy.shards, next(self._round_robin))
-        elif policy.shards == 1:
+            fixed = choose_shard(partition_key(envelopes[0], dedup), shard_count, next(self._round_robin))
+        elif shard_count == 1:
             fixed = 0
         # The script's layout (bridge.outbox.scripts): three strings of one byte per message, then per
         # message its id, body, ``at`` and optional fields.
@@ -153,7 +167,7 @@ class OutboxWriter:
             shards.append(
                 fixed
                 if fixed is not None
-                else choose_shard(partition_key(envelope, dedup), policy.shards, next(self._round_robin))
+                else choose_shard(partition_key(envelope, dedup), shard_count, next(self._round_robin))
             )
             flags.append(1 if fresh is not None and fresh[index] else 0)
             counts.append(len(optional))
@@ -169,6 +183,20 @@ class OutboxWriter:
         group.size = size_total
         return group
 
+    def shards(self, entity: str) -> int:
+        """The shard count this writer uses for ``entity``: Redis's as last learnt, else the settings'."""
+        return self.layouts.get(entity) or self.policy(entity).shards
+
+    def regroup(self, group: Group) -> Group:
+        """``group`` built again for the entity's current shard count (after a layout refusal)."""
+        return self.group(
+            group.entity,
+            group.envelopes,
+            transactional=group.transactional,
+            fresh=group.fresh,
+            door=group.door,
+        )
+
     def commands(self, groups: Sequence[Group]) -> list[Command]:
         """One script call per entity, groups in arrival order."""
         by_entity: dict[str, list[Group]] = {}
@@ -182,7 +210,10 @@ class OutboxWriter:
                 keys.stats(entity),
                 keys.message_id_prefix(entity),
                 keys.TOTALS if use_totals else keys.stats(entity),
-                *(keys.outbox(entity, shard) for shard in range(policy.shards)),
+                *(keys.outbox(entity, shard) for shard in range(self.shards(entity))),
+                keys.layout(entity),
+                journal_keys.journal(entity),
+                journal_keys.overflow(entity),
             ]
             args: list[bytes | str | int] = [
                 self.window_ms,
@@ -193,9 +224,11 @@ class OutboxWriter:
                 1 if use_totals else 0,
                 entity,
                 len(members),
+                self.journal_max,
             ]
             for group in members:
                 args.append(group.messages)
+                args.append(group.door)
                 args.extend(group.args)
             out.append(Command(entity=entity, keys=script_keys, args=args, groups=members))
         return out
@@ -211,6 +244,14 @@ class OutboxWriter:
             raise OutboxUnavailableError("unexpected reply from the outbox write script")
         out: list[list[Ack] | BridgeError] = []
         for group, answer in zip(command.groups, reply, strict=True):
+            if int(answer[0]) == 2:
+                recorded = int(answer[1])
+                out.append(
+                    OutboxLayoutChangedError(
+                        f"the outbox of {group.entity!r} has {recorded} shards now; write again", recorded
+                    )
+                )
+                continue
             if int(answer[0]) == 0:
                 scope = "the bridge" if answer[1] in (b"total", "total") else f"entity {group.entity!r}"
                 out.append(

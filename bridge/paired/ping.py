@@ -12,7 +12,8 @@ Bounds: each ping is one pool call, so at most the attempt deadline (twice in sc
 up to ``PING_THREADS`` threads, and a ping not started within ``ping_timeout`` of the run's start waits for
 the next interval. ``ping_due`` with half an interval of slack decides whether an entity is due, so a beat
 firing a few milliseconds early still pings, and a second firing in the same interval (another beat, a
-redelivered task) does not ping again.
+redelivered task) does not ping again; a claim in Redis for the rest of the interval keeps two runs that
+overlap from both pinging.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import on_ping, ping_due
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
+from bridge.journal.emit import ping_events
+from bridge.observability import metrics
 from bridge.paired.entities import failover_policy, paired_entities
 from bridge.servicebus.messages import ping_message
 
@@ -53,7 +56,11 @@ def due_entities(ctx: DeliveryContext) -> list[str]:
     policy = failover_policy(ctx.settings)
     now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
     engaged = ctx.paired.failed_over_entities(paired_entities(ctx.settings))
-    return [entity for entity in engaged if ping_due(ctx.paired.get(entity), now, policy)]
+    due = [entity for entity in engaged if ping_due(ctx.paired.get(entity), now, policy)]
+    # Two runs can overlap (two beats, a slow run still waiting on a deadline) before either recorded its
+    # ping: a claim for the rest of the interval lets only one of them ping each entity.
+    claim_ms = int((1 - DUE_SLACK) * policy.ping_primary_interval * 1000)
+    return [entity for entity in due if ctx.paired.claim_ping(entity, claim_ms)]
 
 
 def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
@@ -74,6 +81,10 @@ def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
         outcome = Outcome.from_classification(classify(error), describe_error(error))
     update = ctx.paired.apply(entity, on_ping(outcome, ctx.clock()))
     ctx.cost.add(entity, Operation.PING, operations)
+    if ctx.journal is not None:
+        primary = ctx.settings.primary.namespace_name if ctx.settings.primary else "primary"
+        ctx.journal.append(entity, ping_events(primary, outcome, operations, update, ctx.clock()))
+    metrics.record_ping(entity, outcome)
     if outcome.ok:
         log.info("ping accepted by the primary for %s (restored: %s)", entity, update.restored)
     else:

@@ -9,18 +9,28 @@ on the primary. The decisions are the core's (``bridge.core.syphon``); this modu
   redelivers it after its lock expires: a duplicate with the same MessageId, never a loss.
 - Expired in the backlog, not aliased, or its destination missing or refusing it for good: dead-lettered
   in the backlog queue with the reason (``<code>: <details>`` → reason ``<code>``, description the rest).
-- Its destination failed over (or its FailoverInterval timer runs), or a transient failure: abandoned, and
-  so is every later message of the same destination in the batch, which keeps per-session order.
-- An outage of the primary: this message and the rest of the batch are abandoned and the queue's run
-  stops; the next run (one ``syphon_retry_interval`` later) tries again.
+- Its destination failed over (or its FailoverInterval timer runs), a transient failure, or an earlier
+  message of the same destination already set aside: the message is *set aside* — its sequence number is
+  recorded (``bridge.state.aside``) and it is deferred — and so is every later message of that
+  destination. It leaves the queue's receivable order, so the healthy entities' messages behind it are
+  reached at once and it is not received (and billed) again on every poll.
+- An outage of the primary: the rest of the batch is set aside and the queue's run stops; the next run (one
+  ``syphon_retry_interval`` later) tries again.
 
-Order: a backlog queue is FIFO, a batch arrives in enqueue order, and the messages of one destination are
-sent in that order in one batched send, so per-session (and per-key) order is kept.
+Order: each poll first takes back, per healthy destination, its set-aside messages by sequence number
+(``receive_deferred``, lowest first) and sends them in that order; only then does it receive new messages,
+and a destination that still has messages set aside sets its new ones aside behind them. A set-aside number
+whose message is not deferred (its settlement failed, so it is still locked, or the process died between
+recording and deferring) stops that destination until the message comes round again and is set aside;
+one that is gone (completed or dead-lettered by an earlier run) is forgotten. A run that finds an earlier
+run's locks possibly still held (``AsideStore.locks_pending``: that run died) waits for them to expire,
+because those messages reappear at their place in the queue later and nobody recorded them.
 
 Before each send the batch's locks are renewed when half of their lock time has passed or less than one
-attempt deadline is left (``lock_renewal_due``). Every
-receive call is counted as a syphon receive (billed even when it returns nothing), on the backlog queue's
-counters; every message the primary accepted as a syphon send, on its destination's counters.
+attempt deadline is left (``lock_renewal_due``). Every receive, receive-deferred and peek call is counted
+as a syphon receive (billed even when it returns nothing), on the backlog queue's counters; every message
+the primary accepted as a syphon send, on its destination's counters. What the code relies on from the
+SDK and Service Bus (deferral, receive by sequence number, lock expiry) is in ``docs/servicebus-sdk.md``.
 """
 
 from __future__ import annotations
@@ -32,19 +42,25 @@ from dataclasses import dataclass
 
 from azure.servicebus import ServiceBusReceivedMessage
 
-from bridge.core.aliasing import Restored
+from bridge.core.aliasing import Restored, UnaliasDecision
 from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.outcomes import Outcome, describe_error
-from bridge.core.paired import PairedState
-from bridge.core.syphon import SyphonAction, SyphonDecision, syphon_after_send, syphon_before_send
+from bridge.core.paired import PairedState, backlog_queue_index
+from bridge.core.syphon import Barrier, SyphonAction, SyphonDecision, plan_received, syphon_after_send
 from bridge.core.syphon_timing import lock_renewal_due, may_poll, receive_wait
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
+from bridge.journal.emit import SyphonJournal
 from bridge.paired.entities import paired_entities
-from bridge.servicebus.messages import RestoredMessage, from_backlog_message
+from bridge.servicebus.messages import RestoreDecision, RestoredMessage, barrier_of, from_backlog_message
+from bridge.state.aside import AsideStore
+from bridge.state.backlog import BacklogLedger
 
 log = logging.getLogger(__name__)
+
+LOCK_MARGIN = 2.0
+"""Seconds added to a lock's expiry before a later run may assume it ended (clock skew, in-flight calls)."""
 
 
 @dataclass
@@ -57,10 +73,23 @@ class QueueReport:
     sent: int = 0
     dead_lettered: int = 0
     abandoned: int = 0
+    """Messages left in the backlog for a later pass: set aside (deferred), never abandoned any more."""
     lock_renewals: int = 0
+    barriers: int = 0
+    """Restore barriers reached in order (``bridge.state.backlog``)."""
     stopped: str | None = None
     last_moved_at: float | None = None
     """``ctx.clock()`` time when the last message left the backlog (sent or dead-lettered)."""
+
+    @property
+    def progress(self) -> int:
+        """Messages that left the backlog, and barriers passed."""
+        return self.sent + self.dead_lettered + self.barriers
+
+    @property
+    def set_aside(self) -> int:
+        """Messages set aside (deferred) until their destination can take them."""
+        return self.abandoned
 
 
 def split_reason(reason: str) -> tuple[str, str]:
@@ -69,103 +98,273 @@ def split_reason(reason: str) -> tuple[str, str]:
     return (code, details) if sep else (reason, "")
 
 
-class _Batch:
-    """One received batch: which messages are still unsettled, and when their locks need renewing."""
+def _number(message: ServiceBusReceivedMessage) -> int:
+    # Every message a queue hands out has a sequence number; the SDK types it as optional.
+    return int(message.sequence_number or 0)
 
-    def __init__(self, messages: Sequence[ServiceBusReceivedMessage], received_at: float) -> None:
+
+Item = RestoreDecision | Barrier
+"""What one received backlog message is: restored (or why not), or a restore barrier."""
+
+
+def _core_decision(item: Item) -> UnaliasDecision | Barrier:
+    if isinstance(item, RestoredMessage):
+        return Restored(item.fields, item.destination)
+    return item
+
+
+def _destination(item: Item) -> str | None:
+    return item.destination if isinstance(item, RestoredMessage | Barrier) else None
+
+
+def _item(message: ServiceBusReceivedMessage, now: float) -> Item:
+    return barrier_of(message) or from_backlog_message(message, now)
+
+
+class _Batch:
+    """Messages received in one call: which are unsettled, which were set aside before, lock times."""
+
+    def __init__(
+        self, messages: Sequence[ServiceBusReceivedMessage], received_at: float, from_aside: bool
+    ) -> None:
         self.messages = list(messages)
+        self.from_aside = from_aside
         self.unsettled = set(range(len(messages)))
+        self.set_aside: set[int] = set()
         self.lock_from = received_at
         expiries = [m.locked_until_utc for m in messages]
         self.locked_until = min((t.timestamp() for t in expiries if t is not None), default=None)
+        self.latest_lock = max((t.timestamp() for t in expiries if t is not None), default=None)
 
 
 class BacklogSyphon:
     """Syphons one backlog queue of the secondary while the caller holds its lease (``holds``)."""
 
-    def __init__(self, ctx: DeliveryContext, queue: str, holds: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        ctx: DeliveryContext,
+        queue: str,
+        holds: Callable[[], bool],
+        aside: AsideStore | None = None,
+    ) -> None:
         self.ctx = ctx
         self.queue = queue
         self.holds = holds
+        self.aside = aside or AsideStore(ctx.redis)
         self.report = QueueReport(queue)
         self.paired = paired_entities(ctx.settings)
+        self._states: dict[str, PairedState] = {}
+        self._send_failed = False
+        settings = ctx.settings
+        self.journal = SyphonJournal(
+            ctx.journal,
+            settings.primary.namespace_name if settings.primary else "primary",
+            settings.secondary.namespace_name if settings.secondary else "secondary",
+            queue,
+        )
 
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self, until: float) -> QueueReport:
         """Move messages until ``until`` (a ``ctx.clock()`` time), the lease is lost, or the primary fails."""
         ctx, options = self.ctx, self.ctx.settings.paired
-        while self.report.stopped is None:
-            if not self.holds():
-                self.report.stopped = "lease lost"
-                break
-            if not may_poll(ctx.paired.get(entity) for entity in self.paired):
-                self.report.stopped = "every paired entity is failed over"
-                break
-            wait = receive_wait(until - ctx.clock(), options.syphon_receive_wait)
-            if wait <= 0:
-                break
-            try:
-                messages = ctx.pool.receive_batch("secondary", self.queue, options.syphon_batch_size, wait)
-            except NamespaceError as error:
-                self.report.stopped = f"receive failed: {describe_error(error)}"
-                break
-            finally:
-                self.report.receives += 1
-                ctx.cost.add(self.queue, Operation.SYPHON_RECEIVE)
-            if not messages:
-                continue
-            self.report.received += len(messages)
-            if not self.move(messages) and self.report.stopped is None:
-                # Everything waits for failed-over destinations: poll again one retry interval later.
-                time.sleep(max(0.0, min(options.syphon_retry_interval, until - ctx.clock())))
+        pending = self.aside.locks_pending(self.queue)
+        if pending is not None:
+            self.report.stopped = f"waiting {pending:.1f}s for message locks of an earlier run"
+            return self.report
+        finished = False
+        try:
+            while self.report.stopped is None:
+                self._send_failed = False
+                if not self.holds():
+                    self.report.stopped = "lease lost"
+                    break
+                self._states = {}
+                if not may_poll(self._state(entity) for entity in self.paired):
+                    self.report.stopped = "every paired entity is failed over"
+                    break
+                moved_aside = self.move_aside(until)
+                if self.report.stopped is not None:
+                    break
+                wait = receive_wait(until - ctx.clock(), options.syphon_receive_wait)
+                if wait <= 0:
+                    break
+                if moved_aside or self.aside.destinations(self.queue):
+                    # Set-aside messages wait for a destination to come back (a ping, at most one interval
+                    # away): do not long-poll past it, and not at all while there was aside work just now.
+                    wait = min(wait, options.ping_primary_interval, 1.0 if moved_aside else wait)
+                messages = self._receive(wait)
+                if messages is None:
+                    break
+                moved = self.move(messages) if messages else False
+                if self._send_failed and not moved and not moved_aside and self.report.stopped is None:
+                    # The primary refused for a passing reason and nothing went: try one interval later.
+                    time.sleep(max(0.0, min(options.syphon_retry_interval, until - ctx.clock())))
+            finished = True
+        finally:
+            self.journal.flush()
+            if finished and self.holds():
+                self.aside.clear_locks(self.queue)
         return self.report
 
-    # ---- one batch -------------------------------------------------------------------------------------
-    def move(self, messages: Sequence[ServiceBusReceivedMessage]) -> bool:
-        """Restore, send, settle one batch; True when some message left the backlog."""
+    def _state(self, destination: str) -> PairedState:
+        state = self._states.get(destination)
+        if state is None:
+            state = self._states[destination] = self.ctx.paired.get(destination)
+        return state
+
+    def _count_receive(self) -> None:
+        self.report.receives += 1
+        self.ctx.cost.add(self.queue, Operation.SYPHON_RECEIVE)
+
+    def _receive(self, wait: float) -> list[ServiceBusReceivedMessage] | None:
         ctx = self.ctx
-        moved_before = self.report.sent + self.report.dead_lettered
-        batch = _Batch(messages, ctx.clock())
-        now = ctx.clock()
-        restored = [from_backlog_message(message, now) for message in messages]
-        states: dict[str, PairedState] = {}
-        groups: dict[str, list[int]] = {}
-        blocked: set[str] = set()
-        for index, decision in enumerate(restored):
-            if isinstance(decision, RestoredMessage):
-                destination = decision.destination
-                if destination not in states:
-                    states[destination] = ctx.paired.get(destination)
-                before = syphon_before_send(Restored(decision.fields, destination), states[destination])
-                if before.action is SyphonAction.SEND and destination not in blocked:
-                    groups.setdefault(destination, []).append(index)
+        try:
+            messages = ctx.pool.receive_batch(
+                "secondary", self.queue, ctx.settings.paired.syphon_batch_size, wait
+            )
+        except NamespaceError as error:
+            self.report.stopped = f"receive failed: {describe_error(error)}"
+            return None
+        finally:
+            self._count_receive()
+        self._note_locks(messages)
+        self.report.received += len(messages)
+        self.journal.receive_call(len(messages), ctx.clock())
+        return messages
+
+    def _note_locks(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
+        expiries = [m.locked_until_utc.timestamp() for m in messages if m.locked_until_utc is not None]
+        if expiries:
+            self.aside.note_locks(self.queue, max(expiries) - self.ctx.clock() + LOCK_MARGIN)
+
+    # ---- set-aside messages first ----------------------------------------------------------------------
+    def move_aside(self, until: float) -> bool:
+        """Send the set-aside messages of every healthy destination, in sequence order; True if some left."""
+        moved_before = self.report.progress
+        for destination in self.aside.destinations(self.queue):
+            if not self._state(destination).healthy:
+                continue
+            while self.report.stopped is None and self.ctx.clock() < until and self.holds():
+                numbers = self.aside.lowest(
+                    self.queue, destination, self.ctx.settings.paired.syphon_batch_size
+                )
+                if not numbers:
+                    break
+                messages, waiting = self._take_deferred(destination, numbers)
+                progressed = self.move(messages, from_aside=True) if messages else False
+                if waiting or not progressed or len(messages) < len(numbers):
+                    break
+            if self.report.stopped is not None:
+                break
+        return self.report.progress > moved_before
+
+    def _take_deferred(
+        self, destination: str, numbers: Sequence[int]
+    ) -> tuple[list[ServiceBusReceivedMessage], bool]:
+        """The deferred messages ``numbers`` (a leading run of them), and whether one must be waited for."""
+        pool = self.ctx.pool
+        try:
+            try:
+                got = pool.receive_deferred("secondary", self.queue, numbers)
+            finally:
+                self._count_receive()
+            if got is not None:
+                self._note_locks(got)
+                return got, False
+            # Some number names no deferred message: go one by one, in order, to find it.
+            out: list[ServiceBusReceivedMessage] = []
+            for number in numbers:
+                try:
+                    one = pool.receive_deferred("secondary", self.queue, [number])
+                finally:
+                    self._count_receive()
+                if one:
+                    self._note_locks(one)
+                    out.extend(one)
                     continue
-                blocked.add(destination)
-            else:
-                before = syphon_before_send(decision, PairedState())
-            self._settle(batch, index, before)
+                try:
+                    peeked = pool.peek("secondary", self.queue, number, 1)
+                finally:
+                    self._count_receive()
+                if peeked and peeked[0].sequence_number == number:
+                    # Still active or locked: it is set aside when it comes round; its successors wait.
+                    log.info(
+                        "set-aside message %d of %s in %s is not deferred yet",
+                        number,
+                        destination,
+                        self.queue,
+                    )
+                    return out, True
+                self.aside.remove(self.queue, destination, [number])  # settled by an earlier run
+            return out, False
+        except NamespaceError as error:
+            log.info("taking set-aside messages of %s from %s failed: %s", destination, self.queue, error)
+            if classify(error).error_class is ErrorClass.OUTAGE:
+                self.report.stopped = f"secondary failed: {describe_error(error)}"
+            return [], True
+
+    # ---- one batch -------------------------------------------------------------------------------------
+    def move(self, messages: Sequence[ServiceBusReceivedMessage], from_aside: bool = False) -> bool:
+        """Restore, send, settle one batch in order; True when some message left the backlog."""
+        ctx = self.ctx
+        moved_before = self.report.progress
+        batch = _Batch(messages, ctx.clock(), from_aside)
+        now = ctx.clock()
+        restored = [_item(message, now) for message in messages]
+        held = set() if from_aside else set(self.aside.destinations(self.queue))
+        plan = plan_received([_core_decision(r) for r in restored], self._state, held)
+        groups: dict[str, list[int]] = {}
+        for index, decision in enumerate(plan):
+            if decision.action is SyphonAction.SEND:
+                item = restored[index]
+                assert isinstance(item, RestoredMessage)
+                groups.setdefault(item.destination, []).append(index)
+        later = (SyphonAction.SEND, SyphonAction.PASS_BARRIER)
+        self._settle_all(batch, restored, {i: d for i, d in enumerate(plan) if d.action not in later})
         for destination, indexes in groups.items():
             if self.report.stopped is not None:
                 break
-            self._send_group(batch, destination, indexes, [restored[i] for i in indexes])
-        for index in sorted(batch.unsettled):  # left over by a stop
-            self._settle(batch, index, SyphonDecision(SyphonAction.ABANDON, "syphon stopped"))
-        moved = self.report.sent + self.report.dead_lettered > moved_before
+            self._send_group(batch, restored, destination, indexes)
+        # A barrier passes only once everything before it of its destination in this batch has gone: after
+        # the sends, and not at all if one of them was set aside instead (then it is set aside behind it).
+        barriers = {i: d for i, d in enumerate(plan) if d.action is SyphonAction.PASS_BARRIER}
+        passing = {
+            i: d
+            for i, d in barriers.items()
+            if self.report.stopped is None
+            and not any(
+                j < i and _destination(restored[j]) == _destination(restored[i]) for j in batch.set_aside
+            )
+        }
+        self._settle_all(batch, restored, passing)
+        leftover = {
+            i: SyphonDecision(SyphonAction.SET_ASIDE, "syphon stopped") for i in sorted(batch.unsettled)
+        }
+        self._settle_all(batch, restored, leftover)
+        moved = self.report.progress > moved_before
         if moved:
             self.report.last_moved_at = ctx.clock()
+        self.journal.flush()
         return moved
 
     def _send_group(
-        self, batch: _Batch, destination: str, indexes: list[int], restored: Sequence[object]
+        self, batch: _Batch, restored: Sequence[Item], destination: str, indexes: list[int]
     ) -> None:
         ctx = self.ctx
         self._renew_locks_if_due(batch)
-        outgoing = [r.message for r in restored if isinstance(r, RestoredMessage)]
+        outgoing = []
+        for index in indexes:
+            item = restored[index]
+            assert isinstance(item, RestoredMessage)
+            outgoing.append(item.message)
         result = ctx.pool.send("primary", destination, outgoing)
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
+            # Journaled before any backlog message is completed (bridge.journal.emit).
+            self.journal.sent(destination, [outgoing[p].message_id for p in result.accepted], ctx.clock())
         accepted = set(result.accepted)
         outcomes: dict[int, Outcome] = {}
+        decisions: dict[int, SyphonDecision] = {}
         for position, index in enumerate(indexes):
             if position in accepted:
                 decision = syphon_after_send(Outcome.success(), destination)
@@ -175,32 +374,97 @@ class BacklogSyphon:
                 if key not in outcomes:
                     outcomes[key] = Outcome.from_classification(classify(error), describe_error(error))
                 decision = syphon_after_send(outcomes[key], destination)
+            if decision.action is SyphonAction.SET_ASIDE:
+                self._send_failed = True
             if decision.action is SyphonAction.STOP:
                 self.report.stopped = f"primary failed for {destination}: {decision.reason}"
-                decision = SyphonDecision(SyphonAction.ABANDON, decision.reason)
-            self._settle(batch, index, decision)
+                decision = SyphonDecision(SyphonAction.SET_ASIDE, decision.reason)
+            decisions[index] = decision
+        self._settle_all(batch, restored, decisions)
 
     # ---- settling --------------------------------------------------------------------------------------
-    def _settle(self, batch: _Batch, index: int, decision: SyphonDecision) -> None:
+    def _settle_all(
+        self, batch: _Batch, restored: Sequence[Item], decisions: dict[int, SyphonDecision]
+    ) -> None:
+        """Settle ``decisions`` in index order; set-aside numbers are recorded before any deferral."""
+        if not decisions:
+            return
+        if not batch.from_aside:
+            fresh: dict[str, list[int]] = {}
+            for index, decision in decisions.items():
+                name = _destination(restored[index])
+                if decision.action is SyphonAction.SET_ASIDE and name is not None:
+                    fresh.setdefault(name, []).append(_number(batch.messages[index]))
+            for name, numbers in fresh.items():
+                self.aside.add(self.queue, name, numbers)
+        for index in sorted(decisions):
+            item = restored[index]
+            if decisions[index].action is SyphonAction.PASS_BARRIER and isinstance(item, Barrier):
+                self._pass_barrier(item)
+                decisions[index] = SyphonDecision(SyphonAction.COMPLETE, "barrier passed")
+            self._settle(
+                batch, index, decisions[index], _destination(item), counts=not isinstance(item, Barrier)
+            )
+
+    def _pass_barrier(self, barrier: Barrier) -> None:
+        """Every earlier message of the barrier's shard in this queue has left it: tell the shard."""
+        index = backlog_queue_index(self.queue)
+        if index is not None and BacklogLedger(self.ctx.redis).pass_barrier(
+            barrier.destination, barrier.shard, index, barrier.token
+        ):
+            self.report.barriers += 1
+            log.info(
+                "restore barrier of %s shard %d passed in %s", barrier.destination, barrier.shard, self.queue
+            )
+
+    def _settle(
+        self,
+        batch: _Batch,
+        index: int,
+        decision: SyphonDecision,
+        destination: str | None,
+        counts: bool = True,
+    ) -> None:
         pool, message = self.ctx.pool, batch.messages[index]
+        number = _number(message)
         try:
             if decision.action is SyphonAction.COMPLETE:
                 pool.complete("secondary", self.queue, message)
-                self.report.sent += 1
+                self.report.sent += 1 if counts else 0
+                if counts and destination is not None:
+                    self.journal.syphoned(destination, message.message_id, self.ctx.clock())
+                if batch.from_aside and destination is not None:
+                    self.aside.remove(self.queue, destination, [number])
             elif decision.action is SyphonAction.DEAD_LETTER:
                 reason, description = split_reason(decision.reason)
                 pool.dead_letter("secondary", self.queue, message, reason, description)
                 self.report.dead_lettered += 1
+                self.journal.dead_lettered(destination, message.message_id, self.ctx.clock(), reason)
+                if batch.from_aside and destination is not None:
+                    self.aside.remove(self.queue, destination, [number])
                 log.warning(
                     "syphon dead-lettered %s in %s: %s", message.message_id, self.queue, decision.reason
                 )
-            else:
+            elif destination is None:
+                # Cannot happen (only restorable messages are set aside); never strand one: abandon it.
                 pool.abandon("secondary", self.queue, message)
+            else:
+                batch.set_aside.add(index)
+                pool.defer("secondary", self.queue, message)
                 self.report.abandoned += 1
-                log.debug("syphon left %s in %s: %s", message.message_id, self.queue, decision.reason)
+                log.debug("syphon set %s aside in %s: %s", message.message_id, self.queue, decision.reason)
         except NamespaceError as error:
-            # The lock is lost or the secondary failed: the message comes back after its lock expires and
-            # is sent again (same MessageId), so nothing is lost; an outage ends this queue's run.
+            # The message stays locked until its lock expires and then comes back (a deferred one stays
+            # deferred). Its number is recorded, so its destination is held behind it (set aside) and the
+            # aside path waits for it to come round; a fresh one that was sent and not completed is a
+            # duplicate when it comes back. Either way a later run need not wait for its lock: only a run
+            # that died (``locks`` left behind) leaves messages whose destination nobody recorded.
+            if (
+                destination is not None
+                and not batch.from_aside
+                and decision.action is not SyphonAction.COMPLETE
+            ):
+                self.aside.add(self.queue, destination, [number])
             log.info("settling %s in %s failed: %s", message.message_id, self.queue, describe_error(error))
             if classify(error).error_class is ErrorClass.OUTAGE and self.report.stopped is None:
                 self.report.stopped = f"secondary failed: {describe_error(error)}"
@@ -219,4 +483,6 @@ class BacklogSyphon:
             return
         batch.lock_from = now
         batch.locked_until = min((t.timestamp() for t in expiries), default=None)
+        if expiries:
+            self.aside.note_locks(self.queue, max(t.timestamp() for t in expiries) - now + LOCK_MARGIN)
         self.report.lock_renewals += 1

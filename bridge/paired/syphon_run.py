@@ -35,13 +35,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from bridge.core.paired import backlog_queue_paths
+from bridge.core.paired import backlog_queue_index, backlog_queue_path
 from bridge.core.syphon_timing import lease_renew_interval, lease_ttl_ms, may_poll
 from bridge.delivery.context import DeliveryContext
-from bridge.errors import OutboxUnavailableError
+from bridge.errors import StateStoreUnavailableError
+from bridge.observability import metrics
 from bridge.paired.entities import paired_entities
 from bridge.paired.syphon import BacklogSyphon, QueueReport
-from bridge.state.lease import Lease
+from bridge.redis.lease import Lease
+from bridge.state.aside import AsideStore
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ class LeaseKeeper:
                     if not lease.renew(self.owner, self.ttl_ms):
                         self.lost.add(queue)
                         log.warning("syphon lease of %s was taken over; stopping that queue", queue)
-                except OutboxUnavailableError as error:
+                except StateStoreUnavailableError as error:
                     # Redis is unreachable: the lease may expire and another syphon may start, so stop.
                     self.lost.add(queue)
                     log.warning("cannot renew the syphon lease of %s: %s", queue, error)
@@ -117,16 +119,39 @@ class LeaseKeeper:
             if queue not in self.lost:
                 try:
                     lease.release(self.owner)
-                except OutboxUnavailableError as error:
+                except StateStoreUnavailableError as error:
                     log.info("could not release the syphon lease of %s (it expires): %s", queue, error)
 
 
 def backlog_queues(ctx: DeliveryContext) -> list[str]:
-    """The backlog queues of the configured primary namespace (empty without both namespaces)."""
+    """The backlog queues of the configured primary namespace (empty without both namespaces): those of
+    the current count, and *retired* ones beyond it that were in use before the count was lowered — they
+    are read until found empty (``retire_empty``), so no message is left behind in them."""
     settings = ctx.settings
     if settings.primary is None or settings.secondary is None:
         return []
-    return list(backlog_queue_paths(settings.primary.namespace_name, settings.paired.backlog_queue_count))
+    namespace, count = settings.primary.namespace_name, settings.paired.backlog_queue_count
+    known = ctx.paired.backlog_indexes(namespace)
+    if not set(range(count)) <= known:
+        ctx.paired.register_backlog(namespace, range(count))
+    retired = sorted(i for i in known if i >= count)
+    return [backlog_queue_path(namespace, i) for i in [*range(count), *retired]]
+
+
+def retire_empty(ctx: DeliveryContext, reports: list[QueueReport]) -> None:
+    """Forget retired backlog queues (beyond the count) that a run found empty, with nothing set aside."""
+    settings = ctx.settings
+    if settings.primary is None:
+        return
+    namespace, count = settings.primary.namespace_name, settings.paired.backlog_queue_count
+    aside = AsideStore(ctx.redis)
+    for report in reports:
+        index = backlog_queue_index(report.queue)
+        if index is None or index < count or report.received or report.stopped is not None:
+            continue
+        if report.receives and not aside.destinations(report.queue):
+            ctx.paired.retire_backlog(namespace, index)
+            log.info("retired backlog queue %s is empty; the syphon stops reading it", report.queue)
 
 
 def run_syphon(ctx: DeliveryContext, budget: float | None = None) -> SyphonReport:
@@ -160,8 +185,10 @@ def run_syphon(ctx: DeliveryContext, budget: float | None = None) -> SyphonRepor
         with ThreadPoolExecutor(max_workers=len(syphons), thread_name_prefix="syphon") as threads:
             futures = [threads.submit(syphon.run, until) for syphon in syphons]
             report.queues = [future.result() for future in futures]
+        retire_empty(ctx, report.queues)
     finally:
         keeper.stop_and_release()
+    metrics.record_syphon(report.queues)
     moved = sum(q.sent + q.dead_lettered for q in report.queues)
     if moved:
         log.info("syphon moved %d backlog messages: %s", moved, report.summary())

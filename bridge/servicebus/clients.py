@@ -19,7 +19,7 @@ import threading
 
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBusReceiver, ServiceBusSender
 
-from bridge.core.coupling import Role
+from bridge.core.roles import Role
 from bridge.errors import NamespaceConfigurationError
 from bridge.settings import NamespaceSettings, RetrySettings
 

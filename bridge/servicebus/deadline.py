@@ -1,7 +1,7 @@
 """A hard per-attempt deadline for SDK calls, enforced outside the SDK.
 
 Why: azure-servicebus hangs forever when an endpoint accepts TCP and then says nothing (its SASL
-negotiation runs with the socket timeout set to None; ``research/SDK_NOTES.md`` "Hazard"), whatever
+negotiation runs with the socket timeout set to None; ``docs/servicebus-sdk.md`` "Hazard"), whatever
 ``timeout=`` the call was given. Python cannot interrupt a thread blocked in ``recv``, so the bridge runs
 each SDK call on a worker thread and waits for it at most the deadline. On overrun the caller gets
 ``AttemptDeadlineExceeded`` at once and the pool discards the stuck client: its ``close()`` runs in a
@@ -137,8 +137,9 @@ class AttemptRunner:
         """Run ``close`` (of a stuck or faulted client) on a background daemon thread, never blocking."""
         with self._lock:
             if self._stuck >= self.max_stuck:
-                logger.warning("not closing %s: %d stuck threads already (bound %d)", what, self._stuck,
-                               self.max_stuck)
+                logger.warning(
+                    "not closing %s: %d stuck threads already (bound %d)", what, self._stuck, self.max_stuck
+                )
                 return
             self._stuck += 1
 

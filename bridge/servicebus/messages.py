@@ -34,6 +34,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from bridge.core.aliasing import (
+    ALIAS_PATH,
     Aliased,
     ExpiredInBacklog,
     NotAliased,
@@ -46,11 +47,12 @@ from bridge.core.envelope import Envelope
 from bridge.core.message_fields import MessageFields, PropertyValue
 from bridge.core.paired import PingMode
 from bridge.core.paired import ping_message as core_ping_message
+from bridge.core.syphon import Barrier
+from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 
 TYPES_PROPERTY = "x-bridge-ptypes"
 """Application property naming the binary (``b``) and timestamp (``t``) properties of a backlog message."""
 TIMESPAN_DESCRIPTOR = b"com.microsoft:timespan"
-DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 _INT32 = range(-(2**31), 2**31)
 _TICKS_PER_SECOND = 10_000_000
 
@@ -276,6 +278,38 @@ def from_backlog_message(received: ServiceBusReceivedMessage, now: float) -> Res
     return RestoredMessage(message=message, destination=decision.destination, fields=decision.fields)
 
 
+BARRIER_CONTENT_TYPE = "application/vnd.bridge.restore-barrier"
+BARRIER_PROPERTY = "x-bridge-barrier"
+"""Application property of a restore barrier: ``<shard>:<token>`` (its destination is ``x-ms-path``)."""
+
+
+def barrier_message(destination: str, shard: int, token: str) -> ServiceBusMessage:
+    """The restore barrier that shard ``shard`` of ``destination`` sends to a backlog queue.
+
+    Empty; the syphon recognises it by ``x-bridge-barrier`` and never sends it on to the primary
+    (``bridge.state.backlog``).
+    """
+    return ServiceBusMessage(
+        b"",
+        message_id=f"barrier-{token}",
+        content_type=BARRIER_CONTENT_TYPE,
+        application_properties={ALIAS_PATH: destination, BARRIER_PROPERTY: f"{shard}:{token}"},
+    )
+
+
+def barrier_of(received: ServiceBusReceivedMessage) -> Barrier | None:
+    """The restore barrier ``received`` is, None for any other message."""
+    props = received.application_properties or {}
+    raw = props.get(BARRIER_PROPERTY.encode(), props.get(BARRIER_PROPERTY))
+    destination = props.get(ALIAS_PATH.encode(), props.get(ALIAS_PATH))
+    if raw is None or destination is None:
+        return None
+    shard, _, token = (_text(raw) or "").partition(":")
+    if not shard.isdigit() or not token:
+        return None
+    return Barrier(_text(destination) or "", int(shard), token)
+
+
 def ping_message(mode: PingMode, session_id: str, now: float) -> ServiceBusMessage:
     """The ping for ``mode`` (``bridge.core.paired.ping_message``) as a broker message.
 
@@ -292,4 +326,3 @@ def ping_message(mode: PingMode, session_id: str, now: float) -> ServiceBusMessa
     return _build(
         b"", fields, content_type=ping.content_type, correlation_id=None, subject=None, reply_to=None, to=None
     )
-

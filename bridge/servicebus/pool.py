@@ -49,19 +49,19 @@ from azure.servicebus import (
     ServiceBusReceiver,
     ServiceBusSender,
 )
+from azure.servicebus.exceptions import MessageNotFoundError
 
 from bridge.core.coupling import (
     COUPLING_GRACE,
-    ROLES,
     CloseCause,
     CouplingState,
-    Role,
     due_closes,
     next_due_at,
     on_close,
     on_open,
 )
 from bridge.core.error_classes import ErrorClass, classify
+from bridge.core.roles import Role
 from bridge.errors import (
     AttemptDeadlineExceeded,
     NamespaceConfigurationError,
@@ -183,6 +183,50 @@ class NamespacePool:
     def abandon(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
         """Abandon a message received from ``queue`` (it becomes receivable again)."""
         self._settle(role, queue, "abandon", lambda r: r.abandon_message(message))
+
+    def defer(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
+        """Defer a message received from ``queue``; only ``receive_deferred`` by its number gets it again."""
+        self._settle(role, queue, "defer", lambda r: r.defer_message(message))
+
+    def receive_deferred(
+        self, role: Role, queue: str, sequence_numbers: Sequence[int]
+    ) -> list[ServiceBusReceivedMessage] | None:
+        """The deferred messages ``sequence_numbers`` of ``queue``, PEEK_LOCK, in the order asked.
+
+        None when some number does not name a deferred message (it is active, locked, or gone): Service Bus
+        then returns none of them, so ask again one at a time to find out which.
+        """
+        numbers = list(sequence_numbers)
+        if not numbers:
+            return []
+        timeout = self.sdk_timeout
+
+        def call() -> list[ServiceBusReceivedMessage] | None:
+            try:
+                got = receiver.receive_deferred_messages(numbers, timeout=timeout)
+            except MessageNotFoundError:
+                return None
+            by_number = {m.sequence_number: m for m in got}
+            return [by_number[n] for n in numbers if n in by_number]
+
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = client.receiver(queue)
+            return self._call(client, f"receive deferred from {queue}", call)
+
+    def peek(
+        self, role: Role, queue: str, from_sequence_number: int, max_count: int
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_count`` messages of ``queue`` from ``from_sequence_number`` on, any state, unlocked."""
+        timeout = self.sdk_timeout
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = client.receiver(queue)
+            return self._call(
+                client,
+                f"peek {queue}",
+                lambda: receiver.peek_messages(
+                    max_message_count=max_count, sequence_number=from_sequence_number, timeout=timeout
+                ),
+            )
 
     def dead_letter(
         self, role: Role, queue: str, message: ServiceBusReceivedMessage, reason: str, description: str = ""
@@ -308,8 +352,12 @@ class NamespacePool:
             if self._clients.get(client.role) is client:
                 del self._clients[client.role]
                 self._coupling = on_close(
-                    self._coupling, client.role, client.generation, self._clock(),
-                    cause=cause, grace=self.coupling_grace,
+                    self._coupling,
+                    client.role,
+                    client.generation,
+                    self._clock(),
+                    cause=cause,
+                    grace=self.coupling_grace,
                 )
                 self._schedule_coupling()
                 logger.info("retired %s client generation %d (%s)", client.role, client.generation, cause)
@@ -363,4 +411,4 @@ class NamespacePool:
         self._runner = AttemptRunner(max_stuck=self._max_stuck)
 
 
-__all__ = ["ROLES", "NamespacePool", "Role", "SendResult"]
+__all__ = ["NamespacePool", "SendResult"]

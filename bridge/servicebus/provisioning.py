@@ -5,7 +5,8 @@ Uses ``NamespaceAdmin`` with the namespaces' settings (``connection_string``, ``
 
 - Backlog queues: in the **secondary** namespace, ``<primary-namespace>/x-servicebus-transfer/<i>`` for i in
   [0, count), with the description of ``bridge.core.provisioning.BACKLOG_QUEUE``. The namespace's queues
-  are listed first; only missing ones are created. Differing and extra ones are reported, never changed.
+  are listed first; only missing ones are created. Differing and extra ones are reported, never changed;
+  a backlog queue beyond the count that still holds messages is ``retired`` (with how many), not ``extra``.
 - Entities (``entities=True``): every entity in ``Settings.entities`` on the primary, and on the secondary
   unless its replication is ``none`` (nothing is ever sent there). A missing one is created as a queue
   with the entity's ``requires_session``, ``requires_duplicate_detection`` and message size; an existing
@@ -32,14 +33,14 @@ from bridge.core.provisioning import (
     plan,
     plan_backlog_queues,
 )
+from bridge.core.roles import Role
 from bridge.errors import ConfigurationError, NamespaceConfigurationError
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.settings import EntitySettings, NamespaceSettings, Settings
 
 log = logging.getLogger(__name__)
 
-Role = Literal["primary", "secondary"]
-Outcome = Literal["exists", "created", "differs", "extra", "would-create"]
+Outcome = Literal["exists", "created", "differs", "extra", "retired", "would-create"]
 _DESCRIPTION_FIELDS = tuple(f.name for f in fields(QueueDescription))
 
 
@@ -54,6 +55,8 @@ class ProvisionRow:
     entity_type: Literal["queue", "topic"]
     action: Outcome
     differences: tuple[Difference, ...] = ()
+    messages: int | None = None
+    """Messages in a backlog queue beyond the count (``extra`` when 0, ``retired`` when some are left)."""
 
     def to_json(self) -> dict[str, Any]:
         """The row as plain JSON values (durations as ISO-8601, "never" as ``"max"``)."""
@@ -64,6 +67,7 @@ class ProvisionRow:
             "purpose": self.purpose,
             "type": self.entity_type,
             "action": self.action,
+            "messages": self.messages,
             "differences": [
                 {"field": d.field, "wanted": format_value(d.wanted), "actual": format_value(d.actual)}
                 for d in self.differences
@@ -83,7 +87,7 @@ class ProvisionReport:
 
     def counts(self) -> dict[str, int]:
         """Rows per action, every action present."""
-        counts = dict.fromkeys(("exists", "created", "differs", "extra", "would-create"), 0)
+        counts = dict.fromkeys(("exists", "created", "differs", "extra", "retired", "would-create"), 0)
         for row in self.rows:
             counts[row.action] += 1
         return counts
@@ -188,8 +192,17 @@ def _carry_out(
             action, diffs = _create(admin, decision)
         is_topic = decision.name.casefold() in topic_names
         entity_type: Literal["queue", "topic"] = "topic" if is_topic else "queue"
+        messages = None
+        if action == "extra":
+            # A backlog queue beyond the count may still hold messages (the count was lowered): the syphon
+            # keeps reading it while it does (bridge.paired.syphon_run), and it is not the operator's to
+            # delete yet.
+            messages = admin.queue_runtime_properties(decision.name).total_message_count
+            action = "retired" if messages else "extra"
         rows.append(
-            ProvisionRow(role, namespace.namespace_name, decision.name, purpose, entity_type, action, diffs)
+            ProvisionRow(
+                role, namespace.namespace_name, decision.name, purpose, entity_type, action, diffs, messages
+            )
         )
     return rows
 

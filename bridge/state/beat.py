@@ -4,16 +4,15 @@
 True for the one beat that may send the schedule's task in this interval. Keys live under the ``{beat}``
 hash tag, apart from every entity.
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
-``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from bridge.core.beat import claim_ttl_ms
-from bridge.outbox.connection import driver_errors
+from bridge.redis.errors import driver_errors
+from bridge.redis.types import SyncRedis
 
 
 def claim_key(name: str) -> str:
@@ -24,7 +23,7 @@ def claim_key(name: str) -> str:
 class BeatClaims:
     """Firing claims shared by every beat process."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
 
     def claim(self, name: str, interval: float, owner: str) -> bool:

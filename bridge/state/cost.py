@@ -6,18 +6,19 @@ non-zero field, into the entity's hash and the totals hash. On one server both i
 may miss a flush whose second half failed — the per-entity counters are the authoritative ones and
 ``totals_from`` recomputes the sum from them.
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
-``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import fields
-from typing import Any
 
 from bridge.core.cost import CostTally, Operation
-from bridge.outbox.connection import driver_errors, is_cluster
+from bridge.redis.connection import is_cluster
+from bridge.redis.errors import driver_errors
+from bridge.redis.types import SyncRedis
 from bridge.state import keys
 
 
@@ -34,7 +35,7 @@ def _deltas(tally_or_op: CostTally | Operation, n: int) -> dict[str, int]:
 class CostStore:
     """Counters of billable operations."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
         self.cluster = is_cluster(client)
 

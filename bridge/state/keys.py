@@ -1,8 +1,9 @@
 """Where the replication state lives in Redis (the outbox's layout is in ``bridge.outbox.keys``).
 
-Same scheme as the outbox: every key of one entity carries the hash tag ``{<entity>}``, so on a Redis
-Cluster the role hash, both health hashes, the paired state, cost counters, retry times and shard leases of
-an entity sit in the outbox's slot and a Lua script may touch any of them together. Records shared by many
+Same scheme as the outbox (``bridge.redis.keys``): every key of one entity carries the hash tag
+``{<entity>}``, so on a Redis Cluster the role hash, both health hashes, the paired state, cost counters,
+retry times and shard leases of an entity sit in the outbox's slot and a Lua script may touch any of them
+together. Records shared by many
 entities live under tags of their own and are never touched in the same script as an entity key.
 
 =========================================  ==============================================================
@@ -20,23 +21,36 @@ key                                        holds
 ``bridge:{E}:lease:<i>``                   string: owner of the drain lease of outbox shard i (PX ttl)
 ``bridge:{backlog:<N>}:rotation``          hash index -> removed_at, ``<index>.error`` -> why, for the
                                            backlog queues ``<N>/x-servicebus-transfer/<i>``
+``bridge:{backlog:<N>}:queues``            set of backlog queue indexes in use or still holding messages
+                                           (a lowered count: the syphon reads the others until empty)
 ``bridge:{bridge}:failed-over``            set of entities with failover engaged (what the ping visits)
 ``bridge:{bridge}:cost``                   hash ``CostTally``: totals over all entities
 ``bridge:{lease:<name>}``                  string: owner of a named lease (syphon per backlog queue, beat)
+``bridge:{bridge}:drainers``               sorted set: live drainers (worker processes) -> expiry, ms
+                                           (``bridge.state.drainers``: the fair share of shards)
+``bridge:{E}:probe:<role>``                hash ``at``, ``ok``, ``error``: the last probe of a namespace
+                                           that carries no traffic for E (``bridge.delivery.probe``)
+``bridge:{E}:backlog:<i>``                 hash backlog queue index -> ``open`` | ``wait:<t>`` | ``sent:<t>``:
+                                           where shard i of E sent to the backlog since its last restore,
+                                           and the restore barrier it waits for (``bridge.state.backlog``)
+``bridge:{E}:backlog-keys:<i>``            hash key -> backlog queue index: the queue each key of shard i
+                                           sticks to while failed over
+``bridge:{aside:<Q>}:destinations``        set of destinations with messages the syphon set aside in
+                                           backlog queue Q (``bridge.state.aside``)
+``bridge:{aside:<Q>}:d:<E>``               sorted set: sequence numbers of E's set-aside messages in Q
+``bridge:{aside:<Q>}:locks``               string, PX: a syphon of Q may still hold message locks
 =========================================  ==============================================================
 """
 
 from __future__ import annotations
 
 from bridge.core.roles import Role
+from bridge.redis.keys import tag as _tag
+from bridge.redis.keys import tagged
 
 FAILED_OVER = "bridge:{bridge}:failed-over"
 COST_TOTALS = "bridge:{bridge}:cost"
-
-
-def _tag(name: str) -> str:
-    # Identical to bridge.outbox.keys: a '}' would end the tag early and split one entity over two slots.
-    return "bridge:{" + name.replace("}", "%7D") + "}:"
+DRAINERS = "bridge:{bridge}:drainers"
 
 
 def role(entity: str) -> str:
@@ -52,6 +66,11 @@ def health(entity: str, which: Role) -> str:
 def paired(entity: str) -> str:
     """Paired-mode failover state of the entity."""
     return _tag(entity) + "paired"
+
+
+def ping_claim(entity: str) -> str:
+    """Who pings the entity in this interval (``SET NX PX``): overlapping ping runs ping once."""
+    return _tag(entity) + "ping-claim"
 
 
 def cost(entity: str) -> str:
@@ -91,7 +110,7 @@ def rotation(namespace: str) -> str:
 
 def lease(name: str) -> str:
     """A named lease (one syphon per backlog queue, one beat scheduler)."""
-    return "bridge:{lease:" + name.replace("}", "%7D") + "}"
+    return tagged("lease:" + name)
 
 
 def entity_keys(entity: str) -> tuple[str, ...]:
@@ -105,3 +124,43 @@ def entity_keys(entity: str) -> tuple[str, ...]:
         not_before(entity),
         attempts(entity),
     )
+
+
+def probe(entity: str, which: Role) -> str:
+    """The last probe of one namespace for the entity (when, and what it found)."""
+    return f"{_tag(entity)}probe:{which}"
+
+
+def drainers() -> str:
+    """The registry of live drainers (each worker process that owns outbox shards)."""
+    return DRAINERS
+
+
+def aside_destinations(queue: str) -> str:
+    """Destinations with set-aside (deferred) messages in backlog queue ``queue``."""
+    return _tag("aside:" + queue) + "destinations"
+
+
+def aside(queue: str, destination: str) -> str:
+    """Sequence numbers of ``destination``'s set-aside messages in backlog queue ``queue``."""
+    return _tag("aside:" + queue) + "d:" + destination
+
+
+def aside_locks(queue: str) -> str:
+    """Present while a syphon of ``queue`` may hold message locks that outlive its run."""
+    return _tag("aside:" + queue) + "locks"
+
+
+def backlog_queues(namespace: str) -> str:
+    """Indexes of the backlog queues of primary namespace ``namespace`` that may hold messages."""
+    return _tag("backlog:" + namespace) + "queues"
+
+
+def backlog_ledger(entity: str, shard: int) -> str:
+    """The backlog queues shard ``shard`` of ``entity`` used since its last restore, and their barriers."""
+    return f"{_tag(entity)}backlog:{shard}"
+
+
+def backlog_keys(entity: str, shard: int) -> str:
+    """The backlog queue each key of shard ``shard`` of ``entity`` sticks to while failed over."""
+    return f"{_tag(entity)}backlog-keys:{shard}"

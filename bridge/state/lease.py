@@ -1,78 +1,38 @@
-"""An owner-checked lease on one Redis key: at most one holder at a time, and a dead holder's lease expires.
+"""The drain leases of outbox shards: one consumer per (entity, shard) at a time, so keyed order holds.
 
-Used for "one consumer per keyed outbox shard" (``LeaseStore``), "at most one syphon per backlog queue" and
-beat high availability. The holder is a string the caller chooses (e.g. ``<host>:<pid>:<uuid>``); every
-operation is a Lua script that compares it first, so a process whose lease expired and was taken over can
-neither renew nor release the new holder's lease (the classic ``GET`` then ``DEL`` race). The TTL is the
-longest a crashed holder blocks others; renew well inside it (a third is customary). TTLs are whole
-milliseconds, as ``SET ... PX`` takes them.
+Each is a ``bridge.redis.lease.Lease`` (owner-checked, expiring) on ``bridge:{E}:lease:<i>``; its holder's
+``Fence`` (``bridge.redis.fence``) goes into the fenced scripts of the reader and the retry state. Named
+leases (a syphon per backlog queue, beat, the journal roll) use ``Lease.named`` directly.
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
-``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
-from bridge.outbox.connection import driver_errors
-from bridge.state import keys, scripts
-
-
-def _checked(ttl_ms: int) -> int:
-    # PX 0 or a negative PX is an error in Redis, and a fraction would be refused as "not an integer".
-    if int(ttl_ms) != ttl_ms or ttl_ms <= 0:
-        raise ValueError("a lease TTL must be a positive whole number of milliseconds")
-    return int(ttl_ms)
-
-
-class Lease:
-    """A lease on ``key``; ``Lease.named`` builds one from a name in the ``bridge:{lease:<name>}`` space."""
-
-    def __init__(self, client: Any, key: str) -> None:
-        self.client = client
-        self.key = key
-
-    @classmethod
-    def named(cls, client: Any, name: str) -> Lease:
-        """The lease called ``name`` (e.g. ``syphon:<backlog queue path>``, ``beat``)."""
-        return cls(client, keys.lease(name))
-
-    def acquire(self, owner: str, ttl_ms: int) -> bool:
-        """Take the lease for ``ttl_ms``; True when ``owner`` holds it now (re-acquiring refreshes it)."""
-        args: list[str | int] = [owner, _checked(ttl_ms)]
-        with driver_errors():
-            return int(scripts.run(self.client, scripts.LEASE_ACQUIRE, [self.key], args)) == 1
-
-    def renew(self, owner: str, ttl_ms: int) -> bool:
-        """Extend the lease to ``ttl_ms`` from now; False when ``owner`` no longer holds it."""
-        args: list[str | int] = [owner, _checked(ttl_ms)]
-        with driver_errors():
-            return int(scripts.run(self.client, scripts.LEASE_RENEW, [self.key], args)) == 1
-
-    def release(self, owner: str) -> bool:
-        """Give the lease up; False (and nothing deleted) when ``owner`` does not hold it."""
-        with driver_errors():
-            return int(scripts.run(self.client, scripts.LEASE_RELEASE, [self.key], [owner])) == 1
-
-    def holder(self) -> str | None:
-        """Who holds the lease now, None when free."""
-        with driver_errors():
-            value = self.client.get(self.key)
-        if value is None:
-            return None
-        return value.decode() if isinstance(value, bytes) else str(value)
+from bridge.redis.errors import driver_errors
+from bridge.redis.fence import Fence
+from bridge.redis.lease import Lease
+from bridge.redis.types import SyncRedis
+from bridge.state import keys
 
 
 class LeaseStore:
     """Drain leases of outbox shards: one consumer per (entity, shard) at a time, so keyed order holds."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
 
     def lease(self, entity: str, shard: int) -> Lease:
         """The drain lease of one shard."""
         return Lease(self.client, keys.shard_lease(entity, shard))
+
+    @staticmethod
+    def fence(entity: str, shard: int, token: str) -> Fence:
+        """The fence of ``token``'s tenure on one shard (for fenced acknowledgements and backoff)."""
+        return Fence(keys.shard_lease(entity, shard), token)
 
     def acquire(self, entity: str, shard: int, owner: str, ttl_ms: int) -> bool:
         """Become the shard's only consumer for ``ttl_ms``; False while another owner holds it."""
@@ -89,3 +49,15 @@ class LeaseStore:
     def holder(self, entity: str, shard: int) -> str | None:
         """The shard's current consumer, None when free."""
         return self.lease(entity, shard).holder()
+
+    def free(self, shards: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Those of ``shards`` whose lease nobody holds now (one pipelined round trip; a Cluster client
+        splits it per node)."""
+        if not shards:
+            return []
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for entity, shard in shards:
+                pipe.exists(keys.shard_lease(entity, shard))
+            held = pipe.execute()
+        return [ref for ref, exists in zip(shards, held, strict=True) if not exists]

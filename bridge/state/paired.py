@@ -15,8 +15,8 @@ update never leaves an entity failed over without pings.
 The backlog rotation belongs to a set of backlog queues, ``<primary-namespace>/x-servicebus-transfer/<i>``,
 which every entity of that namespace shares: a queue that failed for one entity leaves it for all of them.
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
-``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from bridge.core.hash_fields import decode_fields
 from bridge.core.outcomes import scrub_secrets
@@ -38,8 +37,13 @@ from bridge.core.paired import (
     RecordPing,
     RemoveFromRotation,
     StartTimer,
+    backlog_queue_path,
 )
-from bridge.outbox.connection import driver_errors, is_cluster
+from bridge.observability import transitions
+from bridge.redis.connection import is_cluster
+from bridge.redis.errors import driver_errors
+from bridge.redis.scripts import run_script
+from bridge.redis.types import SyncRedis
 from bridge.state import keys, scripts
 
 log = logging.getLogger(__name__)
@@ -90,7 +94,7 @@ def encode_changes(changes: Iterable[PairedChange]) -> list[str]:
 class PairedStore:
     """Failover timers of entities and backlog rotations, shared by every worker and beat process."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
         self.cluster = is_cluster(client)
 
@@ -99,6 +103,11 @@ class PairedStore:
         with driver_errors():
             return PairedState.from_fields(self.client.hgetall(keys.paired(entity)))
 
+    def claim_ping(self, entity: str, ttl_ms: int) -> bool:
+        """True for the one caller that may ping ``entity`` in the next ``ttl_ms`` milliseconds."""
+        with driver_errors():
+            return bool(self.client.set(keys.ping_claim(entity), "1", nx=True, px=max(1, ttl_ms)))
+
     def apply(self, entity: str, changes: Sequence[PairedChange]) -> PairedUpdate:
         """Apply ``changes`` in order, atomically, as ``core.paired.apply_changes`` would."""
         ops = encode_changes(changes)
@@ -106,7 +115,7 @@ class PairedStore:
         with driver_errors():
             # On a Cluster the set is in another slot and may not even be declared to the script.
             script_keys = [keys.paired(entity)] if self.cluster else [keys.paired(entity), keys.FAILED_OVER]
-            reply = scripts.run(self.client, scripts.PAIRED, script_keys, args)
+            reply = run_script(self.client, scripts.PAIRED, script_keys, args)
             update = PairedUpdate(
                 before=PairedState.from_fields(scripts.pairs(reply[0])),
                 after=PairedState.from_fields(scripts.pairs(reply[1])),
@@ -136,9 +145,11 @@ class PairedStore:
             log.warning(
                 "paired failover engaged for %s: primary -> backlog: %s", entity, scrub_secrets(reason)
             )
+            transitions.failover_engaged(entity, scrub_secrets(reason))
         elif update.restored:
             reason = next((c.reason for c in changes if isinstance(c, MarkAvailable)), "")
             log.warning("paired failover ended for %s: backlog -> primary: %s", entity, scrub_secrets(reason))
+            transitions.failover_ended(entity, scrub_secrets(reason))
 
     def failed_over_entities(self, candidates: Iterable[str] = ()) -> list[str]:
         """Entities with failover engaged, sorted: the set's members and ``candidates``, each checked."""
@@ -165,6 +176,24 @@ class PairedStore:
                 mapping={str(change.index): _text(change.at), f"{change.index}.error": error},
             )
         log.warning("backlog queue %s/%d left the rotation: %s", namespace, change.index, error)
+        transitions.rotation_removed(backlog_queue_path(namespace, change.index), error)
+
+    def backlog_indexes(self, namespace: str) -> set[int]:
+        """Backlog queue indexes that were in use (and may still hold messages)."""
+        with driver_errors():
+            return {int(_decode(m)) for m in self.client.smembers(keys.backlog_queues(namespace))}
+
+    def register_backlog(self, namespace: str, indexes: Iterable[int]) -> None:
+        """Remember backlog queue indexes in use, so a lowered count does not forget their messages."""
+        members = [str(i) for i in indexes]
+        if members:
+            with driver_errors():
+                self.client.sadd(keys.backlog_queues(namespace), *members)
+
+    def retire_backlog(self, namespace: str, index: int) -> None:
+        """A backlog queue beyond the count was found empty: the syphon stops reading it."""
+        with driver_errors():
+            self.client.srem(keys.backlog_queues(namespace), str(index))
 
     def rotation_errors(self, namespace: str) -> dict[int, str]:
         """Why each removed backlog queue left the rotation (the last failure recorded for it)."""

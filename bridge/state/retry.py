@@ -6,28 +6,34 @@ worker that failed; the number of retries in a row (``attempts``) feeds the next
 ``clear`` once the shard drains again. In active mode with success policy ``all``, an entry that one
 namespace already accepted remembers it (``remember_delivered``) so the retry goes to the other one only.
 ``mark_scheduled`` is a short-lived "a drain is already queued" marker that keeps the sweeper from
-enqueueing the same shard twice. One consumer per keyed shard is ``bridge.state.lease.LeaseStore``.
+enqueueing the same shard twice. One consumer per keyed shard is ``bridge.state.lease.LeaseStore``; a
+drainer passes its lease's ``Fence`` to ``schedule`` and ``clear``, so one that lost its shard can neither
+set nor wipe the backoff of the new holder (one Lua script checks the lease and writes).
 
 Times are epoch seconds chosen by the caller (the core takes ``now`` as an argument, never a clock).
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client``; driver errors leave as
-``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from bridge.core.decisions import Target
 from bridge.core.hash_fields import decode_fields
 from bridge.core.roles import as_role
-from bridge.outbox.connection import driver_errors
-from bridge.state import keys
-from bridge.state.lease import Lease, LeaseStore
+from bridge.errors import LeaseLostError
+from bridge.redis.errors import driver_errors
+from bridge.redis.fence import Fence
+from bridge.redis.lease import Lease
+from bridge.redis.scripts import run_script
+from bridge.redis.types import SyncRedis
+from bridge.state import keys, scripts
+from bridge.state.lease import LeaseStore
 
-__all__ = ["Lease", "LeaseStore", "RetryStore", "decode_targets", "encode_targets"]
+__all__ = ["Fence", "Lease", "LeaseStore", "RetryStore", "decode_targets", "encode_targets"]
 
 
 def encode_targets(targets: Iterable[Target]) -> str:
@@ -45,7 +51,7 @@ def decode_targets(raw: str | bytes) -> tuple[Target, ...]:
 class RetryStore:
     """Retry times, retry counts, delivered-to markers and drain-queued markers of outbox shards."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
 
     # ---- not before -----------------------------------------------------------------------------
@@ -54,13 +60,30 @@ class RetryStore:
         with driver_errors():
             self.client.hset(keys.not_before(entity), str(shard), repr(float(at)))
 
-    def schedule(self, entity: str, shard: int, at: float) -> int:
-        """``set_not_before`` and count one more retry in a row, atomically; returns the new count."""
+    def schedule(self, entity: str, shard: int, at: float, fence: Fence | None = None) -> int:
+        """``set_not_before`` and count one more retry in a row, atomically; returns the new count.
+
+        With ``fence`` (the drainer's lease): only while that lease is still held, else ``LeaseLostError``
+        and nothing is written.
+        """
+        if fence is not None:
+            args = [fence.token, str(shard), repr(float(at))]
+            with driver_errors():
+                count = int(
+                    run_script(self.client, scripts.FENCED_SCHEDULE, self._fenced(entity, fence), args)
+                )
+            if count < 0:
+                raise LeaseLostError(f"shard {shard} of {entity}: lease lost, backoff not set")
+            return count
         with driver_errors():
             pipe = self.client.pipeline(transaction=True)
             pipe.hset(keys.not_before(entity), str(shard), repr(float(at)))
             pipe.hincrby(keys.attempts(entity), str(shard), 1)
             return int(pipe.execute()[1])
+
+    @staticmethod
+    def _fenced(entity: str, fence: Fence) -> list[str]:
+        return [fence.key, keys.not_before(entity), keys.attempts(entity)]
 
     def not_before(self, entity: str, shard: int) -> float | None:
         """The time before which the shard waits, None when it may be drained now."""
@@ -80,8 +103,25 @@ class RetryStore:
             raw = self.client.hget(keys.attempts(entity), str(shard))
         return 0 if raw is None else int(raw)
 
-    def clear(self, entity: str, shard: int) -> None:
-        """The shard drained: it may be drained at once again and its retry count starts over."""
+    def clear(self, entity: str, shard: int, fence: Fence | None = None) -> None:
+        """The shard drained: it may be drained at once again and its retry count starts over.
+
+        With ``fence``: only while that lease is still held, else ``LeaseLostError`` and nothing changes
+        (a drainer that lost its shard must not wipe the new holder's backoff).
+        """
+        if fence is not None:
+            with driver_errors():
+                done = int(
+                    run_script(
+                        self.client,
+                        scripts.FENCED_CLEAR,
+                        self._fenced(entity, fence),
+                        [fence.token, str(shard)],
+                    )
+                )
+            if done < 0:
+                raise LeaseLostError(f"shard {shard} of {entity}: lease lost, backoff not cleared")
+            return
         with driver_errors():
             pipe = self.client.pipeline(transaction=True)
             pipe.hdel(keys.not_before(entity), str(shard))

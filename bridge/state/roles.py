@@ -6,17 +6,21 @@ worker observed, so of two workers that saw the active namespace fail only one s
 on a stale epoch can never swap back. Health is a plain hash per namespace, replaced as a whole (absent
 fields mean None); skipping a write when ``next_health`` returned the same object is the caller's job.
 
-Connection: any blocking client from ``bridge.outbox.connection.sync_client`` (single, Sentinel, Cluster:
-every key here carries the entity's hash tag). Driver errors leave as ``OutboxUnavailableError``.
+Connection: any blocking client from ``bridge.redis.connection.sync_client`` (single, Sentinel, Cluster:
+every key here carries the entity's hash tag). Driver errors leave as
+``StateStoreUnavailableError``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+from redis.typing import EncodableT, FieldT
 
 from bridge.core.roles import ROLES, NamespaceHealth, Role, RoleState, Swap
-from bridge.outbox.connection import driver_errors
+from bridge.redis.errors import driver_errors
+from bridge.redis.scripts import run_script
+from bridge.redis.types import SyncRedis
 from bridge.state import keys, scripts
 
 log = logging.getLogger(__name__)
@@ -25,7 +29,7 @@ log = logging.getLogger(__name__)
 class RoleStore:
     """Role state and namespace health of entities, shared by every worker."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: SyncRedis) -> None:
         self.client = client
 
     def get(self, entity: str) -> RoleState:
@@ -43,7 +47,7 @@ class RoleStore:
         for name, value in fields.items():
             args += [name, value]
         with driver_errors():
-            reply = scripts.run(self.client, scripts.SWAP, [keys.role(entity)], args)
+            reply = run_script(self.client, scripts.SWAP, [keys.role(entity)], args)
         applied = int(reply[0]) == 1
         state = RoleState.from_fields(scripts.pairs(reply[1:]))
         # The caller logs an applied swap at WARNING (it knows the batch and the outcome); only it sees
@@ -77,5 +81,7 @@ class RoleStore:
         with driver_errors():
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(key)
-            pipe.hset(key, mapping=health.to_fields())
+            # redis-py types the mapping with an invariant key type: widen it.
+            fields: dict[FieldT, EncodableT] = {k: v for k, v in health.to_fields().items()}
+            pipe.hset(key, mapping=fields)
             pipe.execute()

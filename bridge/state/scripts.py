@@ -1,4 +1,4 @@
-"""The Lua scripts that apply shared-state changes atomically, and the one way to run them.
+"""The Lua scripts that apply shared-state changes atomically (run by ``bridge.redis.scripts.run_script``).
 
 Each script is the Redis twin of a pure function in ``bridge.core`` and must keep its semantics exactly
 (the integration tests use the pure function as the oracle). A script touches one entity's keys only (one
@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
-from bridge.outbox.scripts import LuaScript
+from bridge.redis.scripts import LuaScript
 
 # KEYS: role hash. ARGV: expected_epoch, from_role, then the new state's field/value pairs.
 # Reply: {applied (1/0), field, value, ...} with the hash as it is after the call.
@@ -85,55 +83,31 @@ return {before, redis.call('HGETALL', key)}
 """
 )
 
-# KEYS: lease key. ARGV: owner, ttl_ms. Reply 1 when ``owner`` holds the lease afterwards.
-# Taking a lease one already holds refreshes it, so a retried acquire is not refused by its own success.
-LEASE_ACQUIRE = LuaScript(
+# Fenced retry state of an outbox shard (``bridge.state.retry``): only the shard's lease holder may set or
+# clear its backoff, so a drainer whose lease was taken over cannot wipe or overwrite the new holder's.
+# KEYS: shard lease, not-before hash, attempts hash (one entity's tag). ARGV: token, shard, at.
+# Reply: -1 when the lease is not held with ``token`` (nothing written), else the new retry count.
+FENCED_SCHEDULE = LuaScript(
     """#!lua
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
 end
-if holder then
-  return 0
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+"""
+)
+
+# KEYS: shard lease, not-before hash, attempts hash. ARGV: token, shard. Reply: -1 (not ours) or 1.
+FENCED_CLEAR = LuaScript(
+    """#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
 )
-
-# KEYS: lease key. ARGV: owner, ttl_ms. Reply 1 when renewed; an expired or foreign lease is not taken.
-LEASE_RENEW = LuaScript(
-    """#!lua
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-)
-
-# KEYS: lease key. ARGV: owner. Reply 1 when released; only the holder may release.
-LEASE_RELEASE = LuaScript(
-    """#!lua
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0
-"""
-)
-
-
-def run(client: Any, script: LuaScript, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-    """``EVALSHA``, falling back to ``EVAL`` once when the server does not have the script cached.
-
-    Driver errors propagate; callers wrap the call in ``bridge.outbox.connection.driver_errors``.
-    """
-    try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
-    except redis.exceptions.NoScriptError:
-        return client.eval(script.text, len(keys), *keys, *args)
 
 
 def pairs(flat: Sequence[Any]) -> dict[bytes | str, bytes | str]:

@@ -13,6 +13,7 @@ import uvicorn
 
 from bridge.embedded.ports import free_port
 from bridge.http.app import create_app
+from bridge.outbox.reader import OutboxEntry, OutboxReader
 from bridge.settings import Settings
 
 
@@ -45,3 +46,12 @@ def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterat
 def snapshot(client: redis.Redis) -> dict[Any, Any]:
     """Every key's serialized value (DUMP): equal snapshots mean Redis is unchanged."""
     return {key: client.dump(key) for key in sorted(client.keys("*"))}
+
+
+def read_all(reader: OutboxReader, entity: str, consumer: str, count: int = 100) -> list[OutboxEntry]:
+    """New entries of every shard of ``entity`` for ``consumer`` (what the drainers read, shard by shard)."""
+    return [
+        entry
+        for shard in range(reader.shards(entity))
+        for entry in reader.read_shard(entity, shard, consumer, count=count)
+    ]

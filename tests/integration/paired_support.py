@@ -52,13 +52,15 @@ def namespace_settings(ns: LocalNamespace) -> NamespaceSettings:
 
 def full_settings(stack: LocalStack) -> Settings:
     """What a bridge process of ``stack`` sees: Redis, both namespaces, the entities, short deadlines."""
-    return Settings.model_validate({
-        "redis_url": stack.redis.url,
-        "primary": namespace_settings(stack.primary),
-        "secondary": namespace_settings(stack.secondary),
-        "entities": stack.entities,
-        "retry": {"attempt_deadline": 3, "retry_total": 0},
-    })
+    return Settings.model_validate(
+        {
+            "redis_url": stack.redis.url,
+            "primary": namespace_settings(stack.primary),
+            "secondary": namespace_settings(stack.secondary),
+            "entities": stack.entities,
+            "retry": {"attempt_deadline": 3, "retry_total": 0},
+        }
+    )
 
 
 def backlog_paths(stack: LocalStack, count: int = 2) -> tuple[str, ...]:
@@ -78,8 +80,12 @@ def create_backlog_queues(stack: LocalStack, count: int = 2) -> tuple[str, ...]:
     return paths
 
 
-def create_entities(ns: LocalNamespace, queues: Iterable[str] = (), sessions: Iterable[str] = (),
-                    topics: dict[str, Sequence[str]] | None = None) -> None:
+def create_entities(
+    ns: LocalNamespace,
+    queues: Iterable[str] = (),
+    sessions: Iterable[str] = (),
+    topics: dict[str, Sequence[str]] | None = None,
+) -> None:
     """Create queues, session queues and topics with subscriptions in ``ns``."""
     with NamespaceAdmin(namespace_settings(ns)) as admin:
         for name in queues:
@@ -105,8 +111,13 @@ def stack_pool(stack: LocalStack) -> Iterator[NamespacePool]:
 def envelope(entity: str, i: int, **fields: Any) -> Envelope:
     """A message for ``entity`` with a recognisable body and MessageId."""
     message_id = fields.pop("message_id", f"{entity}-{i}-{uuid.uuid4().hex[:6]}")
-    return Envelope(entity=entity, message_id=message_id, body=f"{entity} #{i}".encode(),
-                    accepted_at=time.time(), **fields)
+    return Envelope(
+        entity=entity,
+        message_id=message_id,
+        body=f"{entity} #{i}".encode(),
+        accepted_at=time.time(),
+        **fields,
+    )
 
 
 def fill_backlog(pool: NamespacePool, queue: str, envelopes: Sequence[Envelope]) -> list[str]:
@@ -117,7 +128,7 @@ def fill_backlog(pool: NamespacePool, queue: str, envelopes: Sequence[Envelope])
         assert isinstance(aliased, BacklogMessage), aliased
         messages.append(aliased.message)
     for start in range(0, len(messages), 500):
-        result = pool.send("secondary", queue, messages[start:start + 500])
+        result = pool.send("secondary", queue, messages[start : start + 500])
         assert result.ok, result.failed
     return [env.message_id for env in envelopes]
 
@@ -155,9 +166,16 @@ def cost(stack: LocalStack, entity: str) -> Any:
         client.close()
 
 
-def receive(ns: LocalNamespace, entity: str, expected: int, timeout: float = 30.0, *,
-            subscription: str | None = None, session_id: str | None = None,
-            dead_letter: bool = False) -> list[ServiceBusReceivedMessage]:
+def receive(
+    ns: LocalNamespace,
+    entity: str,
+    expected: int,
+    timeout: float = 30.0,
+    *,
+    subscription: str | None = None,
+    session_id: str | None = None,
+    dead_letter: bool = False,
+) -> list[ServiceBusReceivedMessage]:
     """Receive-and-delete from a queue, a subscription, a session or a dead-letter queue until ``expected``
     arrived (or the timeout), plus a short extra wait that would catch unexpected copies."""
     got: list[ServiceBusReceivedMessage] = []
@@ -166,11 +184,13 @@ def receive(ns: LocalNamespace, entity: str, expected: int, timeout: float = 30.
     deadline = time.monotonic() + timeout
     with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=1) as client:
         if subscription is not None:
-            receiver = client.get_subscription_receiver(entity, subscription, receive_mode=mode,
-                                                        sub_queue=sub_queue)
+            receiver = client.get_subscription_receiver(
+                entity, subscription, receive_mode=mode, sub_queue=sub_queue
+            )
         else:
-            receiver = client.get_queue_receiver(entity, receive_mode=mode, session_id=session_id,
-                                                 sub_queue=sub_queue)
+            receiver = client.get_queue_receiver(
+                entity, receive_mode=mode, session_id=session_id, sub_queue=sub_queue
+            )
         with receiver:
             while len(got) < expected and time.monotonic() < deadline:
                 got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=1))

@@ -22,8 +22,9 @@ T = TypeVar("T")
 @contextmanager
 def sb_client(ns: LocalNamespace, connection_string: str | None = None) -> Iterator[ServiceBusClient]:
     """A client without SDK retries, so each call shows the namespace's answer right now."""
-    with ServiceBusClient.from_connection_string(connection_string or ns.connection_string,
-                                                 retry_total=0) as client:
+    with ServiceBusClient.from_connection_string(
+        connection_string or ns.connection_string, retry_total=0
+    ) as client:
         yield client
 
 
@@ -31,12 +32,14 @@ def sb_client(ns: LocalNamespace, connection_string: str | None = None) -> Itera
 def admin_client(ns: LocalNamespace) -> Iterator[ServiceBusAdministrationClient]:
     """The administration client, trusting the namespace's self-signed certificate."""
     with ServiceBusAdministrationClient.from_connection_string(
-            ns.connection_string, connection_verify=ns.certificate, retry_total=0) as admin:
+        ns.connection_string, connection_verify=ns.certificate, retry_total=0
+    ) as admin:
         yield admin
 
 
-def receive(receiver: ServiceBusReceiver, count: int,
-            timeout: float = 10.0) -> list[ServiceBusReceivedMessage]:
+def receive(
+    receiver: ServiceBusReceiver, count: int, timeout: float = 10.0
+) -> list[ServiceBusReceivedMessage]:
     """Exactly ``count`` messages (fails the test if fewer arrive within ``timeout`` seconds)."""
     got: list[ServiceBusReceivedMessage] = []
     deadline = time.monotonic() + timeout
@@ -52,8 +55,9 @@ def receive_nothing(receiver: ServiceBusReceiver, wait: float = 1.0) -> None:
     assert got == [], f"unexpected messages: {[str(m) for m in got]}"
 
 
-def eventually(probe: Callable[[], T], accept: Callable[[T], bool], timeout: float = 10.0,
-               interval: float = 0.1) -> T:
+def eventually(
+    probe: Callable[[], T], accept: Callable[[T], bool], timeout: float = 10.0, interval: float = 0.1
+) -> T:
     """Poll ``probe`` until ``accept`` holds for its result; returns that result or fails with the last."""
     deadline = time.monotonic() + timeout
     while True:

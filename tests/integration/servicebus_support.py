@@ -21,6 +21,7 @@ def settings_for(
     attempt_deadline: float = TEST_DEADLINE,
 ) -> Settings:
     """Settings naming the local namespaces, default SDK retries and a short attempt deadline."""
+
     def ns(local: LocalNamespace) -> dict[str, str]:
         return {
             "connection_string": local.connection_string,
@@ -54,8 +55,10 @@ def drain(
     """Receive and delete up to ``expected`` messages from ``queue`` with the plain SDK."""
     got: list[ServiceBusReceivedMessage] = []
     mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
-    with ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client, \
-            client.get_queue_receiver(queue, receive_mode=mode) as receiver:
+    with (
+        ServiceBusClient.from_connection_string(ns.connection_string, retry_total=0) as client,
+        client.get_queue_receiver(queue, receive_mode=mode) as receiver,
+    ):
         while len(got) < expected:
             batch = receiver.receive_messages(max_message_count=expected - len(got), max_wait_time=max_wait)
             if not batch:

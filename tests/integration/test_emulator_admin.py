@@ -35,7 +35,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNamespac
 @pytest.fixture
 def admin(emulator: LocalNamespace) -> Iterator[ServiceBusAdministrationClient]:
     client = ServiceBusAdministrationClient.from_connection_string(
-        emulator.connection_string, connection_verify=emulator.certificate, retry_total=0)
+        emulator.connection_string, connection_verify=emulator.certificate, retry_total=0
+    )
     with client:
         yield client
 
@@ -44,15 +45,23 @@ def unique(prefix: str, request: pytest.FixtureRequest) -> str:
     return f"{prefix}-{request.node.name[-40:].replace('[', '-').replace(']', '')}".lower()
 
 
-def test_queue_lifecycle_with_every_description_field(admin: ServiceBusAdministrationClient,
-                                                      request: pytest.FixtureRequest) -> None:
+def test_queue_lifecycle_with_every_description_field(
+    admin: ServiceBusAdministrationClient, request: pytest.FixtureRequest
+) -> None:
     name = unique("q", request)
     created = admin.create_queue(
-        name, max_size_in_megabytes=2048, max_delivery_count=4,
-        default_message_time_to_live=dt.timedelta(hours=2), auto_delete_on_idle=dt.timedelta(days=3),
-        lock_duration=dt.timedelta(seconds=45), requires_session=True, requires_duplicate_detection=True,
+        name,
+        max_size_in_megabytes=2048,
+        max_delivery_count=4,
+        default_message_time_to_live=dt.timedelta(hours=2),
+        auto_delete_on_idle=dt.timedelta(days=3),
+        lock_duration=dt.timedelta(seconds=45),
+        requires_session=True,
+        requires_duplicate_detection=True,
         duplicate_detection_history_time_window=dt.timedelta(minutes=5),
-        dead_lettering_on_message_expiration=True, enable_batched_operations=False, enable_partitioning=True,
+        dead_lettering_on_message_expiration=True,
+        enable_batched_operations=False,
+        enable_partitioning=True,
     )
     assert created.name == name
     fetched = admin.get_queue(name)
@@ -88,8 +97,9 @@ def test_defaults_match_azure(admin: ServiceBusAdministrationClient, request: py
     assert queue.status == "Active" and not queue.requires_session
 
 
-def test_conflicts_and_missing_entities(admin: ServiceBusAdministrationClient,
-                                        request: pytest.FixtureRequest) -> None:
+def test_conflicts_and_missing_entities(
+    admin: ServiceBusAdministrationClient, request: pytest.FixtureRequest
+) -> None:
     name = unique("qc", request)
     admin.create_queue(name)
     with pytest.raises(ResourceExistsError):
@@ -108,17 +118,28 @@ def test_conflicts_and_missing_entities(admin: ServiceBusAdministrationClient,
         admin.create_subscription("no-such-topic", "s1")
 
 
-def test_topic_subscription_and_rules(admin: ServiceBusAdministrationClient,
-                                      request: pytest.FixtureRequest) -> None:
+def test_topic_subscription_and_rules(
+    admin: ServiceBusAdministrationClient, request: pytest.FixtureRequest
+) -> None:
     topic = unique("t", request)
-    admin.create_topic(topic, max_size_in_megabytes=3072, enable_partitioning=True,
-                       default_message_time_to_live=dt.timedelta(hours=1))
+    admin.create_topic(
+        topic,
+        max_size_in_megabytes=3072,
+        enable_partitioning=True,
+        default_message_time_to_live=dt.timedelta(hours=1),
+    )
     got = admin.get_topic(topic)
     assert (got.max_size_in_megabytes, got.enable_partitioning) == (3072, True)
     assert got.default_message_time_to_live == dt.timedelta(hours=1)
 
-    sub = admin.create_subscription(topic, "s1", max_delivery_count=3, lock_duration=dt.timedelta(seconds=30),
-                                    dead_lettering_on_message_expiration=True, requires_session=False)
+    sub = admin.create_subscription(
+        topic,
+        "s1",
+        max_delivery_count=3,
+        lock_duration=dt.timedelta(seconds=30),
+        dead_lettering_on_message_expiration=True,
+        requires_session=False,
+    )
     assert (sub.max_delivery_count, sub.lock_duration) == (3, dt.timedelta(seconds=30))
     sub.max_delivery_count = 6
     admin.update_subscription(topic, sub)
@@ -152,8 +173,9 @@ def test_topic_subscription_and_rules(admin: ServiceBusAdministrationClient,
         admin.get_topic(topic)
 
 
-def test_runtime_properties_after_real_sends(admin: ServiceBusAdministrationClient, emulator: LocalNamespace,
-                                             request: pytest.FixtureRequest) -> None:
+def test_runtime_properties_after_real_sends(
+    admin: ServiceBusAdministrationClient, emulator: LocalNamespace, request: pytest.FixtureRequest
+) -> None:
     queue, topic = unique("qr", request), unique("tr", request)
     admin.create_queue(queue)
     admin.create_topic(topic)
@@ -161,8 +183,9 @@ def test_runtime_properties_after_real_sends(admin: ServiceBusAdministrationClie
     with ServiceBusClient.from_connection_string(emulator.connection_string, retry_total=0) as client:
         with client.get_queue_sender(queue) as sender:
             sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(4)])
-            sender.schedule_messages(ServiceBusMessage("later"),
-                                     dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+            sender.schedule_messages(
+                ServiceBusMessage("later"), dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+            )
         with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
             received = receiver.receive_messages(max_message_count=1, max_wait_time=5)
             assert len(received) == 1
@@ -183,8 +206,9 @@ def test_runtime_properties_after_real_sends(admin: ServiceBusAdministrationClie
     assert listed[queue] == 3
 
 
-def test_listing_pages_through_next_links(admin: ServiceBusAdministrationClient,
-                                          request: pytest.FixtureRequest) -> None:
+def test_listing_pages_through_next_links(
+    admin: ServiceBusAdministrationClient, request: pytest.FixtureRequest
+) -> None:
     prefix = unique("page", request)
     names = [f"{prefix}-{i}" for i in range(5)]
     for name in names:
@@ -202,19 +226,26 @@ def test_namespace_properties(admin: ServiceBusAdministrationClient) -> None:
 
 def test_wrong_key_is_an_authentication_error(emulator: LocalNamespace) -> None:
     wrong = emulator.connection_string.replace(emulator.key, "not-the-key")
-    with ServiceBusAdministrationClient.from_connection_string(
-            wrong, connection_verify=emulator.certificate, retry_total=0) as client, \
-            pytest.raises(ClientAuthenticationError) as caught:
+    with (
+        ServiceBusAdministrationClient.from_connection_string(
+            wrong, connection_verify=emulator.certificate, retry_total=0
+        ) as client,
+        pytest.raises(ClientAuthenticationError) as caught,
+    ):
         client.list_queues().next()
     assert emulator.key not in str(caught.value)
 
 
 def test_unknown_key_name_is_an_authentication_error(emulator: LocalNamespace) -> None:
-    wrong = emulator.connection_string.replace("SharedAccessKeyName=RootManageSharedAccessKey",
-                                               "SharedAccessKeyName=Someone")
-    with ServiceBusAdministrationClient.from_connection_string(
-            wrong, connection_verify=emulator.certificate, retry_total=0) as client, \
-            pytest.raises(ClientAuthenticationError):
+    wrong = emulator.connection_string.replace(
+        "SharedAccessKeyName=RootManageSharedAccessKey", "SharedAccessKeyName=Someone"
+    )
+    with (
+        ServiceBusAdministrationClient.from_connection_string(
+            wrong, connection_verify=emulator.certificate, retry_total=0
+        ) as client,
+        pytest.raises(ClientAuthenticationError),
+    ):
         client.get_queue("anything")
 
 
@@ -224,7 +255,10 @@ def test_untrusted_certificate_is_refused(emulator: LocalNamespace, tmp_path: Pa
     from bridge.emulator.certs import ensure_certificate
 
     other = ensure_certificate(tmp_path)
-    with ServiceBusAdministrationClient.from_connection_string(
-            emulator.connection_string, connection_verify=str(other.cert), retry_total=0) as client, \
-            pytest.raises(ServiceRequestError):
+    with (
+        ServiceBusAdministrationClient.from_connection_string(
+            emulator.connection_string, connection_verify=str(other.cert), retry_total=0
+        ) as client,
+        pytest.raises(ServiceRequestError),
+    ):
         client.get_queue("anything")

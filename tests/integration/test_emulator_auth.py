@@ -33,30 +33,40 @@ def token_connection_string(ns: LocalNamespace, token: str) -> str:
 def test_wrong_key_is_an_authentication_error(shared_namespace: LocalNamespace, unique_name: str) -> None:
     # Given the right key name with a key that is not the namespace's
     wrong = shared_namespace.connection_string.replace(
-        f"SharedAccessKey={shared_namespace.key}", "SharedAccessKey=bm90LXRoZS1rZXk=")
+        f"SharedAccessKey={shared_namespace.key}", "SharedAccessKey=bm90LXRoZS1rZXk="
+    )
     assert wrong != shared_namespace.connection_string
     # When a message is sent, Then the SDK raises its authentication error and nothing is stored
-    with sb_client(shared_namespace, wrong) as client, pytest.raises(ServiceBusAuthenticationError), \
-            client.get_queue_sender(unique_name) as sender:
+    with (
+        sb_client(shared_namespace, wrong) as client,
+        pytest.raises(ServiceBusAuthenticationError),
+        client.get_queue_sender(unique_name) as sender,
+    ):
         sender.send_messages(ServiceBusMessage("refused"))
     with sb_client(shared_namespace) as client, client.get_queue_receiver(unique_name) as receiver:
         assert receiver.peek_messages(max_message_count=5) == []
 
 
-def test_unknown_key_name_is_an_authentication_error(shared_namespace: LocalNamespace,
-                                                     unique_name: str) -> None:
-    wrong = shared_namespace.connection_string.replace("SharedAccessKeyName=RootManageSharedAccessKey",
-                                                       "SharedAccessKeyName=SomeoneElse")
+def test_unknown_key_name_is_an_authentication_error(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    wrong = shared_namespace.connection_string.replace(
+        "SharedAccessKeyName=RootManageSharedAccessKey", "SharedAccessKeyName=SomeoneElse"
+    )
     assert wrong != shared_namespace.connection_string
-    with sb_client(shared_namespace, wrong) as client, pytest.raises(ServiceBusAuthenticationError), \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        sb_client(shared_namespace, wrong) as client,
+        pytest.raises(ServiceBusAuthenticationError),
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         receiver.receive_messages(max_wait_time=1)
 
 
 def test_valid_token_in_connection_string_works(shared_namespace: LocalNamespace, unique_name: str) -> None:
     # Given a token for the whole namespace, valid for ten minutes
-    token = sas.generate(endpoint(shared_namespace), "RootManageSharedAccessKey", shared_namespace.key,
-                         int(time.time()) + 600)
+    token = sas.generate(
+        endpoint(shared_namespace), "RootManageSharedAccessKey", shared_namespace.key, int(time.time()) + 600
+    )
     # When it is used to send and receive, Then both work
     with sb_client(shared_namespace, token_connection_string(shared_namespace, token)) as client:
         with client.get_queue_sender(unique_name) as sender:
@@ -69,32 +79,48 @@ def test_valid_token_in_connection_string_works(shared_namespace: LocalNamespace
 
 def test_expired_token_is_an_authentication_error(shared_namespace: LocalNamespace, unique_name: str) -> None:
     # Given a correctly signed token that expired a minute ago
-    token = sas.generate(endpoint(shared_namespace), "RootManageSharedAccessKey", shared_namespace.key,
-                         int(time.time()) - 60)
+    token = sas.generate(
+        endpoint(shared_namespace), "RootManageSharedAccessKey", shared_namespace.key, int(time.time()) - 60
+    )
     # When it is used, Then the SDK raises its authentication error
-    with sb_client(shared_namespace, token_connection_string(shared_namespace, token)) as client, \
-            pytest.raises(ServiceBusAuthenticationError), client.get_queue_sender(unique_name) as sender:
+    with (
+        sb_client(shared_namespace, token_connection_string(shared_namespace, token)) as client,
+        pytest.raises(ServiceBusAuthenticationError),
+        client.get_queue_sender(unique_name) as sender,
+    ):
         sender.send_messages(ServiceBusMessage("too late"))
 
 
-def test_token_signed_with_another_key_is_an_authentication_error(shared_namespace: LocalNamespace,
-                                                                   unique_name: str) -> None:
-    token = sas.generate(endpoint(shared_namespace), "RootManageSharedAccessKey", "not-the-key",
-                         int(time.time()) + 600)
-    with sb_client(shared_namespace, token_connection_string(shared_namespace, token)) as client, \
-            pytest.raises(ServiceBusAuthenticationError), client.get_queue_sender(unique_name) as sender:
+def test_token_signed_with_another_key_is_an_authentication_error(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    token = sas.generate(
+        endpoint(shared_namespace), "RootManageSharedAccessKey", "not-the-key", int(time.time()) + 600
+    )
+    with (
+        sb_client(shared_namespace, token_connection_string(shared_namespace, token)) as client,
+        pytest.raises(ServiceBusAuthenticationError),
+        client.get_queue_sender(unique_name) as sender,
+    ):
         sender.send_messages(ServiceBusMessage("forged"))
 
 
 def test_token_audience_is_scoped_to_its_entity(shared_namespace: LocalNamespace, unique_name: str) -> None:
     queue_a, queue_b = f"{unique_name}-a", f"{unique_name}-b"
     # Given a valid token whose audience is queue A only
-    token = sas.generate(f"{endpoint(shared_namespace)}/{queue_a}", "RootManageSharedAccessKey",
-                         shared_namespace.key, int(time.time()) + 600)
+    token = sas.generate(
+        f"{endpoint(shared_namespace)}/{queue_a}",
+        "RootManageSharedAccessKey",
+        shared_namespace.key,
+        int(time.time()) + 600,
+    )
     conn = token_connection_string(shared_namespace, token)
     # When it is used for queue B, Then it is refused (and queue B was not even auto-created)
-    with sb_client(shared_namespace, conn) as client, pytest.raises(ServiceBusAuthenticationError), \
-            client.get_queue_sender(queue_b) as sender:
+    with (
+        sb_client(shared_namespace, conn) as client,
+        pytest.raises(ServiceBusAuthenticationError),
+        client.get_queue_sender(queue_b) as sender,
+    ):
         sender.send_messages(ServiceBusMessage("wrong queue"))
     # When it is used for queue A, Then send, receive and settle all work
     with sb_client(shared_namespace, conn) as client:

@@ -18,12 +18,16 @@ from tests.integration.sdk_conformance import admin_client, receive, receive_not
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_repeated_message_id_is_accepted_and_dropped(shared_namespace: LocalNamespace,
-                                                     unique_name: str) -> None:
+def test_repeated_message_id_is_accepted_and_dropped(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     # Given a queue with duplicate detection
     with admin_client(shared_namespace) as admin:
-        admin.create_queue(unique_name, requires_duplicate_detection=True,
-                           duplicate_detection_history_time_window=dt.timedelta(minutes=1))
+        admin.create_queue(
+            unique_name,
+            requires_duplicate_detection=True,
+            duplicate_detection_history_time_window=dt.timedelta(minutes=1),
+        )
     with sb_client(shared_namespace) as client:
         # When the same MessageId is sent twice, alone and again inside a batch, Then every send succeeds
         with client.get_queue_sender(unique_name) as sender:
@@ -47,8 +51,9 @@ def test_repeated_message_id_is_accepted_and_dropped(shared_namespace: LocalName
             assert receiver.peek_messages(max_message_count=10, sequence_number=1) == []
 
 
-def test_without_duplicate_detection_both_copies_arrive(shared_namespace: LocalNamespace,
-                                                        unique_name: str) -> None:
+def test_without_duplicate_detection_both_copies_arrive(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     with sb_client(shared_namespace) as client:
         with client.get_queue_sender(unique_name) as sender:
             sender.send_messages(ServiceBusMessage("one", message_id="same"))

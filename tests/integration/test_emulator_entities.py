@@ -59,10 +59,12 @@ def test_entities_file_declares_entities_with_options(declared: LocalNamespace) 
     # And they behave as declared: rules filter, the queue locks for five seconds
     with sb_client(declared) as client:
         with client.get_topic_sender("events") as sender:
-            sender.send_messages([
-                ServiceBusMessage("red", application_properties={"color": "red"}),
-                ServiceBusMessage("invoice", subject="invoice"),
-            ])
+            sender.send_messages(
+                [
+                    ServiceBusMessage("red", application_properties={"color": "red"}),
+                    ServiceBusMessage("invoice", subject="invoice"),
+                ]
+            )
         with client.get_subscription_receiver("events", "audit") as receiver:
             assert [str(m) for m in receive(receiver, 2)] == ["red", "invoice"]
         with client.get_subscription_receiver("events", "red-only") as receiver:
@@ -85,11 +87,15 @@ def test_without_auto_create_unknown_entities_are_not_found(declared: LocalNames
         # When a sender or receiver is opened on an entity nobody created, Then MessagingEntityNotFoundError
         with pytest.raises(MessagingEntityNotFoundError), client.get_queue_sender("nobody-made-me") as sender:
             sender.send_messages(ServiceBusMessage("x"))
-        with pytest.raises(MessagingEntityNotFoundError), \
-                client.get_queue_receiver("nobody-made-me") as receiver:
+        with (
+            pytest.raises(MessagingEntityNotFoundError),
+            client.get_queue_receiver("nobody-made-me") as receiver,
+        ):
             receiver.receive_messages(max_wait_time=1)
-        with pytest.raises(MessagingEntityNotFoundError), \
-                client.get_subscription_receiver("events", "no-such-sub") as receiver:
+        with (
+            pytest.raises(MessagingEntityNotFoundError),
+            client.get_subscription_receiver("events", "no-such-sub") as receiver,
+        ):
             receiver.receive_messages(max_wait_time=1)
     # And the failed attempts created nothing
     with admin_client(declared) as admin:
@@ -112,8 +118,11 @@ def test_entities_created_through_the_management_endpoint(declared: LocalNamespa
         assert admin.get_queue_runtime_properties("made-by-admin").dead_letter_message_count == 1
         # When it is deleted, Then it is gone for senders too
         admin.delete_queue("made-by-admin")
-    with sb_client(declared) as client, pytest.raises(MessagingEntityNotFoundError), \
-            client.get_queue_sender("made-by-admin") as sender:
+    with (
+        sb_client(declared) as client,
+        pytest.raises(MessagingEntityNotFoundError),
+        client.get_queue_sender("made-by-admin") as sender,
+    ):
         sender.send_messages(ServiceBusMessage("too late"))
 
 
@@ -130,8 +139,9 @@ def test_auto_create_on_first_use(shared_namespace: LocalNamespace, unique_name:
         assert admin.get_queue_runtime_properties(unique_name).active_message_count == 1
 
 
-def test_bad_entities_file_stops_the_start(namespace_factory: Callable[..., LocalNamespace],
-                                           tmp_path: Path) -> None:
+def test_bad_entities_file_stops_the_start(
+    namespace_factory: Callable[..., LocalNamespace], tmp_path: Path
+) -> None:
     from bridge.errors import EmulatorError
 
     path = tmp_path / "bad.toml"

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.timeout(120)
 def emulator(namespace_factory: Callable[..., LocalNamespace]) -> LocalNamespace:
     running = namespace_factory("primary")
     with ServiceBusAdministrationClient.from_connection_string(
-            running.connection_string, connection_verify=running.certificate, retry_total=0) as admin:
+        running.connection_string, connection_verify=running.certificate, retry_total=0
+    ) as admin:
         admin.create_queue("q1")
         admin.create_queue("q2")
     return running
@@ -44,14 +45,17 @@ def control(emulator: LocalNamespace) -> ControlClient:
 
 def send(emulator: LocalNamespace, queue: str, body: str = "x", timeout: float = 5) -> None:
     """One send on a fresh client, no SDK retries, so each call shows the namespace's state right now."""
-    with ServiceBusClient.from_connection_string(emulator.connection_string, retry_total=0) as client, \
-            client.get_queue_sender(queue) as sender:
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string, retry_total=0) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
         sender.send_messages(ServiceBusMessage(body), timeout=timeout)
 
 
 def active(emulator: LocalNamespace, queue: str) -> int:
     with ServiceBusAdministrationClient.from_connection_string(
-            emulator.connection_string, connection_verify=emulator.certificate, retry_total=0) as admin:
+        emulator.connection_string, connection_verify=emulator.certificate, retry_total=0
+    ) as admin:
         return int(admin.get_queue_runtime_properties(queue).active_message_count)
 
 
@@ -75,8 +79,10 @@ def test_outage_refuses_connections_until_restored(emulator: LocalNamespace, con
 
 
 def test_outage_closes_an_open_sender(emulator: LocalNamespace, control: ControlClient) -> None:
-    with ServiceBusClient.from_connection_string(emulator.connection_string, retry_total=0) as client, \
-            client.get_queue_sender("q1") as sender:
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string, retry_total=0) as client,
+        client.get_queue_sender("q1") as sender,
+    ):
         sender.send_messages(ServiceBusMessage("first"))
         control.outage()
         with pytest.raises(ServiceBusError):
@@ -105,8 +111,7 @@ def test_busy_rejects_sends_with_server_busy(emulator: LocalNamespace, control: 
     assert active(emulator, "q1") == 1
 
 
-def test_busy_with_probability_zero_rejects_nothing(emulator: LocalNamespace,
-                                                    control: ControlClient) -> None:
+def test_busy_with_probability_zero_rejects_nothing(emulator: LocalNamespace, control: ControlClient) -> None:
     control.busy(probability=0.0)
     for _ in range(3):
         send(emulator, "q1")
@@ -141,7 +146,8 @@ def test_disaster_loses_every_entity_and_message(emulator: LocalNamespace, contr
     send(emulator, "q1")
     control.disaster()
     with ServiceBusAdministrationClient.from_connection_string(
-            emulator.connection_string, connection_verify=emulator.certificate, retry_total=0) as admin:
+        emulator.connection_string, connection_verify=emulator.certificate, retry_total=0
+    ) as admin:
         with pytest.raises(ResourceNotFoundError):
             admin.get_queue("q1")
         assert list(admin.list_queues()) == []

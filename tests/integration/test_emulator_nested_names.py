@@ -8,8 +8,9 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from bridge.embedded.namespaces import LocalNamespace
 
 
-def test_queue_with_slashes_in_its_name_is_created_listed_and_used(shared_namespace: LocalNamespace,
-                                                                   unique_name: str) -> None:
+def test_queue_with_slashes_in_its_name_is_created_listed_and_used(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     name = f"{unique_name}/x-servicebus-transfer/3"
     with ServiceBusAdministrationClient.from_connection_string(
         shared_namespace.connection_string, connection_verify=shared_namespace.certificate

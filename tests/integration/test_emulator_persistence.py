@@ -35,10 +35,15 @@ def test_kill_9_loses_nothing_with_a_data_dir(namespace_factory: NamespaceFactor
     with sb_client(ns) as client:
         # And messages in every state: active, dead-lettered, deferred, scheduled, locked but unsettled
         with client.get_queue_sender("orders") as sender:
-            sender.send_messages([ServiceBusMessage(f"o{i}", message_id=f"o{i}",
-                                                    application_properties={"i": i}) for i in range(6)])
-            scheduled_seq = sender.schedule_messages(ServiceBusMessage("scheduled"),
-                                                     dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))[0]
+            sender.send_messages(
+                [
+                    ServiceBusMessage(f"o{i}", message_id=f"o{i}", application_properties={"i": i})
+                    for i in range(6)
+                ]
+            )
+            scheduled_seq = sender.schedule_messages(
+                ServiceBusMessage("scheduled"), dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+            )[0]
         with client.get_topic_sender("events") as sender:
             sender.send_messages(ServiceBusMessage("event"))
         with client.get_queue_sender("sessions") as sender:
@@ -81,8 +86,11 @@ def test_kill_9_loses_nothing_with_a_data_dir(namespace_factory: NamespaceFactor
             assert [str(m) for m in peeked] == ["scheduled"]
         with client.get_queue_receiver("orders", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
             [dead] = receive(dlq, 1)
-            assert (str(dead), dead.dead_letter_reason, dead.dead_letter_error_description) == \
-                ("o1", "why", "because")
+            assert (str(dead), dead.dead_letter_reason, dead.dead_letter_error_description) == (
+                "o1",
+                "why",
+                "because",
+            )
         with client.get_subscription_receiver("events", "audit") as receiver:
             assert [str(m) for m in receive(receiver, 1)] == ["event"]
         with client.get_queue_receiver("sessions", session_id="s1") as receiver:
@@ -92,8 +100,11 @@ def test_kill_9_loses_nothing_with_a_data_dir(namespace_factory: NamespaceFactor
         with client.get_queue_sender("orders") as sender:
             sender.send_messages(ServiceBusMessage("after restart"))
         with client.get_queue_receiver("orders") as receiver:
-            [fresh] = [m for m in receiver.peek_messages(max_message_count=20, sequence_number=1)
-                       if str(m) == "after restart"]
+            [fresh] = [
+                m
+                for m in receiver.peek_messages(max_message_count=20, sequence_number=1)
+                if str(m) == "after restart"
+            ]
             assert fresh.sequence_number > scheduled_seq
 
 
@@ -111,8 +122,11 @@ def test_without_persistence_a_restart_loses_everything(namespace_factory: Names
         assert list(admin.list_queues()) == []
         with pytest.raises(ResourceNotFoundError):
             admin.get_queue("orders")
-    with sb_client(ns) as client, pytest.raises(MessagingEntityNotFoundError), \
-            client.get_queue_receiver("orders") as receiver:
+    with (
+        sb_client(ns) as client,
+        pytest.raises(MessagingEntityNotFoundError),
+        client.get_queue_receiver("orders") as receiver,
+    ):
         receiver.receive_messages(max_wait_time=1)
 
 

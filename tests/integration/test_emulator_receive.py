@@ -46,8 +46,9 @@ def test_peek_lock_complete_removes_the_message(shared_namespace: LocalNamespace
 def test_receive_and_delete_needs_no_settlement(shared_namespace: LocalNamespace, unique_name: str) -> None:
     send(shared_namespace, unique_name, "gone-1", "gone-2")
     with sb_client(shared_namespace) as client:
-        with client.get_queue_receiver(unique_name,
-                                       receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        with client.get_queue_receiver(
+            unique_name, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        ) as receiver:
             got = receive(receiver, 2)
             assert [str(m) for m in got] == ["gone-1", "gone-2"]
             # A message received this way carries no lock and cannot be settled
@@ -58,8 +59,9 @@ def test_receive_and_delete_needs_no_settlement(shared_namespace: LocalNamespace
             assert receiver.peek_messages(max_message_count=10) == []
 
 
-def test_abandon_redelivers_with_delivery_count_plus_one(shared_namespace: LocalNamespace,
-                                                         unique_name: str) -> None:
+def test_abandon_redelivers_with_delivery_count_plus_one(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     send(shared_namespace, unique_name, "again")
     with sb_client(shared_namespace) as client, client.get_queue_receiver(unique_name) as receiver:
         [first] = receive(receiver, 1)
@@ -73,8 +75,9 @@ def test_abandon_redelivers_with_delivery_count_plus_one(shared_namespace: Local
         receiver.complete_message(second)
 
 
-def test_defer_then_receive_deferred_by_sequence_number(shared_namespace: LocalNamespace,
-                                                        unique_name: str) -> None:
+def test_defer_then_receive_deferred_by_sequence_number(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     send(shared_namespace, unique_name, "later", "now")
     with sb_client(shared_namespace) as client, client.get_queue_receiver(unique_name) as receiver:
         later, now = receive(receiver, 2)
@@ -114,8 +117,9 @@ def test_dead_letter_with_reason_and_description(shared_namespace: LocalNamespac
             assert dlq.peek_messages(max_message_count=10) == []
 
 
-def test_lock_expiry_redelivers_with_delivery_count_plus_one(shared_namespace: LocalNamespace,
-                                                             unique_name: str) -> None:
+def test_lock_expiry_redelivers_with_delivery_count_plus_one(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     with admin_client(shared_namespace) as admin:
         admin.create_queue(unique_name, lock_duration=LOCK)
     send(shared_namespace, unique_name, "slow")
@@ -192,8 +196,9 @@ def test_renew_lock_after_expiry_is_lock_lost(shared_namespace: LocalNamespace, 
         receiver.complete_message(again)
 
 
-def test_peek_does_not_lock_and_pages_by_sequence_number(shared_namespace: LocalNamespace,
-                                                         unique_name: str) -> None:
+def test_peek_does_not_lock_and_pages_by_sequence_number(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     send(shared_namespace, unique_name, *[f"p{i}" for i in range(5)])
     with sb_client(shared_namespace) as client, client.get_queue_receiver(unique_name) as receiver:
         # When peeking, Then messages come in order and unlocked
@@ -210,4 +215,3 @@ def test_peek_does_not_lock_and_pages_by_sequence_number(shared_namespace: Local
         assert [str(m) for m in got] == [f"p{i}" for i in range(5)]
         for message in got:
             receiver.complete_message(message)
-

@@ -19,8 +19,14 @@ KB = 1024
 def test_every_message_property_round_trips(shared_namespace: LocalNamespace, unique_name: str) -> None:
     # Given a message with every settable property
     sent = ServiceBusMessage(
-        b"\x00binary\xff", message_id="id-1", correlation_id="corr-1", subject="label-1",
-        content_type="application/octet-stream", reply_to="replies", to="someone", partition_key="pk-1",
+        b"\x00binary\xff",
+        message_id="id-1",
+        correlation_id="corr-1",
+        subject="label-1",
+        content_type="application/octet-stream",
+        reply_to="replies",
+        to="someone",
+        partition_key="pk-1",
         time_to_live=dt.timedelta(hours=1),
         application_properties={"text": "v", "number": 42, "flag": True, "real": 1.5},
     )
@@ -93,8 +99,11 @@ def test_batch_is_rejected_as_a_whole(shared_namespace: LocalNamespace, unique_n
 def test_list_is_rejected_as_a_whole(shared_namespace: LocalNamespace, unique_name: str) -> None:
     with admin_client(shared_namespace) as admin:
         admin.create_queue(unique_name, requires_session=True)
-    with sb_client(shared_namespace) as client, client.get_queue_sender(unique_name) as sender, \
-            pytest.raises(ServiceBusError):
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_sender(unique_name) as sender,
+        pytest.raises(ServiceBusError),
+    ):
         sender.send_messages([ServiceBusMessage("ok", session_id="s"), ServiceBusMessage("no session")])
     with admin_client(shared_namespace) as admin:
         assert admin.get_queue_runtime_properties(unique_name).total_message_count == 0

@@ -30,12 +30,14 @@ def session_queue(shared_namespace: LocalNamespace, unique_name: str) -> str:
 def send_interleaved(ns: LocalNamespace, queue: str) -> None:
     """Three messages for each of sessions a and b, interleaved."""
     with sb_client(ns) as client, client.get_queue_sender(queue) as sender:
-        sender.send_messages([ServiceBusMessage(f"{sid}{i}", session_id=sid)
-                              for i in range(3) for sid in ("a", "b")])
+        sender.send_messages(
+            [ServiceBusMessage(f"{sid}{i}", session_id=sid) for i in range(3) for sid in ("a", "b")]
+        )
 
 
-def test_named_session_receiver_gets_its_session_in_order(shared_namespace: LocalNamespace,
-                                                          session_queue: str) -> None:
+def test_named_session_receiver_gets_its_session_in_order(
+    shared_namespace: LocalNamespace, session_queue: str
+) -> None:
     send_interleaved(shared_namespace, session_queue)
     with sb_client(shared_namespace) as client:
         # When session b is received, Then only b's messages arrive, first in first out
@@ -54,8 +56,10 @@ def test_named_session_receiver_gets_its_session_in_order(shared_namespace: Loca
 
 def test_fifo_holds_across_abandon(shared_namespace: LocalNamespace, session_queue: str) -> None:
     send_interleaved(shared_namespace, session_queue)
-    with sb_client(shared_namespace) as client, \
-            client.get_queue_receiver(session_queue, session_id="a") as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_receiver(session_queue, session_id="a") as receiver,
+    ):
         first = receive(receiver, 1)[0]
         assert str(first) == "a0"
         # When the head of the session is abandoned, Then it is delivered again before a1
@@ -68,34 +72,45 @@ def test_fifo_holds_across_abandon(shared_namespace: LocalNamespace, session_que
 def test_next_available_session(shared_namespace: LocalNamespace, session_queue: str) -> None:
     send_interleaved(shared_namespace, session_queue)
     # Given one receiver holding session a (the session whose messages came first)
-    with sb_client(shared_namespace) as client, client.get_queue_receiver(
-            session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5) as first:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_receiver(session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5) as first,
+    ):
         assert first.session.session_id == "a"
         # When another asks for the next available session, Then it gets b, not the locked a
-        with client.get_queue_receiver(session_queue, session_id=NEXT_AVAILABLE_SESSION,
-                                       max_wait_time=5) as second:
+        with client.get_queue_receiver(
+            session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+        ) as second:
             assert second.session.session_id == "b"
             assert [str(m) for m in receive(second, 3)] == ["b0", "b1", "b2"]
         assert [str(m) for m in receive(first, 3)] == ["a0", "a1", "a2"]
 
 
-def test_next_available_session_times_out_when_none_is_free(shared_namespace: LocalNamespace,
-                                                            session_queue: str) -> None:
-    with sb_client(shared_namespace) as client, pytest.raises(OperationTimeoutError), \
-            client.get_queue_receiver(session_queue, session_id=NEXT_AVAILABLE_SESSION,
-                                      max_wait_time=2) as receiver:
+def test_next_available_session_times_out_when_none_is_free(
+    shared_namespace: LocalNamespace, session_queue: str
+) -> None:
+    with (
+        sb_client(shared_namespace) as client,
+        pytest.raises(OperationTimeoutError),
+        client.get_queue_receiver(
+            session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2
+        ) as receiver,
+    ):
         receiver.receive_messages(max_wait_time=1)
 
 
-def test_a_locked_session_cannot_be_locked_again(shared_namespace: LocalNamespace,
-                                                  session_queue: str) -> None:
+def test_a_locked_session_cannot_be_locked_again(
+    shared_namespace: LocalNamespace, session_queue: str
+) -> None:
     send_interleaved(shared_namespace, session_queue)
     with sb_client(shared_namespace) as client:
         # Given a receiver holding session a
         with client.get_queue_receiver(session_queue, session_id="a") as holder:
             # When a second receiver asks for session a, Then the SDK raises SessionCannotBeLockedError
-            with pytest.raises(SessionCannotBeLockedError), \
-                    client.get_queue_receiver(session_queue, session_id="a") as intruder:
+            with (
+                pytest.raises(SessionCannotBeLockedError),
+                client.get_queue_receiver(session_queue, session_id="a") as intruder,
+            ):
                 intruder.receive_messages(max_wait_time=1)
             assert str(receive(holder, 1)[0]) == "a0"
         # And once the holder has closed, the session can be taken, and the message the holder left
@@ -127,8 +142,10 @@ def test_session_state_get_and_set(shared_namespace: LocalNamespace, session_que
 
 def test_session_lock_renew(shared_namespace: LocalNamespace, session_queue: str) -> None:
     send_interleaved(shared_namespace, session_queue)
-    with sb_client(shared_namespace) as client, \
-            client.get_queue_receiver(session_queue, session_id="a") as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_receiver(session_queue, session_id="a") as receiver,
+    ):
         until = receiver.session.locked_until_utc
         assert until is not None
         assert dt.datetime.now(dt.UTC) < until <= dt.datetime.now(dt.UTC) + dt.timedelta(seconds=4)

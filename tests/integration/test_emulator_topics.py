@@ -34,8 +34,13 @@ def client(shared_namespace: LocalNamespace) -> Iterator[ServiceBusClient]:
         yield sb
 
 
-def only_rule(admin: ServiceBusAdministrationClient, topic: str, sub: str, name: str,
-              rule_filter: SqlRuleFilter | CorrelationRuleFilter) -> None:
+def only_rule(
+    admin: ServiceBusAdministrationClient,
+    topic: str,
+    sub: str,
+    name: str,
+    rule_filter: SqlRuleFilter | CorrelationRuleFilter,
+) -> None:
     """Create a subscription that receives only what ``rule_filter`` matches."""
     admin.create_subscription(topic, sub)
     admin.create_rule(topic, sub, name, filter=rule_filter)
@@ -52,8 +57,9 @@ def bodies(client: ServiceBusClient, topic: str, sub: str, count: int) -> list[s
         return [str(m) for m in got]
 
 
-def test_every_subscription_gets_its_own_copy(admin: ServiceBusAdministrationClient, client: ServiceBusClient,
-                                              unique_name: str) -> None:
+def test_every_subscription_gets_its_own_copy(
+    admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str
+) -> None:
     # Given a topic with three subscriptions (default rule: everything)
     admin.create_topic(unique_name)
     for sub in ("s1", "s2", "s3"):
@@ -78,31 +84,40 @@ def test_every_subscription_gets_its_own_copy(admin: ServiceBusAdministrationCli
     assert admin.get_subscription_runtime_properties(unique_name, "s2").dead_letter_message_count == 0
 
 
-def test_correlation_filter(admin: ServiceBusAdministrationClient, client: ServiceBusClient,
-                            unique_name: str) -> None:
+def test_correlation_filter(
+    admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str
+) -> None:
     # Given subscriptions filtering on correlation id, on subject plus an application property, and all
     admin.create_topic(unique_name)
     only_rule(admin, unique_name, "by-corr", "corr", CorrelationRuleFilter(correlation_id="order-7"))
-    only_rule(admin, unique_name, "by-props", "props",
-              CorrelationRuleFilter(label="invoice", properties={"region": "eu"}))
+    only_rule(
+        admin,
+        unique_name,
+        "by-props",
+        "props",
+        CorrelationRuleFilter(label="invoice", properties={"region": "eu"}),
+    )
     admin.create_subscription(unique_name, "all")
     # When messages with various properties are sent
     with client.get_topic_sender(unique_name) as sender:
-        sender.send_messages([
-            ServiceBusMessage("corr-match", correlation_id="order-7"),
-            ServiceBusMessage("corr-other", correlation_id="order-8"),
-            ServiceBusMessage("props-match", subject="invoice", application_properties={"region": "eu"}),
-            ServiceBusMessage("props-us", subject="invoice", application_properties={"region": "us"}),
-            ServiceBusMessage("props-no-subject", application_properties={"region": "eu"}),
-        ])
+        sender.send_messages(
+            [
+                ServiceBusMessage("corr-match", correlation_id="order-7"),
+                ServiceBusMessage("corr-other", correlation_id="order-8"),
+                ServiceBusMessage("props-match", subject="invoice", application_properties={"region": "eu"}),
+                ServiceBusMessage("props-us", subject="invoice", application_properties={"region": "us"}),
+                ServiceBusMessage("props-no-subject", application_properties={"region": "eu"}),
+            ]
+        )
     # Then each filtered subscription gets exactly its matches, and the unfiltered one gets all five
     assert bodies(client, unique_name, "by-corr", 1) == ["corr-match"]
     assert bodies(client, unique_name, "by-props", 1) == ["props-match"]
     assert len(bodies(client, unique_name, "all", 5)) == 5
 
 
-def test_sql_filters(admin: ServiceBusAdministrationClient, client: ServiceBusClient,
-                     unique_name: str) -> None:
+def test_sql_filters(
+    admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str
+) -> None:
     # Given one subscription with an explicit `1=1` rule and one with a property-equality rule
     admin.create_topic(unique_name)
     only_rule(admin, unique_name, "everything", "true", SqlRuleFilter("1=1"))
@@ -110,12 +125,14 @@ def test_sql_filters(admin: ServiceBusAdministrationClient, client: ServiceBusCl
     only_rule(admin, unique_name, "labelled", "label", SqlRuleFilter("sys.Label = 'hot'"))
     # When messages of several colours and sizes are sent
     with client.get_topic_sender(unique_name) as sender:
-        sender.send_messages([
-            ServiceBusMessage("red-3", application_properties={"color": "red", "size": 3}),
-            ServiceBusMessage("red-4", application_properties={"color": "red", "size": 4}),
-            ServiceBusMessage("blue-3", application_properties={"color": "blue", "size": 3}),
-            ServiceBusMessage("hot", subject="hot"),
-        ])
+        sender.send_messages(
+            [
+                ServiceBusMessage("red-3", application_properties={"color": "red", "size": 3}),
+                ServiceBusMessage("red-4", application_properties={"color": "red", "size": 4}),
+                ServiceBusMessage("blue-3", application_properties={"color": "blue", "size": 3}),
+                ServiceBusMessage("hot", subject="hot"),
+            ]
+        )
     # Then `1=1` matches all, the equality rule only red size 3, the system-property rule only "hot"
     assert bodies(client, unique_name, "everything", 4) == ["red-3", "red-4", "blue-3", "hot"]
     assert bodies(client, unique_name, "red", 1) == ["red-3"]
@@ -123,7 +140,8 @@ def test_sql_filters(admin: ServiceBusAdministrationClient, client: ServiceBusCl
 
 
 def test_a_message_matching_several_rules_is_delivered_once(
-        admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str) -> None:
+    admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str
+) -> None:
     admin.create_topic(unique_name)
     only_rule(admin, unique_name, "sub", "red", SqlRuleFilter("color = 'red'"))
     admin.create_rule(unique_name, "sub", "big", filter=SqlRuleFilter("size = 3"))
@@ -132,8 +150,9 @@ def test_a_message_matching_several_rules_is_delivered_once(
     assert bodies(client, unique_name, "sub", 1) == ["both"]
 
 
-def test_subscription_without_rules_receives_nothing(admin: ServiceBusAdministrationClient,
-                                                     client: ServiceBusClient, unique_name: str) -> None:
+def test_subscription_without_rules_receives_nothing(
+    admin: ServiceBusAdministrationClient, client: ServiceBusClient, unique_name: str
+) -> None:
     admin.create_topic(unique_name)
     admin.create_subscription(unique_name, "none")
     admin.delete_rule(unique_name, "none", "$Default")

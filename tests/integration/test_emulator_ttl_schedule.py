@@ -25,24 +25,36 @@ def utc_now() -> dt.datetime:
 
 def test_message_ttl_expiry_removes_it(shared_namespace: LocalNamespace, unique_name: str) -> None:
     # Opening a handler takes the SDK ~0.5 s, so both are open before the one-second clock starts.
-    with sb_client(shared_namespace) as client, client.get_queue_sender(unique_name) as sender, \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_sender(unique_name) as sender,
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         # Given a message that lives one second and one that lives an hour
-        sender.send_messages([ServiceBusMessage("short", time_to_live=SHORT),
-                              ServiceBusMessage("long", time_to_live=dt.timedelta(hours=1))])
+        sender.send_messages(
+            [
+                ServiceBusMessage("short", time_to_live=SHORT),
+                ServiceBusMessage("long", time_to_live=dt.timedelta(hours=1)),
+            ]
+        )
         first_look = receiver.peek_messages(max_message_count=10, sequence_number=1)
         assert [str(m) for m in first_look] == ["short", "long"]
         assert first_look[0].expires_at_utc is not None and first_look[0].enqueued_time_utc is not None
         assert first_look[0].expires_at_utc - first_look[0].enqueued_time_utc == SHORT
         # When the second has passed, Then the short one is gone (not even peekable)
-        eventually(lambda: [str(m) for m in receiver.peek_messages(max_message_count=10, sequence_number=1)],
-                   lambda bodies: bodies == ["long"], timeout=10)
+        eventually(
+            lambda: [str(m) for m in receiver.peek_messages(max_message_count=10, sequence_number=1)],
+            lambda bodies: bodies == ["long"],
+            timeout=10,
+        )
         [long_lived] = receive(receiver, 1)
         assert str(long_lived) == "long"
         receiver.complete_message(long_lived)
     # And it was dropped, not dead-lettered (the queue does not ask for that)
-    with sb_client(shared_namespace) as client, \
-            client.get_queue_receiver(unique_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_receiver(unique_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq,
+    ):
         assert dlq.peek_messages(max_message_count=10) == []
 
 
@@ -50,21 +62,29 @@ def test_entity_default_ttl_applies(shared_namespace: LocalNamespace, unique_nam
     # Given a queue whose messages live one second by default
     with admin_client(shared_namespace) as admin:
         admin.create_queue(unique_name, default_message_time_to_live=SHORT)
-    with sb_client(shared_namespace) as client, client.get_queue_sender(unique_name) as sender, \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_sender(unique_name) as sender,
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         # When a message without a TTL and one asking for an hour are sent
-        sender.send_messages([ServiceBusMessage("no ttl"),
-                              ServiceBusMessage("an hour", time_to_live=dt.timedelta(hours=1))])
+        sender.send_messages(
+            [ServiceBusMessage("no ttl"), ServiceBusMessage("an hour", time_to_live=dt.timedelta(hours=1))]
+        )
         # Then both report the entity's one second as their effective TTL
         peeked = receiver.peek_messages(max_message_count=10, sequence_number=1)
         assert [(str(m), m.time_to_live) for m in peeked] == [("no ttl", SHORT), ("an hour", SHORT)]
         # And once it passes the queue is empty
-        eventually(lambda: receiver.peek_messages(max_message_count=10, sequence_number=1),
-                   lambda found: found == [], timeout=10)
+        eventually(
+            lambda: receiver.peek_messages(max_message_count=10, sequence_number=1),
+            lambda found: found == [],
+            timeout=10,
+        )
 
 
-def test_expired_message_is_dead_lettered_when_the_entity_asks(shared_namespace: LocalNamespace,
-                                                                unique_name: str) -> None:
+def test_expired_message_is_dead_lettered_when_the_entity_asks(
+    shared_namespace: LocalNamespace, unique_name: str
+) -> None:
     # Given a queue with dead-lettering on expiration
     with admin_client(shared_namespace) as admin:
         admin.create_queue(unique_name, dead_lettering_on_message_expiration=True)
@@ -83,8 +103,11 @@ def test_expired_message_is_dead_lettered_when_the_entity_asks(shared_namespace:
 
 
 def test_scheduled_enqueue_time_annotation(shared_namespace: LocalNamespace, unique_name: str) -> None:
-    with sb_client(shared_namespace) as client, client.get_queue_sender(unique_name) as sender, \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_sender(unique_name) as sender,
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         # Given a message sent with scheduled_enqueue_time_utc two seconds ahead, and one without
         due = utc_now() + dt.timedelta(seconds=2)
         sender.send_messages(ServiceBusMessage("scheduled", scheduled_enqueue_time_utc=due))
@@ -108,8 +131,11 @@ def test_scheduled_enqueue_time_annotation(shared_namespace: LocalNamespace, uni
 
 
 def test_schedule_messages_and_cancel(shared_namespace: LocalNamespace, unique_name: str) -> None:
-    with sb_client(shared_namespace) as client, client.get_queue_sender(unique_name) as sender, \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        sb_client(shared_namespace) as client,
+        client.get_queue_sender(unique_name) as sender,
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         # Given two messages scheduled three seconds ahead through schedule_messages
         due = utc_now() + dt.timedelta(seconds=3)
         keep, cancel = sender.schedule_messages([ServiceBusMessage("keep"), ServiceBusMessage("cancel")], due)

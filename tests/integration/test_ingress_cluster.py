@@ -17,9 +17,10 @@ from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
 from bridge.errors import BackpressureError
 from bridge.outbox import keys
-from bridge.outbox.connection import sync_client
 from bridge.outbox.reader import OutboxReader
+from bridge.redis.connection import sync_client
 from bridge.settings import Settings
+from tests.integration.ingress_support import read_all
 
 pytestmark = pytest.mark.cluster
 
@@ -98,7 +99,7 @@ def test_producer_reader_round_trip_on_the_cluster(cluster_url: str):
     reader = OutboxReader(sync_client(cluster_url), settings)
     for entity, ids in sent.items():
         reader.ensure_groups(entity)
-        entries = reader.read(entity, "worker")
+        entries = read_all(reader, entity, "worker")
         assert sorted(e.envelope.message_id for e in entries if e.envelope) == sorted(ids)
         assert reader.depth(entity)["pending_messages"] == 5
         for shard in (0, 1):

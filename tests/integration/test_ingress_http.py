@@ -18,7 +18,7 @@ from bridge.core.door_formats import V1_FIELDS
 from bridge.outbox import keys
 from bridge.outbox.reader import OutboxReader
 from bridge.settings import Settings
-from tests.integration.ingress_support import running_ingress, snapshot
+from tests.integration.ingress_support import read_all, running_ingress, snapshot
 
 KEY_ALL = "all-entities-key"
 KEY_LIMITED = "orders-only-key"
@@ -77,7 +77,7 @@ def http(base_url: str) -> Iterator[httpx.Client]:
 def _read_all(redis_url: str, settings: Settings, entity: str) -> list[Any]:
     reader = OutboxReader(redis.Redis.from_url(redis_url), settings)
     reader.ensure_groups(entity)
-    return reader.read(entity, "test-reader", count=1000)
+    return read_all(reader, entity, "test-reader", count=1000)
 
 
 def test_single_envelope_round_trips_through_the_outbox(
@@ -330,3 +330,25 @@ def test_outbox_depth_endpoint(http: httpx.Client):
     depth = http.get("/v1/entities/orders/outbox").json()
     assert depth["pending_messages"] == 1
     assert depth["pending_bytes"] > 3
+    assert set(depth) == {"entity", "pending_messages", "pending_bytes", "quarantine", "deadletter"}
+
+
+def test_problem_entries_endpoints(http: httpx.Client, redis_url: str, settings: Settings):
+    # Given two messages moved to the local dead-letter stream by a worker
+    http.post("/v1/entities/orders/messages:batch", json={"messages": [{"body": "m1"}, {"body": "m2"}]})
+    reader = OutboxReader(redis.Redis.from_url(redis_url), settings)
+    reader.ensure_groups("orders")
+    for entry in read_all(reader, "orders", "w"):
+        reader.move(entry, to="deadletter", code="message_permanent", reason="refused", now=1.0)
+    # When they are listed over HTTP, page by page
+    first = http.get("/v1/entities/orders/deadletter?count=1").json()
+    (dead,) = first["entries"]
+    rest = http.get(f"/v1/entities/orders/deadletter?after={dead['id']}").json()["entries"]
+    # Then each carries its reason and original fields, once
+    assert (dead["code"], dead["original"]["b"]) == ("message_permanent", "m1")
+    assert [e["original"]["b"] for e in rest] == ["m2"]
+    assert http.get("/v1/entities/orders/quarantine").json() == {"entity": "orders", "entries": []}
+    depth = http.get("/v1/entities/orders/outbox").json()
+    assert (depth["pending_messages"], depth["deadletter"]) == (0, 2)
+    bad = http.get("/v1/entities/orders/deadletter?after=not-an-id")
+    assert (bad.status_code, bad.json()["error"]["field"]) == (422, "after")

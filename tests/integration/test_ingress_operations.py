@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -17,9 +18,10 @@ from bridge import Producer
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.redis_server import RedisServer
 from bridge.errors import ConfigurationError, OutboxUnavailableError
-from bridge.http.app import check_redis, create_app, is_loopback
+from bridge.http.app import create_app, is_loopback
 from bridge.outbox import keys
-from bridge.outbox.connection import async_client
+from bridge.outbox.view import AsyncOutboxView
+from bridge.redis.connection import async_client
 from bridge.settings import Settings
 from tests.integration.ingress_support import running_ingress
 
@@ -99,8 +101,15 @@ def test_wait_for_replicas(tmp_path):
         RedisServer(data_dir=tmp_path / "r", extra_args=("--replicaof", "127.0.0.1", "0")) as replica,
     ):
         replica_client = redis.Redis(port=replica.port)
+        # No 5 s diskless-sync delay, and the first full sync must be over: else WAIT may time out first.
+        with redis.Redis(port=primary.port) as primary_client:
+            primary_client.config_set("repl-diskless-sync-delay", 0)
         replica_client.replicaof("127.0.0.1", primary.port)
-        one = Settings(redis_url=primary.url, ingress={"wait_replicas": 1, "wait_timeout": 5})
+        deadline = time.monotonic() + 30
+        while replica_client.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "replica never finished its first sync"
+            time.sleep(0.05)
+        one = Settings(redis_url=primary.url, ingress={"wait_replicas": 1, "wait_timeout": 3})
         with Producer(settings=one) as producer:
             message_id = producer.send("orders", "replicated")
         # acknowledged only once the replica had it
@@ -118,9 +127,8 @@ def test_fsync_expectation_is_checked_at_start_up(tmp_path):
         async def check(policy: str) -> None:
             client = async_client(server.url)
             try:
-                await check_redis(
-                    client, Settings(redis_url=server.url, ingress={"require_appendfsync": policy})
-                )
+                settings = Settings(redis_url=server.url, ingress={"require_appendfsync": policy})
+                await AsyncOutboxView(client, settings).check_start_up()
             finally:
                 await client.aclose()
 

@@ -17,12 +17,13 @@ from bridge.core.validation import EntityRules, build_envelope
 from bridge.embedded.redis_server import RedisServer
 from bridge.errors import BackpressureError, InvalidMessageError, OutboxUnavailableError
 from bridge.outbox import keys
-from bridge.outbox.connection import sync_client
-from bridge.outbox.reader import OutboxReader, list_problems
+from bridge.outbox.problems import list_problems
+from bridge.outbox.reader import OutboxReader
 from bridge.outbox.redis_door import ensure_ingress_group, move_ingress
 from bridge.outbox.store import SyncOutbox
+from bridge.redis.connection import sync_client
 from bridge.settings import Settings
-from tests.integration.ingress_support import snapshot
+from tests.integration.ingress_support import read_all, snapshot
 
 
 def _settings(url: str) -> Settings:
@@ -54,7 +55,7 @@ def test_producer_round_trip_with_python_types(redis_url: str):
         )
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("orders")
-    (entry,) = reader.read("orders", "w1")
+    (entry,) = read_all(reader, "orders", "w1")
     assert entry.envelope is not None
     assert entry.envelope.message_id == message_id
     assert entry.envelope.body == b"\x00body"
@@ -119,9 +120,7 @@ def test_acknowledged_messages_survive_a_crash_and_restart(tmp_path):
         # Then every acknowledged message is in the outbox, readable by a worker
         reader = OutboxReader(sync_client(server.url), settings)
         reader.ensure_groups("orders")
-        stored = [
-            entry.envelope.message_id for entry in reader.read("orders", "w", count=100) if entry.envelope
-        ]
+        stored = [entry.envelope.message_id for entry in read_all(reader, "orders", "w") if entry.envelope]
         assert sorted(stored) == sorted(acknowledged)
         # And the idempotency markers survived too: re-sending one adds nothing
         producer.send("orders", "again", message_id=acknowledged[0])
@@ -136,13 +135,17 @@ def test_reader_ack_reclaim_and_dead_letter(redis_url: str, redis_client: redis.
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("q")
     reader.ensure_groups("q")  # idempotent
-    first = reader.read("q", "crashing-worker", count=10)
+    first = reader.read_shard("q", 0, "crashing-worker", count=10)
     assert [e.envelope.body for e in first if e.envelope] == [b"a", b"b", b"c"]
-    assert reader.read("q", "other", count=10) == []
-    # The first worker "crashes"; another reclaims its entries.
+    assert reader.read_shard("q", 0, "other", count=10) == []
+    # The first worker "crashes": its entries stay pending; only those idle long enough move to another
+    assert reader.reclaim_shard("q", 0, "rescuer", min_idle_ms=60_000) == 0
     time.sleep(0.05)
-    reclaimed = reader.reclaim("q", "rescuer", min_idle_ms=10)
+    assert reader.reclaim_shard("q", 0, "rescuer", min_idle_ms=10) == 3
+    # and the next lease holder takes whatever is pending, oldest first, whoever held it
+    reclaimed = reader.claim_shard("q", 0, "next-holder")
     assert [e.entry_id for e in reclaimed] == [e.entry_id for e in first]
+    assert reader.claim_shard("q", 0, "next-holder", count=2) == reclaimed[:2]
     removed = reader.ack("q", 0, [reclaimed[0].entry_id])
     assert removed[0] == 1
     assert reader.ack("q", 0, [reclaimed[0].entry_id]) == (0, 0)  # a second ack is harmless
@@ -173,7 +176,7 @@ def test_reader_quarantines_a_corrupt_entry(redis_url: str, redis_client: redis.
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("q")
     redis_client.xadd(keys.outbox("q", 0), {"v": "9", "id": "x"})
-    (entry,) = reader.read("q", "w")
+    (entry,) = reader.read_shard("q", 0, "w")
     assert entry.envelope is None
     assert entry.error is not None
     reader.move(entry, to="quarantine", code="corrupt_entry", reason=str(entry.error), now=1.0)
@@ -201,7 +204,7 @@ def test_redis_door_moves_valid_entries_and_quarantines_bad_ones(redis_url: str,
     assert reasons["time_to_live_not_positive"]["original"]["body"] == "bad ttl"
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("orders")
-    bodies = sorted(e.envelope.body for e in reader.read("orders", "w") if e.envelope)
+    bodies = sorted(e.envelope.body for e in read_all(reader, "orders", "w") if e.envelope)
     assert bodies == [b"good", b"no id"]
     assert move_ingress(outbox, "orders", consumer="mover", now=11.0).moved == 0
 

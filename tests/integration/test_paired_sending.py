@@ -9,11 +9,14 @@ import datetime as dt
 import time
 from typing import Any
 
+import redis
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from bridge.core.paired import backlog_queue_path
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.settings import NamespaceSettings
+from bridge.state import keys
+from tests.integration.paired_support import paired_state
 from tests.integration.worker_support import (
     count_in,
     entity_status,
@@ -128,9 +131,11 @@ def test_failover_waits_one_interval_then_sends_aliased_messages_to_backlog_queu
 
 
 def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack: Any) -> None:
-    # Each worker picks its backlog queue at random, so to make the failures certain every queue is
-    # broken at first; readmission after 4 s then lets the repaired queue take the messages.
-    stack = _paired_stack(make_stack, interval=0.0, BRIDGE_PAIRED__BACKLOG_READMIT_AFTER="4")
+    # Every queue is broken at first, so each one certainly fails and leaves the rotation; no readmission
+    # by time within the test: queues come back only when the test readmits them (as an operator would).
+    stack = _paired_stack(
+        make_stack, interval=0.0, BRIDGE_PAIRED__BACKLOG_READMIT_AFTER="3600", BRIDGE_WORKERS__LEASE_TTL="3"
+    )
     queues = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS)]
     for queue in queues:
         stack.secondary.control.outage(entity=queue)
@@ -146,16 +151,33 @@ def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack
         what="every backlog queue out of the rotation",
     )
     assert outbox_depth(stack, "orders") == 20
-    # When one queue is repaired and another worker process takes over
+    # When two queues are repaired (not readmitted yet) and another worker process takes over
     for queue in queues[1:]:
         stack.secondary.control.restore(entity=queue)
     first_worker.kill()
+    started = time.time()
     stack.start_worker("worker-b")
-    # Then, once the queues are readmitted, the broken one leaves the rotation again and the messages
-    # land in the repaired ones
+    # Then the new worker follows the rotation worker-a left: it sends nowhere, even to the repaired
+    # queues, and records that every queue is out of the rotation
+    wait_until(
+        lambda: (
+            (paired_state(stack, "orders").last_error_at or 0) > started
+            and "out of rotation" in (paired_state(stack, "orders").last_error or "")
+        ),
+        60,
+        what="worker-b finding every backlog queue out of the rotation",
+    )
+    assert outbox_depth(stack, "orders") == 20
+    assert sum(count_in(stack.secondary, queue) for queue in queues[1:]) == 0  # queue 0 is still broken
+    # When the repaired queues are readmitted (their removal records deleted), the messages land in them
+    # and never in the broken one, which stays out
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        client.hdel(keys.rotation(_primary_name(stack)), "1", "2")
+    finally:
+        client.close()
     got = _backlog_messages(stack, 20, timeout=40, skip=(0,))
     assert sorted(m.message_id for m in got) == sorted(ids)
     backlog = status_json(stack)["backlog"]
-    assert "0" in backlog["removed"], backlog
-    assert "outage" in (backlog["removed"]["0"]["error"] or "").lower()
+    assert list(backlog["removed"]) == ["0"] and "outage" in (backlog["removed"]["0"]["error"] or "").lower()
     assert outbox_depth(stack, "orders") == 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bridge.core.paired import PING_CONTENT_TYPE
+from bridge.core.paired import PING_CONTENT_TYPE, rendezvous_backlog
 from bridge.embedded.stack import wait_until
 from tests.integration.paired_support import (
     PAIRED_SETTINGS,
@@ -63,9 +63,18 @@ def test_syphon_restores_every_field_reaches_every_subscription_and_empties_the_
     scheduled = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
     # Given messages in both backlog queues, aliased as a failed-over worker sends them
     with stack_pool(stack) as pool:
-        full = envelope("orders", 0, partition_key="pk-1", time_to_live=600.0,
-                        content_type="application/json", correlation_id="c-1", subject="subj",
-                        reply_to="r", to="t", application_properties=dict(PROPERTIES))
+        full = envelope(
+            "orders",
+            0,
+            partition_key="pk-1",
+            time_to_live=600.0,
+            content_type="application/json",
+            correlation_id="c-1",
+            subject="subj",
+            reply_to="r",
+            to="t",
+            application_properties=dict(PROPERTIES),
+        )
         later = envelope("orders", 1, scheduled_enqueue_time_utc=scheduled, time_to_live=600.0)
         event = envelope("events", 0, application_properties={"kind": "created"})
         fill_backlog(pool, paths[0], [full, event])
@@ -106,15 +115,20 @@ def test_syphon_keeps_per_session_order_on_a_session_entity(make_stack: Any) -> 
     stack = make_stack(entities, settings={**PAIRED_SETTINGS, "BRIDGE_PAIRED__SYPHON_BATCH_SIZE": "7"})
     create_entities(stack.primary, sessions=["sessions"])
     paths = create_backlog_queues(stack)
-    # Given two sessions' messages interleaved in one backlog queue, more than one batch of them
-    envelopes = [envelope("sessions", i, session_id=f"s-{i % 2}") for i in range(40)]
+    # Given four sessions' messages, more than one batch of them, spread over both backlog queues the way
+    # the ordered sender spreads them (each session sticks to one queue, chosen by rendezvous hashing),
+    # interleaved in each queue; the two queues are syphoned in parallel
+    envelopes = [envelope("sessions", i, session_id=f"s-{i % 4}") for i in range(80)]
     with stack_pool(stack) as pool:
-        fill_backlog(pool, paths[0], envelopes)
+        for index, path in enumerate(paths):
+            mine = [e for e in envelopes if rendezvous_backlog(str(e.session_id), [0, 1]) == index]
+            assert mine, "rendezvous hashing put every session in one queue; pick other session names"
+            fill_backlog(pool, path, mine)
     # When the syphon moves them
     stack.start_worker()
     stack.start_beat()
     # Then each session receives its messages in the order they were sent
-    for session in ("s-0", "s-1"):
+    for session in ("s-0", "s-1", "s-2", "s-3"):
         got = receive(stack.primary, "sessions", 20, session_id=session, timeout=40)
         expected = [e.message_id for e in envelopes if e.session_id == session]
         assert [text(m.message_id) for m in got] == expected
@@ -186,8 +200,12 @@ def holder_pid(stack: Any, path: str) -> int | None:
 
 
 def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack: Any) -> None:
-    settings = {**PAIRED_SETTINGS, "BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT": "1",
-                "BRIDGE_PAIRED__SYPHON_BATCH_SIZE": "5", "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "30"}
+    settings = {
+        **PAIRED_SETTINGS,
+        "BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT": "1",
+        "BRIDGE_PAIRED__SYPHON_BATCH_SIZE": "5",
+        "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "30",
+    }
     stack = make_stack({"orders": {"replication": "paired"}}, settings=settings)
     create_entities(stack.primary, queues=["orders"])
     (path,) = create_backlog_queues(stack, count=1)
@@ -204,8 +222,11 @@ def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack:
     working = next(w for w in workers if os.getpgid(first) == w.proc.pid)
     other = next(w for w in workers if w is not working)
     # Then the other one waits: its runs find the lease held and return
-    wait_until(lambda: "'busy': [" + repr(path) in other.log_path.read_text(), 20,
-               what="the other worker's syphon run finding the lease busy")
+    wait_until(
+        lambda: "'busy': [" + repr(path) in other.log_path.read_text(),
+        20,
+        what="the other worker's syphon run finding the lease busy",
+    )
     assert holder_pid(stack, path) == first
     # When the working one is killed mid-stream
     moved_before_kill = count_in(stack.primary, "orders")
@@ -213,8 +234,11 @@ def test_one_syphon_per_backlog_queue_and_a_killed_one_is_taken_over(make_stack:
     stack.primary.control.restore()
     assert moved_before_kill < 400, "the syphon finished before the kill; the test needs more messages"
     # Then the other takes the lease over once it expires, and finishes the job
-    successor = wait_until(lambda: holder_pid(stack, path) not in (None, first) and holder_pid(stack, path),
-                           30, what="a new lease holder")
+    successor = wait_until(
+        lambda: holder_pid(stack, path) not in (None, first) and holder_pid(stack, path),
+        30,
+        what="a new lease holder",
+    )
     assert os.getpgid(successor) == other.proc.pid
     got = receive(stack.primary, "orders", 400, timeout=90)
     assert set(ids) <= {text(m.message_id) for m in got}  # duplicates of the killed batch are allowed

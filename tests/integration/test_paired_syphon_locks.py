@@ -14,10 +14,10 @@ from bridge.core.paired import backlog_queue_paths
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.paired.syphon_run import lease_name, run_syphon
+from bridge.redis.lease import Lease
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import to_message
 from bridge.settings import Settings
-from bridge.state.lease import Lease
 from tests.integration.paired_support import envelope, fill_backlog, namespace_settings, receive, text
 from tests.integration.worker_support import count_in
 
@@ -29,15 +29,21 @@ ENTITIES = ("a", "b", "c", "d")
 def ctx(redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace]) -> Iterator[DeliveryContext]:
     """A delivery context on the pair, one backlog queue with a 4 s lock, four paired entities."""
     primary, secondary = namespace_pair
-    settings = Settings.model_validate({
-        "redis_url": redis_url,
-        "primary": namespace_settings(primary),
-        "secondary": namespace_settings(secondary),
-        "entities": {name: {"replication": "paired"} for name in ENTITIES},
-        "retry": {"attempt_deadline": 3, "retry_total": 0},
-        "paired": {"backlog_queue_count": 1, "syphon_batch_size": 40, "syphon_receive_wait": 0.5,
-                   "syphon_lease_ttl": 10},
-    })
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(primary),
+            "secondary": namespace_settings(secondary),
+            "entities": {name: {"replication": "paired"} for name in ENTITIES},
+            "retry": {"attempt_deadline": 3, "retry_total": 0},
+            "paired": {
+                "backlog_queue_count": 1,
+                "syphon_batch_size": 40,
+                "syphon_receive_wait": 0.5,
+                "syphon_lease_ttl": 10,
+            },
+        }
+    )
     assert settings.secondary is not None
     with NamespaceAdmin(settings.secondary) as admin:
         admin.create_queue(backlog(settings), lock_duration=timedelta(seconds=4))

@@ -115,11 +115,13 @@ def test_existing_differing_and_extra_backlog_queues_are_reported_and_left_alone
             "contoso/x-servicebus-transfer/3", **{**options, "lock_duration": timedelta(seconds=30)}
         )
         admin.create_queue("contoso/x-servicebus-transfer/12", **options)
-    with (
-        ServiceBusClient.from_connection_string(secondary.connection_string) as client,
-        client.get_queue_sender("contoso/x-servicebus-transfer/7") as sender,
-    ):
-        sender.send_messages(ServiceBusMessage(b"still here"))
+        # and /11, beyond the count too, still holding two messages (the count was lowered)
+        admin.create_queue("contoso/x-servicebus-transfer/11", **options)
+    with ServiceBusClient.from_connection_string(secondary.connection_string) as client:
+        with client.get_queue_sender("contoso/x-servicebus-transfer/7") as sender:
+            sender.send_messages(ServiceBusMessage(b"still here"))
+        with client.get_queue_sender("contoso/x-servicebus-transfer/11") as sender:
+            sender.send_messages([ServiceBusMessage(b"left 1"), ServiceBusMessage(b"left 2")])
     # When provisioning runs for count 10 with the primary's name set explicitly
     report = provision(make_settings(primary, secondary, count=10, primary_extra={"name": "contoso"}))
     rows = {r.name: r for r in report.rows}
@@ -132,10 +134,20 @@ def test_existing_differing_and_extra_backlog_queues_are_reported_and_left_alone
         {"field": "lock_duration", "wanted": "PT1M", "actual": "PT30S"}
     ]
     assert rows["contoso/x-servicebus-transfer/12"].action == "extra"
-    assert report.counts() == {"exists": 1, "created": 8, "differs": 1, "extra": 1, "would-create": 0}
+    # And /11 is retired, not "yours to delete": it still holds messages the syphon must move
+    retired = rows["contoso/x-servicebus-transfer/11"]
+    assert (retired.action, retired.messages, retired.to_json()["messages"]) == ("retired", 2, 2)
+    assert report.counts() == {
+        "exists": 1,
+        "created": 8,
+        "differs": 1,
+        "extra": 1,
+        "retired": 1,
+        "would-create": 0,
+    }
     # And nothing was changed or deleted: /3 keeps its lock, /12 is still there, /7 kept its message
     found = queues(secondary)
-    assert len(found) == 11
+    assert len(found) == 12
     assert_backlog_description(found["contoso/x-servicebus-transfer/3"], lock=timedelta(seconds=30))
     assert found["contoso/x-servicebus-transfer/7"].user_metadata == "keep me"
     with sdk_admin(secondary) as admin:

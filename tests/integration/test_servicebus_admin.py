@@ -59,8 +59,10 @@ def test_management_endpoint_replaces_the_endpoint_host(shared_namespace: LocalN
     endpoint = original.split(";", 1)[0]
     assert management_connection_string(settings) == original.replace(endpoint, "Endpoint=sb://127.0.0.1:1/")
     # A management endpoint that refuses connections fails fast as an outage, naming no secret
-    with NamespaceAdmin(settings, retry_total=0, timeout=2) as admin, \
-            pytest.raises(NamespaceOutageError) as caught:
+    with (
+        NamespaceAdmin(settings, retry_total=0, timeout=2) as admin,
+        pytest.raises(NamespaceOutageError) as caught,
+    ):
         admin.get_queue("anything")
     assert shared_namespace.key not in str(caught.value)
     # The right management endpoint (the emulator serves it on the AMQP port) works
@@ -77,4 +79,3 @@ def test_wrong_key_is_a_configuration_error_without_the_key(shared_namespace: Lo
     assert isinstance(caught.value, NamespaceConfigurationError)
     assert "d3Jvbmcta2V5LXZhbHVl" not in str(caught.value) and shared_namespace.key not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__context__ is None
-

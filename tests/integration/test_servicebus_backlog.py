@@ -68,10 +68,20 @@ def test_backlog_round_trip_restores_every_field(
     primary, secondary = namespace_pair
     scheduled = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
     env = Envelope(
-        entity="orders", message_id="m-1", body=b"\x01body", accepted_at=time.time(),
-        content_type="application/json", correlation_id="c-1", subject="s", reply_to="r", to="t",
-        session_id="sess-9", partition_key="sess-9", time_to_live=600.0,
-        scheduled_enqueue_time_utc=scheduled, application_properties=dict(PROPERTIES),
+        entity="orders",
+        message_id="m-1",
+        body=b"\x01body",
+        accepted_at=time.time(),
+        content_type="application/json",
+        correlation_id="c-1",
+        subject="s",
+        reply_to="r",
+        to="t",
+        session_id="sess-9",
+        partition_key="sess-9",
+        time_to_live=600.0,
+        scheduled_enqueue_time_utc=scheduled,
+        application_properties=dict(PROPERTIES),
     )
     with pool_for(primary, secondary) as pool:
         # Given the message aliased into a backlog queue of the secondary
@@ -98,12 +108,21 @@ def test_backlog_round_trip_restores_every_field(
         pool.complete("secondary", BACKLOG, in_backlog)
     # Then the primary receives the original message with the remaining TTL, and the backlog is empty
     (got,) = drain(primary, "orders", 1, max_wait=6)
-    assert (got.message_id, body_of(got), got.session_id, got.partition_key) == ("m-1", b"\x01body", "sess-9",
-                                                                                  "sess-9")
+    assert (got.message_id, body_of(got), got.session_id, got.partition_key) == (
+        "m-1",
+        b"\x01body",
+        "sess-9",
+        "sess-9",
+    )
     assert got.scheduled_enqueue_time_utc == scheduled
     assert got.time_to_live is not None and timedelta(seconds=590) < got.time_to_live < timedelta(seconds=600)
     assert (got.content_type, got.correlation_id, got.subject, got.reply_to, got.to) == (
-        "application/json", "c-1", "s", "r", "t")
+        "application/json",
+        "c-1",
+        "s",
+        "r",
+        "t",
+    )
     received = got.application_properties or {}
     assert set(received) == {name.encode() for name in PROPERTIES}  # no alias or type mark left
     assert received[b"raw"] == b"\x00\xff" and received[b"big"] == 2**40
@@ -114,8 +133,9 @@ def test_expired_and_foreign_backlog_messages_are_decisions(
     namespace_pair: tuple[LocalNamespace, LocalNamespace],
 ) -> None:
     primary, secondary = namespace_pair
-    short = Envelope(entity="orders", message_id="short", body=b"x", accepted_at=time.time(),
-                     time_to_live=1.0)
+    short = Envelope(
+        entity="orders", message_id="short", body=b"x", accepted_at=time.time(), time_to_live=1.0
+    )
     aliased = to_backlog_message(short)
     assert isinstance(aliased, BacklogMessage)
     foreign = to_message(Envelope(entity=BACKLOG, message_id="foreign", body=b"y", accepted_at=time.time()))

@@ -13,10 +13,11 @@ import pytest
 
 from bridge.core.coupling import COUPLING_GRACE
 from bridge.core.envelope import Envelope
+from bridge.core.roles import Role
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.errors import NamespaceOutageError
 from bridge.servicebus.messages import to_message
-from bridge.servicebus.pool import NamespacePool, Role
+from bridge.servicebus.pool import NamespacePool
 from tests.integration.servicebus_support import drain, pool_for
 
 pytestmark = pytest.mark.timeout(120)

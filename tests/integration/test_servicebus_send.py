@@ -42,10 +42,18 @@ def test_every_envelope_field_arrives_intact(shared_namespace: LocalNamespace, u
     # Given an envelope with every field set, scheduled one second ahead
     scheduled = (datetime.now(UTC) + timedelta(seconds=1)).replace(microsecond=0)
     env = envelope(
-        unique_name, body=b"\x00binary body\xff", content_type="application/octet-stream",
-        correlation_id="corr-1", subject="label-1", reply_to="replies", to="someone",
-        session_id="session-1", partition_key="session-1", time_to_live=300.0,
-        scheduled_enqueue_time_utc=scheduled, application_properties=dict(PROPERTIES),
+        unique_name,
+        body=b"\x00binary body\xff",
+        content_type="application/octet-stream",
+        correlation_id="corr-1",
+        subject="label-1",
+        reply_to="replies",
+        to="someone",
+        session_id="session-1",
+        partition_key="session-1",
+        time_to_live=300.0,
+        scheduled_enqueue_time_utc=scheduled,
+        application_properties=dict(PROPERTIES),
     )
     # When the pool sends it
     with pool_for(shared_namespace) as pool:
@@ -55,9 +63,17 @@ def test_every_envelope_field_arrives_intact(shared_namespace: LocalNamespace, u
     (got,) = drain(shared_namespace, unique_name, 1)
     assert body_of(got) == b"\x00binary body\xff"
     assert (got.message_id, got.content_type, got.correlation_id, got.subject) == (
-        "m-0", "application/octet-stream", "corr-1", "label-1")
-    assert (got.reply_to, got.to, got.session_id, got.partition_key) == ("replies", "someone", "session-1",
-                                                                          "session-1")
+        "m-0",
+        "application/octet-stream",
+        "corr-1",
+        "label-1",
+    )
+    assert (got.reply_to, got.to, got.session_id, got.partition_key) == (
+        "replies",
+        "someone",
+        "session-1",
+        "session-1",
+    )
     assert got.time_to_live == timedelta(seconds=300)
     assert got.scheduled_enqueue_time_utc == scheduled
     assert got.enqueued_time_utc is not None and got.enqueued_time_utc >= scheduled - timedelta(seconds=0.5)
@@ -117,8 +133,10 @@ def test_ping_and_schedule_then_cancel(shared_namespace: LocalNamespace, unique_
         # When the schedule mode pings: scheduled far ahead and cancelled at once
         pool.schedule_and_cancel("primary", unique_name, ping_message("schedule", "s-43", time.time()))
     # Then nothing is left, not even a scheduled message
-    with ServiceBusClient.from_connection_string(shared_namespace.connection_string) as client, \
-            client.get_queue_receiver(unique_name) as receiver:
+    with (
+        ServiceBusClient.from_connection_string(shared_namespace.connection_string) as client,
+        client.get_queue_receiver(unique_name) as receiver,
+    ):
         assert receiver.peek_messages(max_message_count=10) == []
 
 

@@ -18,14 +18,15 @@ from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, Start
 from bridge.core.roles import RoleState, Swap
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
-from bridge.outbox.connection import is_cluster, sync_client
+from bridge.redis.connection import is_cluster, sync_client
+from bridge.redis.lease import Lease
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
-from bridge.state.lease import Lease, LeaseStore
+from bridge.state.lease import LeaseStore
 from bridge.state.paired import PairedStore
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
-from bridge.state.status import collect_status
+from bridge.status import collect_status
 
 pytestmark = pytest.mark.cluster
 

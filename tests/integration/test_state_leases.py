@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -10,37 +9,24 @@ import redis
 
 from bridge.core.cost import CostTally, Operation
 from bridge.core.decisions import PRIMARY, SECONDARY, Target
-from bridge.outbox.connection import sync_client
+from bridge.redis.connection import sync_client
+from bridge.redis.lease import Lease
 from bridge.state import keys
 from bridge.state.cost import CostStore
-from bridge.state.lease import Lease, LeaseStore
+from bridge.state.lease import LeaseStore
 from bridge.state.retry import RetryStore
+from tests.contention import Contender, race
 
 # ---- leases -------------------------------------------------------------------------------------------
 
 
 def test_only_one_of_many_racing_owners_gets_the_lease(redis_url: str) -> None:
-    owners = 10
-    clients = [sync_client(redis_url) for _ in range(owners)]
-    barrier = threading.Barrier(owners)
-    won: list[str] = []
-    lock = threading.Lock()
+    def contend(c: Contender[redis.Redis]) -> bool:
+        c.together()
+        return LeaseStore(c.client).acquire("orders", 2, f"worker-{c.index}", ttl_ms=30000)
 
-    def contend(index: int) -> None:
-        barrier.wait()
-        if LeaseStore(clients[index]).acquire("orders", 2, f"worker-{index}", ttl_ms=30000):
-            with lock:
-                won.append(f"worker-{index}")
-
-    threads = [threading.Thread(target=contend, args=(i,)) for i in range(owners)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=30)
-    finally:
-        for c in clients:
-            c.close()
+    acquired = race(10, lambda: sync_client(redis_url), contend)
+    won = [f"worker-{index}" for index, ok in enumerate(acquired) if ok]
     assert len(won) == 1
     assert LeaseStore(redis.Redis.from_url(redis_url)).holder("orders", 2) == won[0]
 
@@ -213,22 +199,14 @@ def test_cost_rejects_meaningless_counts(redis_client: redis.Redis) -> None:
 
 def test_concurrent_flushes_lose_nothing(redis_url: str) -> None:
     workers, flushes = 6, 50
-    clients = [sync_client(redis_url) for _ in range(workers)]
 
-    def flush(index: int) -> None:
-        store = CostStore(clients[index])
+    def flush(c: Contender[redis.Redis]) -> None:
+        store = CostStore(c.client)
+        c.together()
         for _ in range(flushes):
             store.add("orders", CostTally(primary_sends=2, pings=1))
 
-    threads = [threading.Thread(target=flush, args=(i,)) for i in range(workers)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        for c in clients:
-            c.close()
+    race(workers, lambda: sync_client(redis_url), flush)
     want = CostTally(primary_sends=2 * workers * flushes, pings=workers * flushes)
     store = CostStore(redis.Redis.from_url(redis_url))
     assert store.get("orders") == want

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -23,9 +22,10 @@ from bridge.core.paired import (
     StartTimer,
     apply_changes,
 )
-from bridge.outbox.connection import sync_client
+from bridge.redis.connection import sync_client
 from bridge.state import keys
 from bridge.state.paired import PairedStore
+from tests.contention import Contender, race
 
 times = st.floats(0, 2e9, allow_nan=False) | st.integers(0, 2_000_000_000)
 changes = st.one_of(
@@ -109,31 +109,18 @@ def test_recorded_errors_are_scrubbed(redis_client: redis.Redis) -> None:
 def test_racing_workers_start_one_timer_and_exactly_one_engages(redis_url: str) -> None:
     # Given twelve workers that all saw the primary fail at their own time
     workers = 12
-    clients = [sync_client(redis_url) for _ in range(workers)]
-    barrier = threading.Barrier(workers)
-    engaged: list[bool] = []
-    lock = threading.Lock()
 
-    def worker(index: int) -> None:
-        store = PairedStore(clients[index])
-        barrier.wait()
-        store.apply("orders", [StartTimer(100.0 + index)])
-        barrier.wait()
+    def worker(c: Contender[redis.Redis]) -> bool:
+        store = PairedStore(c.client)
+        c.together()
+        store.apply("orders", [StartTimer(100.0 + c.index)])
+        c.together()
         update = store.apply(
-            "orders", [RecordError(200.0 + index, "down"), EngageFailover(200.0 + index, "x")]
+            "orders", [RecordError(200.0 + c.index, "down"), EngageFailover(200.0 + c.index, "x")]
         )
-        with lock:
-            engaged.append(update.engaged)
+        return update.engaged
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        for c in clients:
-            c.close()
+    engaged = race(workers, lambda: sync_client(redis_url), worker)
 
     # Then one timer start won, and exactly one worker saw itself engage failover (and logs it)
     state = PairedStore(redis.Redis.from_url(redis_url)).get("orders")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -12,10 +11,11 @@ from hypothesis import strategies as st
 
 from bridge.core.error_classes import ErrorClass
 from bridge.core.roles import NamespaceHealth, Role, RoleState, Swap, apply_swap, partner
-from bridge.errors import OutboxUnavailableError
-from bridge.outbox.connection import sync_client
+from bridge.errors import OutboxUnavailableError, StateStoreUnavailableError
+from bridge.redis.connection import sync_client
 from bridge.state import keys
 from bridge.state.roles import RoleStore
+from tests.contention import Contender, race
 
 
 def swap_from(state: RoleState, at: float, reason: str = "outage") -> Swap:
@@ -51,30 +51,20 @@ def test_racing_workers_from_the_same_epoch_swap_exactly_once(redis_url: str) ->
     # Given eight workers with their own connections that all observed the same state each round
     workers = 8
     rounds = 25
-    clients = [sync_client(redis_url) for _ in range(workers)]
-    barrier = threading.Barrier(workers)
-    results: list[list[tuple[bool, RoleState]]] = [[] for _ in range(rounds)]
-    lock = threading.Lock()
 
-    def worker(index: int) -> None:
-        store = RoleStore(clients[index])
+    def worker(c: Contender[redis.Redis]) -> list[tuple[bool, RoleState]]:
+        store = RoleStore(c.client)
+        outcomes = []
         for r in range(rounds):
             observed = store.get("orders")
-            barrier.wait()  # nobody swaps before everybody has observed
-            outcome = store.swap("orders", swap_from(observed, at=float(r), reason=f"worker {index}"))
-            with lock:
-                results[r].append(outcome)
-            barrier.wait()  # the next round starts from the settled state
+            c.together()  # nobody swaps before everybody has observed
+            swap = swap_from(observed, at=float(r), reason=f"worker {c.index}")
+            outcomes.append(store.swap("orders", swap))
+            c.together()  # the next round starts from the settled state
+        return outcomes
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        for c in clients:
-            c.close()
+    per_worker = race(workers, lambda: sync_client(redis_url), worker)
+    results = [[outcomes[r] for outcomes in per_worker] for r in range(rounds)]
 
     # Then every round has exactly one winner, and every loser was shown the winner's state
     for r, outcomes in enumerate(results):
@@ -163,7 +153,8 @@ def test_redis_down_is_a_bridge_error_without_the_password(redis_server: object)
     from bridge.embedded.ports import free_port
 
     client = sync_client(f"redis://:s3cretpass@127.0.0.1:{free_port()}/0")
-    with pytest.raises(OutboxUnavailableError) as caught:
+    with pytest.raises(StateStoreUnavailableError) as caught:
         RoleStore(client).get("orders")
+    assert not isinstance(caught.value, OutboxUnavailableError)  # a role read is no outbox write
     assert "s3cretpass" not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__

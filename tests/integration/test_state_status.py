@@ -24,7 +24,7 @@ from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
-from bridge.state.status import collect_status
+from bridge.status import collect_status
 
 SECRET = "TOPSECRETkey0123456789abcdef+/="
 PRIMARY_CS = f"Endpoint=sb://ns1.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey={SECRET}"
@@ -105,7 +105,7 @@ def test_passive_state_depths_and_secret_free_errors(redis_client: redis.Redis, 
             producer.send("orders", f"m{i}")
     reader = OutboxReader(redis_client, settings)
     reader.ensure_groups("orders")
-    first = reader.read("orders", "test", count=1)[0]
+    first = reader.read_shard("orders", 0, "test", count=1)[0]
     reader.move(first, to="deadletter", code="message_permanent", reason="too large", now=1.0)
     # and a failover: the primary failed with an error text that carries a key, the roles swapped
     roles = RoleStore(redis_client)

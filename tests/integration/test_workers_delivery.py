@@ -118,7 +118,7 @@ def stack_deadletters(stack: Any, entity: str) -> list[dict[str, Any]]:
     """The local dead-letter stream, read with the outbox reader's listing."""
     import redis
 
-    from bridge.outbox.reader import list_problems
+    from bridge.outbox.problems import list_problems
 
     client = redis.Redis.from_url(stack.redis.url)
     try:

@@ -7,11 +7,14 @@ transfers, a TCP blackhole) and ``kill -9`` of worker processes.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 import httpx
+import redis
 
 from bridge.embedded.stack import wait_until
+from bridge.outbox.keys import outbox
 from tests.integration.worker_support import (
     count_in,
     entity_status,
@@ -73,10 +76,15 @@ def test_both_namespaces_down_producers_still_get_202_and_nothing_is_lost(make_s
             answer = http.post("/v1/entities/orders/messages", json={"body": f"m{i}"})
             assert answer.status_code == 202, answer.text
             ids.append(answer.json()["message_id"])
-    # Then the outbox holds them while the workers keep retrying
-    time.sleep(2)
+    # Then the outbox holds them while the workers keep retrying: both namespaces were tried and failed
+    wait_until(
+        lambda: not any(ns["available"] for ns in entity_status(stack, "orders")["namespaces"].values()),
+        30,
+        what="a worker trying both namespaces",
+    )
     status = entity_status(stack, "orders")
     assert status["outbox_depth"] == 30
+    assert status["namespaces"]["primary"]["last_error"] and status["namespaces"]["secondary"]["last_error"]
     assert status["active"] == "primary"  # both failed: roles unchanged
     # When the namespaces come back, everything is delivered
     stack.primary.control.restore()
@@ -178,6 +186,39 @@ def test_killed_worker_mid_batch_its_entries_are_reclaimed_and_delivered(make_st
     # Then every message is delivered; a duplicate, if any, carries the same MessageId
     got = receive_all(stack.primary, "orders", 30, timeout=60)
     assert set(m.message_id for m in got) == set(ids)
+    wait_until(lambda: entity_status(stack, "orders")["outbox_depth"] == 0, 20, what="empty outbox")
+
+
+def test_killed_worker_after_service_bus_accepted_and_before_the_ack_costs_a_duplicate_not_a_loss(
+    make_stack: Any,
+) -> None:
+    # The SDK waits up to half the attempt deadline for a settlement: longer than the 2 s stall below.
+    stack = make_stack({"orders": {"replication": "none"}}, settings={"BRIDGE_RETRY__ATTEMPT_DEADLINE": "10"})
+    worker = stack.start_worker("doomed")
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        with producer(stack) as p:
+            warm = p.send("orders", b"warm")  # the worker's client is connected before the stall
+            assert [m.message_id for m in receive_all(stack.primary, "orders", 1)] == [warm]
+            # Given a primary that stores transfers only after 2 s, and a batch the worker read and sends
+            stack.primary.control.stall(delay=2.0)
+            ids = p.send_batch("orders", [f"m{i}".encode() for i in range(30)])
+        wait_until(lambda: _pending(stack) == 30, 20, what="the batch read by the worker")
+        # When Redis stops taking writes right after the read (the worker's acknowledgement cannot land) ...
+        client.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+        # ... Service Bus accepts the batch ...
+        wait_until(lambda: count_in(stack.primary, "orders") == 30, 20, what="the batch accepted")
+        # ... and the worker is killed while its outbox entries are still unacknowledged
+        assert client.xlen(outbox("orders", 0)) == 30 and _pending(stack) == 30
+        worker.kill()
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+        client.close()
+    stack.primary.control.restore()
+    stack.start_worker("replacement")
+    # Then the next lease holder sends the batch again: every message twice, with the same MessageId
+    got = receive_all(stack.primary, "orders", 60, timeout=60)
+    assert Counter(m.message_id for m in got) == dict.fromkeys(ids, 2)
     wait_until(lambda: entity_status(stack, "orders")["outbox_depth"] == 0, 20, what="empty outbox")
 
 

@@ -81,8 +81,10 @@ def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext, server_ho
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-                client_ctx.wrap_socket(raw, server_hostname=server_hostname) as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=server_hostname) as tls,
+        ):
             tls.sendall(b"ping")
             return tls.recv(16)
     finally:

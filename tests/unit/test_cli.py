@@ -12,11 +12,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bridge.cli import pending
 from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
 from bridge.cli.main import app
 
-COMMANDS = ["serve", "worker", "beat", "provision", "status", "send", "receive", "report", "emulator", "demo"]
+COMMANDS = ["serve", "worker", "beat", "provision", "status", "send", "emulator", "emulator-ctl", "demo"]
 SECRET = "TOPSECRETkey0123456789abcdef+/="
 
 
@@ -59,13 +58,6 @@ def test_no_arguments_shows_usage() -> None:
     result = CliRunner().invoke(app, [])
     assert "Usage" in result.output
     assert result.exit_code != 0
-
-
-@pytest.mark.parametrize("name", sorted(pending.PENDING))
-def test_pending_commands_say_so_and_exit_2(name: str) -> None:
-    result = CliRunner().invoke(app, [name, "--some-future-option", "x"])
-    assert result.exit_code == 2
-    assert f"bridge {name}: not available" in result.stderr
 
 
 # --- invalid settings -------------------------------------------------------------------------------------

@@ -34,8 +34,13 @@ class StandInNamespace:
         self.disasters += 1
 
     def status(self) -> dict[str, Any]:
-        return {"name": "primary", "queues": 0, "topics": 0, "connections": 0,
-                "faults": self.faults.snapshot()}
+        return {
+            "name": "primary",
+            "queues": 0,
+            "topics": 0,
+            "connections": 0,
+            "faults": self.faults.snapshot(),
+        }
 
 
 @pytest.fixture
@@ -80,8 +85,9 @@ def test_client_switches_faults_and_reads_them(served: tuple[StandInNamespace, s
         ([1, 2], "body"),
     ],
 )
-def test_bad_fault_requests_are_400_naming_the_field(served: tuple[StandInNamespace, str], body: Any,
-                                                     field: str) -> None:
+def test_bad_fault_requests_are_400_naming_the_field(
+    served: tuple[StandInNamespace, str], body: Any, field: str
+) -> None:
     namespace, url = served
     namespace.faults.set("busy", entity="keep")
     before = namespace.faults.snapshot()
@@ -111,8 +117,9 @@ def test_client_translates_refusals_and_unreachable_servers(served: tuple[StandI
 def test_cli_drives_the_control_interface(served: tuple[StandInNamespace, str]) -> None:
     namespace, url = served
     runner = CliRunner()
-    result = runner.invoke(cli, ["emulator-ctl", "--control-url", url, "busy", "--probability", "0.5",
-                                 "--entity", "q1"])
+    result = runner.invoke(
+        cli, ["emulator-ctl", "--control-url", url, "busy", "--probability", "0.5", "--entity", "q1"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["fault"]["probability"] == 0.5
     fault = namespace.faults.for_entity("q1")
@@ -132,8 +139,9 @@ def test_cli_drives_the_control_interface(served: tuple[StandInNamespace, str]) 
         (["busy", "--probability", "3"], "refused with 400 (probability)"),
     ],
 )
-def test_cli_refuses_bad_combinations(served: tuple[StandInNamespace, str], args: list[str],
-                                      message: str) -> None:
+def test_cli_refuses_bad_combinations(
+    served: tuple[StandInNamespace, str], args: list[str], message: str
+) -> None:
     namespace, url = served
     result = CliRunner().invoke(cli, ["emulator-ctl", "--control-url", url, *args])
     assert result.exit_code == 2

@@ -13,16 +13,11 @@ from bridge.core.coupling import (
     next_due_at,
     on_close,
     on_open,
-    partner_of,
 )
 
 
 def both_open() -> CouplingState:
     return on_open(on_open(CouplingState(), "primary", 1), "secondary", 2)
-
-
-def test_partner_of() -> None:
-    assert (partner_of("primary"), partner_of("secondary")) == ("secondary", "primary")
 
 
 @pytest.mark.parametrize("cause", [CloseCause.FAULT, CloseCause.CLOSED])

@@ -14,6 +14,13 @@ from typing import Any
 
 import pytest
 
+from bridge.emulator.errors import (
+    ArgumentError,
+    MessageLockLostError,
+    MessageNotFoundError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
+)
 from bridge.emulator.model import persistence
 from bridge.emulator.model.descriptions import (
     CorrelationRuleFilter,
@@ -28,13 +35,6 @@ from bridge.emulator.model.filters import compile_filter
 from bridge.emulator.model.messages import Delivery, IncomingMessage, MessageState, StoredMessage
 from bridge.emulator.model.namespace import Namespace
 from bridge.emulator.model.store import EXPIRED_REASON, MAX_DELIVERY_REASON, MessageStore, StoreOptions
-from bridge.errors import (
-    BrokerArgumentError,
-    MessageLockLostBrokerError,
-    MessageNotFoundBrokerError,
-    SessionCannotBeLockedBrokerError,
-    SessionLockLostBrokerError,
-)
 
 T0 = 1_700_000_000.0
 LOCK = 30.0
@@ -77,7 +77,7 @@ def test_peek_lock_locks_for_the_lock_duration_and_complete_removes() -> None:
     assert store.take(5, T0, peek_lock=True)[0].message.seq == 2  # the locked one is not handed out again
     store.complete(first.lock_token, T0 + 1)
     assert 1 not in store.messages
-    with pytest.raises(MessageLockLostBrokerError):
+    with pytest.raises(MessageLockLostError):
         store.complete(first.lock_token, T0 + 1)
 
 
@@ -124,7 +124,7 @@ def test_deferred_message_is_received_by_sequence_number_only() -> None:
     [again] = store.receive_deferred([1], T0 + 1, peek_lock=True)
 
     assert again.message.state is MessageState.DEFERRED
-    with pytest.raises(MessageNotFoundBrokerError):
+    with pytest.raises(MessageNotFoundError):
         store.receive_deferred([1, 99], T0 + 1, peek_lock=True)
 
 
@@ -155,7 +155,7 @@ def test_expired_lock_counts_a_delivery_and_refuses_the_late_settlement() -> Non
     [delivery] = store.take(1, T0, peek_lock=True)
     assert delivery.lock_token is not None
 
-    with pytest.raises(MessageLockLostBrokerError):
+    with pytest.raises(MessageLockLostError):
         store.complete(delivery.lock_token, T0 + LOCK + 1)
 
     assert store.messages[1].delivery_count == 1
@@ -277,7 +277,7 @@ def test_next_available_session_is_the_one_with_the_oldest_message() -> None:
     second, _ = store.lock_session(None, "r2", T0)
 
     assert (first, until, second) == ("b", T0 + LOCK, "a")
-    with pytest.raises(SessionCannotBeLockedBrokerError):
+    with pytest.raises(SessionCannotBeLockedError):
         store.lock_session(None, "r3", T0)  # both are locked
 
 
@@ -306,7 +306,7 @@ def test_named_session_lock(owner: str, at: float, locks: bool) -> None:
     if locks:
         assert store.lock_session("a", owner, at) == ("a", at + LOCK)
     else:
-        with pytest.raises(SessionCannotBeLockedBrokerError):
+        with pytest.raises(SessionCannotBeLockedError):
             store.lock_session("a", owner, at)
 
 
@@ -315,9 +315,9 @@ def test_session_lock_lost_after_expiry() -> None:
     store.lock_session("a", "r1", T0)
 
     assert store.renew_session("a", "r1", T0 + 10) == T0 + 10 + LOCK
-    with pytest.raises(SessionLockLostBrokerError):
+    with pytest.raises(SessionLockLostError):
         store.renew_session("a", "r1", T0 + 10 + LOCK + 1)
-    with pytest.raises(SessionLockLostBrokerError):
+    with pytest.raises(SessionLockLostError):
         store.renew_session("a", "someone-else", T0 + 11)
 
 
@@ -397,7 +397,7 @@ def test_sql_filter(sql: str, props: dict[str, Any], matches: bool) -> None:
     ],
 )
 def test_unsupported_sql_is_refused(sql: str) -> None:
-    with pytest.raises(BrokerArgumentError):
+    with pytest.raises(ArgumentError):
         compile_filter(SqlRuleFilter(sql))
 
 
@@ -435,8 +435,14 @@ def busy_namespace(journal: list[Record]) -> Namespace:
     ns.send("q1", [IncomingMessage(raw=b"dup", message_id="m0")], T0 + 1)  # dropped duplicate
     ns.send("q1", [IncomingMessage(raw=b"later", scheduled_at=T0 + 3600)], T0)
     ns.send("sq", [IncomingMessage(raw=b"s", session_id="s1")], T0)
-    ns.send("t1", [IncomingMessage(raw=b"r", properties={"color": "red"}),
-                   IncomingMessage(raw=b"b", properties={"color": "blue"})], T0)
+    ns.send(
+        "t1",
+        [
+            IncomingMessage(raw=b"r", properties={"color": "red"}),
+            IncomingMessage(raw=b"b", properties={"color": "blue"}),
+        ],
+        T0,
+    )
 
     q1 = ns.store("q1")
     completed, dead, deferred, abandoned = q1.take(4, T0 + 2, peek_lock=True)

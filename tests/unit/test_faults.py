@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from bridge.emulator.errors import ArgumentError
 from bridge.emulator.faults import ActiveFault, FaultChange, FaultKind, FaultState
-from bridge.errors import BrokerArgumentError
 
 
 def test_nothing_is_active_at_first() -> None:
@@ -38,8 +38,11 @@ def test_namespace_fault_applies_to_every_entity() -> None:
         ([("blackhole", None), ("busy", "q1")], "q1", ("blackhole", None)),
         # Ancestors: a topic's fault reaches its subscriptions, a queue's its dead-letter sub-queue.
         ([("outage", "t1")], "t1/Subscriptions/s1", ("outage", "t1")),
-        ([("outage", "t1"), ("busy", "t1/subscriptions/s1")], "T1/Subscriptions/S1",
-         ("busy", "t1/subscriptions/s1")),
+        (
+            [("outage", "t1"), ("busy", "t1/subscriptions/s1")],
+            "T1/Subscriptions/S1",
+            ("busy", "t1/subscriptions/s1"),
+        ),
         ([("stall", "q1")], "q1/$deadletterqueue", ("stall", "q1")),
         # A path prefix that is not a path boundary does not match.
         ([("outage", "q1")], "q10", None),
@@ -141,7 +144,7 @@ def test_bad_input_is_refused_and_changes_nothing(kwargs: dict[str, Any], field:
     before = state.snapshot()
     heard: list[FaultChange] = []
     state.subscribe(heard.append)
-    with pytest.raises(BrokerArgumentError, match=field):
+    with pytest.raises(ArgumentError, match=field):
         state.set(**kwargs)
     assert state.snapshot() == before
     assert heard == []

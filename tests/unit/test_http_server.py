@@ -61,9 +61,9 @@ def test_one_socket_carries_sequential_requests(loop: LoopThread) -> None:
     assert second.startswith(b"HTTP/1.1 200 ") and second.endswith(b"GET /two [] 0")
 
 
-def test_a_handler_exception_is_a_generic_500_and_the_connection_survives(loop: LoopThread,
-                                                                            caplog: pytest.LogCaptureFixture
-                                                                            ) -> None:
+def test_a_handler_exception_is_a_generic_500_and_the_connection_survives(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture
+) -> None:
     port = loop.serve(echo)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
         failed = client.get("/boom")
@@ -121,8 +121,10 @@ def test_connection_close_is_honoured(loop: LoopThread) -> None:
 
 def test_pipelined_requests_are_answered_in_order(loop: LoopThread) -> None:
     port = loop.serve(echo)
-    reply = _raw(port, b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /second HTTP/1.1\r\nHost: h\r\n"
-                       b"Connection: close\r\n\r\n")
+    reply = _raw(
+        port,
+        b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /second HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+    )
     assert reply.index(b"GET /slow") < reply.index(b"GET /second")
 
 
@@ -135,6 +137,7 @@ def test_idle_connection_is_closed(loop: LoopThread) -> None:
 def test_tls_with_the_emulator_certificate(loop: LoopThread, tmp_path: Path) -> None:
     files = ensure_certificate(tmp_path)
     port = loop.serve(echo, ssl_context=server_ssl_context(files.cert, files.key))
-    with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=ssl.create_default_context(
-            cafile=str(files.cert))) as client:
+    with httpx.Client(
+        base_url=f"https://127.0.0.1:{port}", verify=ssl.create_default_context(cafile=str(files.cert))
+    ) as client:
         assert client.get("/over-tls").text == "GET /over-tls [] 0"

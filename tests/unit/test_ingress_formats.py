@@ -24,7 +24,7 @@ from bridge.errors import (
     PartitionUnavailableError,
 )
 from bridge.outbox import keys
-from bridge.outbox.connection import parse_redis_url
+from bridge.redis.connection import parse_redis_url
 
 GOOD = Envelope(entity="orders", message_id="m", body=b"b", accepted_at=1.0)
 

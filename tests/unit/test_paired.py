@@ -36,10 +36,18 @@ from bridge.core.paired import (
     on_primary_success,
     ping_due,
     ping_message,
+    rendezvous_backlog,
     route,
     seconds_until_failover,
 )
-from bridge.core.syphon import SyphonAction, SyphonDecision, syphon_after_send, syphon_before_send
+from bridge.core.syphon import (
+    Barrier,
+    SyphonAction,
+    SyphonDecision,
+    plan_received,
+    syphon_after_send,
+    syphon_before_send,
+)
 
 OK = Outcome.success()
 BUSY = Outcome.failure(ErrorClass.TRANSIENT, "busy")
@@ -284,8 +292,8 @@ RESTORED = Restored(MessageFields("m", time_to_live=5.0), "orders")
     ("decision", "destination_state", "expected"),
     [
         (RESTORED, HEALTHY, SyphonDecision(SyphonAction.SEND)),
-        (RESTORED, TIMING, SyphonDecision(SyphonAction.ABANDON, "destination orders is failed over")),
-        (RESTORED, FAILED_OVER, SyphonDecision(SyphonAction.ABANDON, "destination orders is failed over")),
+        (RESTORED, TIMING, SyphonDecision(SyphonAction.SET_ASIDE, "destination orders is failed over")),
+        (RESTORED, FAILED_OVER, SyphonDecision(SyphonAction.SET_ASIDE, "destination orders is failed over")),
         (
             ExpiredInBacklog("orders", 5.0),
             HEALTHY,
@@ -313,8 +321,8 @@ def test_syphon_before_send(
         (OK, SyphonAction.COMPLETE),
         (MISSING, SyphonAction.DEAD_LETTER),
         (TOO_BIG, SyphonAction.DEAD_LETTER),
-        (BUSY, SyphonAction.ABANDON),
-        (TIMEOUT, SyphonAction.ABANDON),
+        (BUSY, SyphonAction.SET_ASIDE),
+        (TIMEOUT, SyphonAction.SET_ASIDE),
         (DOWN, SyphonAction.STOP),
         (AUTH, SyphonAction.STOP),  # a wrong key is not the message's fault: never dead-letter for it
     ],
@@ -324,3 +332,65 @@ def test_syphon_after_send(outcome: Outcome, action: SyphonAction) -> None:
     assert decision.action is action
     if outcome is MISSING:
         assert decision.reason.startswith("destination_missing: orders")
+
+
+def _restored(destination: str, i: int) -> Restored:
+    return Restored(MessageFields(f"{destination}-{i}"), destination)
+
+
+def test_plan_received_sets_aside_a_failed_over_destination_and_lets_the_others_through() -> None:
+    # Given a batch led by a failed-over destination's messages, a healthy one's behind them, a bad one
+    batch = [
+        _restored("down", 0),
+        _restored("down", 1),
+        _restored("up", 0),
+        NotAliased("not_aliased: x"),
+        _restored("up", 1),
+    ]
+    states = {"down": FAILED_OVER, "up": HEALTHY}
+    # When the syphon plans it
+    plan = plan_received(batch, states.__getitem__)
+    # Then the failed-over ones are set aside, the healthy ones go, the bad one is dead-lettered
+    assert [d.action for d in plan] == [
+        SyphonAction.SET_ASIDE,
+        SyphonAction.SET_ASIDE,
+        SyphonAction.SEND,
+        SyphonAction.DEAD_LETTER,
+        SyphonAction.SEND,
+    ]
+
+
+def test_plan_received_keeps_a_held_destination_behind_its_set_aside_messages() -> None:
+    # Given a healthy destination that already has messages set aside (e.g. a settlement failed)
+    batch = [_restored("orders", 0), _restored("other", 0), _restored("orders", 1)]
+    plan = plan_received(batch, lambda _: HEALTHY, held={"orders"})
+    # Then its new messages follow them there; the other destination is not held back
+    assert [d.action for d in plan] == [SyphonAction.SET_ASIDE, SyphonAction.SEND, SyphonAction.SET_ASIDE]
+    assert "set aside" in plan[0].reason
+
+
+def test_rendezvous_sticks_a_key_and_moves_only_the_keys_of_a_queue_that_left() -> None:
+    keys = [f"session-{i}" for i in range(600)]
+    before = {k: rendezvous_backlog(k, [0, 1, 2]) for k in keys}
+    after = {k: rendezvous_backlog(k, [0, 2]) for k in keys}
+    # Every queue gets a fair share, and removing queue 1 moves only the keys that were on it
+    assert all(150 <= sum(1 for v in before.values() if v == q) <= 250 for q in (0, 1, 2))
+    assert {k for k in keys if before[k] != after[k]} == {k for k in keys if before[k] == 1}
+    assert rendezvous_backlog("k", []) is None
+    assert rendezvous_backlog("k", [0, 1, 2]) == rendezvous_backlog("k", [2, 1, 0])
+
+
+def test_a_restore_barrier_passes_only_behind_its_destinations_messages() -> None:
+    barrier = Barrier("orders", 0, "t1")
+    # Healthy and nothing set aside before it: it passes
+    assert [d.action for d in plan_received([_restored("orders", 0), barrier], lambda _: HEALTHY)] == [
+        SyphonAction.SEND,
+        SyphonAction.PASS_BARRIER,
+    ]
+    # An earlier message of its destination set aside (or the destination failed over): it follows it
+    assert plan_received([barrier], lambda _: HEALTHY, held={"orders"})[0].action is SyphonAction.SET_ASIDE
+    assert plan_received([barrier], lambda _: FAILED_OVER)[0].action is SyphonAction.SET_ASIDE
+    # Another destination's messages do not hold it back
+    states = {"other": FAILED_OVER, "orders": HEALTHY}
+    plan = plan_received([_restored("other", 0), barrier], states.__getitem__)
+    assert [d.action for d in plan] == [SyphonAction.SET_ASIDE, SyphonAction.PASS_BARRIER]

@@ -7,7 +7,7 @@ import traceback
 import pytest
 
 from bridge.errors import ConfigurationError
-from bridge.outbox.connection import async_client, sync_client
+from bridge.redis.connection import async_client, sync_client
 
 
 @pytest.mark.parametrize("factory", [sync_client, async_client])

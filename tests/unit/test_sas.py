@@ -7,7 +7,7 @@ from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 from azure.servicebus._pyamqp.utils import generate_sas_token
 
 from bridge.emulator import sas
-from bridge.errors import BrokerUnauthorizedError
+from bridge.emulator.errors import UnauthorizedError
 
 KEYS = {"Root": "root-key-value", "Listen": "listen-key-value"}
 NOW = 1_700_000_000.0
@@ -53,7 +53,7 @@ def test_bad_tokens_are_refused_with_a_reason(
 ) -> None:
     audience, name, key = token_args
     token, expires_on = sdk_token(audience, name, key)
-    with pytest.raises(BrokerUnauthorizedError, match=reason) as caught:
+    with pytest.raises(UnauthorizedError, match=reason) as caught:
         sas.validate(token, KEYS, resource, now=expires_on + now_offset)
     message = str(caught.value)
     assert "root-key-value" not in message and "wrong-key" not in message
@@ -63,7 +63,7 @@ def test_bad_tokens_are_refused_with_a_reason(
 def test_token_valid_until_its_expiry_second() -> None:
     token = sas.generate("sb://h/q1", "Root", KEYS["Root"], expiry=int(NOW))
     sas.validate(token, KEYS, "sb://h/q1", now=NOW)
-    with pytest.raises(BrokerUnauthorizedError, match="expired"):
+    with pytest.raises(UnauthorizedError, match="expired"):
         sas.validate(token, KEYS, "sb://h/q1", now=NOW + 1)
 
 
@@ -91,7 +91,7 @@ def test_key_names_with_reserved_characters_are_found_despite_double_encoding() 
     ],
 )
 def test_malformed_tokens_are_refused(token: str, reason: str) -> None:
-    with pytest.raises(BrokerUnauthorizedError, match=reason):
+    with pytest.raises(UnauthorizedError, match=reason):
         sas.validate(token, KEYS, "sb://h/q1", now=0)
 
 
@@ -99,7 +99,7 @@ def test_signature_of_another_resource_does_not_verify_when_sr_is_swapped() -> N
     # Given a valid token for q2, when its audience is rewritten to q1, the signature no longer matches.
     token = sas.generate("sb://h/q2", "Root", KEYS["Root"], expiry=int(NOW) + 60)
     forged = token.replace("q2", "q1")
-    with pytest.raises(BrokerUnauthorizedError, match="signature does not match"):
+    with pytest.raises(UnauthorizedError, match="signature does not match"):
         sas.validate(forged, KEYS, "sb://h/q1", now=NOW)
 
 

@@ -28,15 +28,35 @@ from bridge.servicebus.messages import (
 )
 
 WHEN = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-PROPS = {"s": "text", "n": 1, "big": -(2**33), "f": 0.5, "b": False, "raw": b"\x01", "u": uuid.UUID(int=1),
-         "t": datetime(2024, 1, 1, tzinfo=UTC), "d": timedelta(seconds=1)}
+PROPS = {
+    "s": "text",
+    "n": 1,
+    "big": -(2**33),
+    "f": 0.5,
+    "b": False,
+    "raw": b"\x01",
+    "u": uuid.UUID(int=1),
+    "t": datetime(2024, 1, 1, tzinfo=UTC),
+    "d": timedelta(seconds=1),
+}
 
 
 def full_envelope(**changes: object) -> Envelope:
     fields: dict[str, object] = dict(
-        entity="orders", message_id="m-1", body=b"\x00body", accepted_at=time.time(), content_type="ct",
-        correlation_id="cid", subject="subj", reply_to="rt", to="to", session_id="s-1", partition_key="s-1",
-        time_to_live=90.0, scheduled_enqueue_time_utc=WHEN, application_properties=dict(PROPS),
+        entity="orders",
+        message_id="m-1",
+        body=b"\x00body",
+        accepted_at=time.time(),
+        content_type="ct",
+        correlation_id="cid",
+        subject="subj",
+        reply_to="rt",
+        to="to",
+        session_id="s-1",
+        partition_key="s-1",
+        time_to_live=90.0,
+        scheduled_enqueue_time_utc=WHEN,
+        application_properties=dict(PROPS),
     )
     fields.update(changes)
     return Envelope(**fields)  # type: ignore[arg-type]
@@ -120,7 +140,10 @@ def test_application_alias_names_are_a_conflict() -> None:
 def test_ping_messages() -> None:
     plain = ping_message("message", "sess", 1_000.0)
     assert (plain.content_type, plain.session_id, plain.time_to_live) == (
-        PING_CONTENT_TYPE, "sess", timedelta(seconds=1))
+        PING_CONTENT_TYPE,
+        "sess",
+        timedelta(seconds=1),
+    )
     assert b"".join(plain.body) == b"" and plain.scheduled_enqueue_time_utc is None
     scheduled = ping_message("schedule", "sess", 1_000.0)
     assert scheduled.scheduled_enqueue_time_utc == datetime.fromtimestamp(1_000.0, UTC) + PING_SCHEDULE_AHEAD

@@ -32,10 +32,17 @@ FAILED_OVER = PairedState(failing_since=10.0, failed_over_at=20.0)
 @pytest.mark.parametrize("module", ["syphon_timing", "beat"])
 def test_core_modules_stay_pure(module: str) -> None:
     tree = ast.parse((CORE / f"{module}.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert not imported & FORBIDDEN
 
 
@@ -43,8 +50,9 @@ def test_core_modules_stay_pure(module: str) -> None:
     ("remaining", "long_poll", "expected"),
     [(60.0, 1.0, 1.0), (0.4, 1.0, 0.4), (0.0, 1.0, 0.0), (-2.0, 1.0, 0.0), (900.0, 900.0, 900.0)],
 )
-def test_receive_wait_is_the_long_poll_cut_to_the_budget(remaining: float, long_poll: float,
-                                                         expected: float) -> None:
+def test_receive_wait_is_the_long_poll_cut_to_the_budget(
+    remaining: float, long_poll: float, expected: float
+) -> None:
     assert receive_wait(remaining, long_poll) == expected
 
 
@@ -89,8 +97,9 @@ def test_lock_renewal_after_half_the_lock_time_or_before_a_send_could_outlast_it
         ([], False),
     ],
 )
-def test_the_syphon_polls_only_while_some_paired_entity_is_healthy(states: list[PairedState],
-                                                                   expected: bool) -> None:
+def test_the_syphon_polls_only_while_some_paired_entity_is_healthy(
+    states: list[PairedState], expected: bool
+) -> None:
     assert may_poll(states) is expected
 
 
@@ -107,15 +116,22 @@ def test_a_beat_claim_needs_an_interval() -> None:
 @pytest.mark.parametrize(
     ("reason", "code", "details"),
     [
-        ("expired_in_backlog: TTL ended at 1.000 before delivery to orders", "expired_in_backlog",
-         "TTL ended at 1.000 before delivery to orders"),
-        ("destination_missing: gone: NamespaceEntityNotFoundError: x", "destination_missing",
-         "gone: NamespaceEntityNotFoundError: x"),
+        (
+            "expired_in_backlog: TTL ended at 1.000 before delivery to orders",
+            "expired_in_backlog",
+            "TTL ended at 1.000 before delivery to orders",
+        ),
+        (
+            "destination_missing: gone: NamespaceEntityNotFoundError: x",
+            "destination_missing",
+            "gone: NamespaceEntityNotFoundError: x",
+        ),
         ("plain", "plain", ""),
     ],
 )
-def test_dead_letter_reason_is_the_code_and_the_rest_its_description(reason: str, code: str,
-                                                                      details: str) -> None:
+def test_dead_letter_reason_is_the_code_and_the_rest_its_description(
+    reason: str, code: str, details: str
+) -> None:
     assert split_reason(reason) == (code, details)
 
 

@@ -116,7 +116,8 @@ class Broker:
         if consumer in group:
             group.remove(consumer)
         if consumer.session_id is not None and consumer.store.release_session(
-                consumer.session_id, consumer.owner, self.clock()):
+            consumer.session_id, consumer.owner, self.clock()
+        ):
             self.pump_store(consumer.store)
 
     def pump_store(self, store: MessageStore, skip: Consumer | None = None) -> None:
@@ -145,17 +146,20 @@ class Broker:
 
     def _send(self, consumer: Consumer, delivery: Delivery) -> None:
         msg = delivery.message
-        raw = stamp_message(msg.raw, BrokerStamp(
-            sequence_number=msg.seq,
-            enqueued_at=msg.visible_since,
-            delivery_count=delivery.delivery_count,
-            locked_until=delivery.locked_until,
-            scheduled_at=msg.scheduled_at,
-            time_to_live=msg.time_to_live,
-            dead_letter_reason=msg.dead_letter_reason,
-            dead_letter_description=msg.dead_letter_description,
-            dead_letter_source=msg.dead_letter_source,
-        ))
+        raw = stamp_message(
+            msg.raw,
+            BrokerStamp(
+                sequence_number=msg.seq,
+                enqueued_at=msg.visible_since,
+                delivery_count=delivery.delivery_count,
+                locked_until=delivery.locked_until,
+                scheduled_at=msg.scheduled_at,
+                time_to_live=msg.time_to_live,
+                dead_letter_reason=msg.dead_letter_reason,
+                dead_letter_description=msg.dead_letter_description,
+                dead_letter_source=msg.dead_letter_source,
+            ),
+        )
         if delivery.lock_token is not None:
             tag = delivery.lock_token.bytes_le
         else:

@@ -10,7 +10,7 @@ import uuid
 
 from proton import Condition, symbol
 
-from bridge.errors import BrokerError
+from bridge.emulator.errors import BrokerError
 
 TIMEOUT = "com.microsoft:timeout"
 TRACKING_ID = symbol("tracking-id")

@@ -2,7 +2,7 @@
 
 proton's engine (``Transport`` + ``Connection`` + ``Collector``) does the framing and the link state
 machines; this module feeds it bytes, dispatches its events and writes its output. It speaks what
-azure-servicebus expects (see ``research/SDK_NOTES.md``): SASL ANONYMOUS, CBS put-token on ``$cbs``,
+azure-servicebus expects (see ``docs/servicebus-sdk.md``): SASL ANONYMOUS, CBS put-token on ``$cbs``,
 ``<entity>/$management`` request/response, sender links that deliver into entities and receiver links that
 read from queues, subscriptions and dead-letter queues in PEEK_LOCK (settle second) or RECEIVE_AND_DELETE.
 
@@ -21,8 +21,8 @@ from proton import Collector, Connection, Delivery, Event, Receiver, Sender, Tra
 from bridge.emulator.amqp import links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition
+from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultKind
-from bridge.errors import BrokerError
 
 log = logging.getLogger(__name__)
 

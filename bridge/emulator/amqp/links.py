@@ -23,15 +23,15 @@ from proton import Link, Receiver, Sender, Terminus, symbol
 from bridge.emulator import sas
 from bridge.emulator.amqp.broker import Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition, timeout_condition
+from bridge.emulator.errors import (
+    BrokerError,
+    DetachForcedError,
+    EntityNotFoundError,
+    InvalidOperationError,
+    UnauthorizedError,
+)
 from bridge.emulator.faults import FaultKind
 from bridge.emulator.model.store import MessageStore
-from bridge.errors import (
-    BrokerDetachForcedError,
-    BrokerError,
-    BrokerInvalidOperationError,
-    BrokerUnauthorizedError,
-    EntityNotFoundError,
-)
 
 if TYPE_CHECKING:
     from bridge.emulator.amqp.connection import AmqpConnection
@@ -106,7 +106,8 @@ def detach_entity(conn: AmqpConnection, entity: str) -> None:
             if consumer is not None:
                 conn.broker.remove_consumer(consumer)
             link.condition = error_condition(
-                BrokerDetachForcedError(f"The entity '{entity}' is unavailable (injected outage)."))
+                DetachForcedError(f"The entity '{entity}' is unavailable (injected outage).")
+            )
             link.close()
         link = nxt
     conn.broker.mark_dirty(conn)
@@ -178,8 +179,12 @@ def _attach_outgoing(conn: AmqpConnection, link: Sender) -> None:
     peek_lock = link.remote_snd_settle_mode != Link.SND_SETTLED
     requested = _session_filter(link)
     if store.options.requires_session and requested is None:
-        _refuse(link, BrokerInvalidOperationError(
-            "It is not possible for an entity that requires sessions to create a non-sessionful receiver."))
+        _refuse(
+            link,
+            InvalidOperationError(
+                "It is not possible for an entity that requires sessions to create a non-sessionful receiver."
+            ),
+        )
         return
     if requested is None:
         _open_consumer(conn, link, store, peek_lock, None)
@@ -233,8 +238,9 @@ def _open_consumer(
     conn: AmqpConnection, link: Sender, store: MessageStore, peek_lock: bool, session_id: str | None
 ) -> None:
     link.open()
-    consumer = Consumer(link, conn, store, peek_lock, session_id, _owner(conn, link),
-                        link.remote_source.address or "")
+    consumer = Consumer(
+        link, conn, store, peek_lock, session_id, _owner(conn, link), link.remote_source.address or ""
+    )
     link.sb_consumer = consumer
     conn.broker.add_consumer(consumer)
 
@@ -245,7 +251,7 @@ def _check_entity(conn: AmqpConnection, path: str, sending: bool) -> None:
     broker = conn.broker
     fault = broker.fault_for(base)
     if fault is not None and fault.kind is FaultKind.OUTAGE:
-        raise BrokerDetachForcedError(f"The entity '{base}' is unavailable (injected outage).")
+        raise DetachForcedError(f"The entity '{base}' is unavailable (injected outage).")
     if sending:
         ns = broker.namespace
         if not ns.is_topic(base) and base.lower() not in ns.queues and not ns.auto_create:
@@ -259,6 +265,6 @@ def _authorize(conn: AmqpConnection, path: str) -> None:
         try:
             sas.validate(token, broker.sas_keys, f"{authority}/{path}", now)
             return
-        except BrokerUnauthorizedError:
+        except UnauthorizedError:
             continue
-    raise BrokerUnauthorizedError(f"Unauthorized access to '{path}': no valid token covers it.")
+    raise UnauthorizedError(f"Unauthorized access to '{path}': no valid token covers it.")

@@ -23,9 +23,9 @@ from bridge.emulator.amqp.codec import (
     stamp_message,
     ts,
 )
+from bridge.emulator.errors import ArgumentError, BrokerError, SessionLockLostError
 from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
 from bridge.emulator.model.store import MessageStore
-from bridge.errors import BrokerArgumentError, BrokerError, SessionLockLostBrokerError
 
 Result = tuple[int, str, Any, str | None]
 _WAKING = {"com.microsoft:update-disposition", "com.microsoft:schedule-message"}
@@ -46,8 +46,12 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     operation = _operation(request) or ""
     handler = _HANDLERS.get(operation)
     if handler is None:
-        return 501, f"Operation {operation!r} is not supported by the local Service Bus.", None, \
-            "amqp:not-implemented"
+        return (
+            501,
+            f"Operation {operation!r} is not supported by the local Service Bus.",
+            None,
+            "amqp:not-implemented",
+        )
     body = request.body if isinstance(request.body, dict) else {}
     try:
         if operation == "com.microsoft:schedule-message":
@@ -77,17 +81,20 @@ def _tokens(body: dict[Any, Any]) -> list[uuid.UUID]:
 
 
 def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
-    return stamp_message(msg.raw, BrokerStamp(
-        sequence_number=msg.seq,
-        enqueued_at=msg.visible_since,
-        delivery_count=delivery.delivery_count if delivery else msg.delivery_count,
-        locked_until=delivery.locked_until if delivery else msg.locked_until,
-        scheduled_at=msg.scheduled_at,
-        time_to_live=msg.time_to_live,
-        dead_letter_reason=msg.dead_letter_reason,
-        dead_letter_description=msg.dead_letter_description,
-        dead_letter_source=msg.dead_letter_source,
-    ))
+    return stamp_message(
+        msg.raw,
+        BrokerStamp(
+            sequence_number=msg.seq,
+            enqueued_at=msg.visible_since,
+            delivery_count=delivery.delivery_count if delivery else msg.delivery_count,
+            locked_until=delivery.locked_until if delivery else msg.locked_until,
+            scheduled_at=msg.scheduled_at,
+            time_to_live=msg.time_to_live,
+            dead_letter_reason=msg.dead_letter_reason,
+            dead_letter_description=msg.dead_letter_description,
+            dead_letter_source=msg.dead_letter_source,
+        ),
+    )
 
 
 def _renew_lock(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -111,11 +118,18 @@ def _schedule(broker: Broker, path: str, body: dict[Any, Any]) -> Any:
         try:
             parsed = parse_message(split_sections(bytes(entry["message"])), broker.namespace.is_topic(path))
         except (MalformedMessageError, KeyError, TypeError):
-            raise BrokerArgumentError("A scheduled message could not be decoded.") from None
-        incoming.append(IncomingMessage(
-            raw=parsed.raw, message_id=parsed.message_id, session_id=parsed.session_id,
-            partition_key=parsed.partition_key, time_to_live=parsed.time_to_live,
-            scheduled_at=parsed.scheduled_at, properties=parsed.properties))
+            raise ArgumentError("A scheduled message could not be decoded.") from None
+        incoming.append(
+            IncomingMessage(
+                raw=parsed.raw,
+                message_id=parsed.message_id,
+                session_id=parsed.session_id,
+                partition_key=parsed.partition_key,
+                time_to_live=parsed.time_to_live,
+                scheduled_at=parsed.scheduled_at,
+                properties=parsed.properties,
+            )
+        )
     seqs = broker.namespace.send(path, incoming, broker.clock())
     return {"sequence-numbers": [int(s) for s in seqs]}
 
@@ -138,10 +152,14 @@ def _disposition(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> A
         elif status == "suspended":
             reason = body.get("deadletter-reason")
             desc = body.get("deadletter-description")
-            store.dead_letter(token, now, str(reason) if reason is not None else None,
-                              str(desc) if desc is not None else None)
+            store.dead_letter(
+                token,
+                now,
+                str(reason) if reason is not None else None,
+                str(desc) if desc is not None else None,
+            )
         else:
-            raise BrokerArgumentError(f"Unknown disposition status {status!r}.")
+            raise ArgumentError(f"Unknown disposition status {status!r}.")
     return {}
 
 
@@ -161,7 +179,7 @@ def _receive_by_sequence(broker: Broker, store: MessageStore, body: dict[Any, An
 def _session_id(body: dict[Any, Any]) -> str:
     session = body.get("session-id")
     if not session:
-        raise BrokerArgumentError("session-id is required.")
+        raise ArgumentError("session-id is required.")
     return str(session)
 
 
@@ -170,7 +188,7 @@ def _renew_session(broker: Broker, store: MessageStore, body: dict[Any, Any]) ->
     held = store.sessions.locks.get(session)
     now = broker.clock()
     if held is None or held.locked_until < now:
-        raise SessionLockLostBrokerError(f"The session lock for '{session}' was lost.")
+        raise SessionLockLostError(f"The session lock for '{session}' was lost.")
     until = store.renew_session(session, held.owner, now)
     return {"expiration": ts(until)}
 
@@ -188,7 +206,7 @@ def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any
 def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
-    return {"skip": skip + len(ids[skip:skip + top]), "sessions-ids": ids[skip:skip + top]}
+    return {"skip": skip + len(ids[skip : skip + top]), "sessions-ids": ids[skip : skip + top]}
 
 
 _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {

@@ -22,8 +22,8 @@ from proton import Delivery, Message, symbol
 from bridge.emulator import sas
 from bridge.emulator.amqp import management
 from bridge.emulator.amqp.codec import application_properties
+from bridge.emulator.errors import BrokerError, UnauthorizedError
 from bridge.emulator.faults import FaultKind
-from bridge.errors import BrokerError, BrokerUnauthorizedError
 
 if TYPE_CHECKING:
     from bridge.emulator.amqp.connection import AmqpConnection
@@ -68,7 +68,7 @@ def _answer_cbs(conn: AmqpConnection, request: Request) -> None:
     token = message.body.decode() if isinstance(message.body, bytes) else str(message.body)
     try:
         sas.validate(token, broker.sas_keys, audience, broker.clock())
-    except BrokerUnauthorizedError as exc:
+    except UnauthorizedError as exc:
         log.info("put-token refused: %s", exc)
         _reply(conn, request, {"status-code": 401, "status-description": str(exc)})
     else:

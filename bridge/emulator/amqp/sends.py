@@ -15,15 +15,15 @@ from proton import Delivery, Link
 
 from bridge.emulator.amqp.codec import MalformedMessageError, parse_message, split_transfer
 from bridge.emulator.amqp.conditions import error_condition
+from bridge.emulator.errors import (
+    BrokerError,
+    DecodeError,
+    DetachForcedError,
+    EntityNotFoundError,
+    ServerBusyError,
+)
 from bridge.emulator.faults import FaultKind
 from bridge.emulator.model.messages import IncomingMessage
-from bridge.errors import (
-    BrokerDecodeError,
-    BrokerDetachForcedError,
-    BrokerError,
-    EntityNotFoundError,
-    ServerBusyBrokerError,
-)
 
 if TYPE_CHECKING:
     from bridge.emulator.amqp.connection import AmqpConnection
@@ -35,7 +35,7 @@ def on_send(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) -> None:
     fault = broker.fault_for(path)
     if fault is not None and fault.trips(broker.rand):
         if fault.kind is FaultKind.BUSY:
-            conn.settle(dlv, ServerBusyBrokerError("The server is busy (injected). Please retry."))
+            conn.settle(dlv, ServerBusyError("The server is busy (injected). Please retry."))
             return
         if fault.kind is FaultKind.STALL:
             if fault.delay is not None:
@@ -43,7 +43,7 @@ def on_send(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) -> None:
                 loop.call_later(fault.delay, _finish_stalled_send, conn, dlv, raw, path)
             return  # never settled: the client's send times out
         if fault.kind is FaultKind.OUTAGE:
-            dlv.link.condition = error_condition(BrokerDetachForcedError("Entity unavailable (injected)."))
+            dlv.link.condition = error_condition(DetachForcedError("Entity unavailable (injected)."))
             dlv.link.close()
             broker.mark_dirty(conn)
             return
@@ -65,11 +65,17 @@ def _store_send(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) -> N
         try:
             messages = [parse_message(s, with_props) for s in split_transfer(raw)]
         except MalformedMessageError as exc:
-            raise BrokerDecodeError(f"The message could not be decoded: {exc}") from None
+            raise DecodeError(f"The message could not be decoded: {exc}") from None
         incoming = [
-            IncomingMessage(raw=m.raw, message_id=m.message_id, session_id=m.session_id,
-                            partition_key=m.partition_key, time_to_live=m.time_to_live,
-                            scheduled_at=m.scheduled_at, properties=m.properties)
+            IncomingMessage(
+                raw=m.raw,
+                message_id=m.message_id,
+                session_id=m.session_id,
+                partition_key=m.partition_key,
+                time_to_live=m.time_to_live,
+                scheduled_at=m.scheduled_at,
+                properties=m.properties,
+            )
             for m in messages
         ]
         ns.send(path, incoming, broker.clock())

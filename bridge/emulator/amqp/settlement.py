@@ -22,7 +22,7 @@ from proton import Delivery, Link
 
 from bridge.emulator.amqp.broker import Consumer
 from bridge.emulator.amqp.conditions import error_condition
-from bridge.errors import BrokerError
+from bridge.emulator.errors import BrokerError
 
 if TYPE_CHECKING:
     from bridge.emulator.amqp.connection import AmqpConnection

@@ -27,6 +27,13 @@ from collections.abc import Callable, Mapping
 from urllib.parse import quote, unquote, urlencode
 
 from bridge.emulator import sas
+from bridge.emulator.errors import (
+    ArgumentError,
+    BrokerError,
+    EntityNotFoundError,
+    InvalidOperationError,
+    UnauthorizedError,
+)
 from bridge.emulator.http.atom import (
     parse_description,
     render_entry,
@@ -47,13 +54,6 @@ from bridge.emulator.model.descriptions import (
     kind_of,
     path_of,
 )
-from bridge.errors import (
-    BrokerArgumentError,
-    BrokerError,
-    BrokerInvalidOperationError,
-    BrokerUnauthorizedError,
-    EntityNotFoundError,
-)
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +64,27 @@ ERROR_TYPE = "application/xml; charset=utf-8"
 DEFAULT_TOP = 100
 
 _PATH_KIND = {1: EntityKind.QUEUE, 3: EntityKind.SUBSCRIPTION, 5: EntityKind.RULE}
-_DESCRIPTION_KIND = {1: (QueueDescription, TopicDescription), 3: (SubscriptionDescription,),
-                     5: (RuleDescription,)}
-_TITLES = {EntityKind.QUEUE: "Queues", EntityKind.TOPIC: "Topics", EntityKind.SUBSCRIPTION: "Subscriptions",
-           EntityKind.RULE: "Rules"}
+_DESCRIPTION_KIND = {
+    1: (QueueDescription, TopicDescription),
+    3: (SubscriptionDescription,),
+    5: (RuleDescription,),
+}
+_TITLES = {
+    EntityKind.QUEUE: "Queues",
+    EntityKind.TOPIC: "Topics",
+    EntityKind.SUBSCRIPTION: "Subscriptions",
+    EntityKind.RULE: "Rules",
+}
 
 
-def make_admin_app(catalog: Catalog, sas_keys: Mapping[str, str],
-                   namespace_uri_for_sas: Callable[[HttpRequest], str] | str,
-                   clock: Callable[[], float], *, name: str = "local") -> HttpApp:
+def make_admin_app(
+    catalog: Catalog,
+    sas_keys: Mapping[str, str],
+    namespace_uri_for_sas: Callable[[HttpRequest], str] | str,
+    clock: Callable[[], float],
+    *,
+    name: str = "local",
+) -> HttpApp:
     """The management endpoint over ``catalog``; tokens signed with one of ``sas_keys`` (name → key).
 
     ``namespace_uri_for_sas`` is the namespace URI tokens are checked against (e.g. ``sb://127.0.0.1:5700``),
@@ -91,12 +103,12 @@ def make_admin_app(catalog: Catalog, sas_keys: Mapping[str, str],
             segments = _segments(request.path)
             token = request.headers.get("authorization")
             if not token:
-                raise BrokerUnauthorizedError("MissingToken: the request has no Authorization header.")
+                raise UnauthorizedError("MissingToken: the request has no Authorization header.")
             resource = f"{namespace_uri(request).rstrip('/')}/{'/'.join(segments)}"
             sas.validate(token, sas_keys, resource, clock())
             return _Call(catalog, request, segments, name=name, started=started, now=clock()).route()
         except BrokerError as exc:
-            if isinstance(exc, BrokerUnauthorizedError):
+            if isinstance(exc, UnauthorizedError):
                 log.info("management request refused: %s", exc)
             else:
                 log.debug("management %s %s -> %s: %s", request.method, request.path, exc.http_status, exc)
@@ -109,8 +121,16 @@ def make_admin_app(catalog: Catalog, sas_keys: Mapping[str, str],
 class _Call:
     """One authorised management request: route it and answer."""
 
-    def __init__(self, catalog: Catalog, request: HttpRequest, segments: list[str], *, name: str,
-                 started: float, now: float) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        request: HttpRequest,
+        segments: list[str],
+        *,
+        name: str,
+        started: float,
+        now: float,
+    ) -> None:
         self.catalog = catalog
         self.name = name
         self.started = started
@@ -140,8 +160,11 @@ class _Call:
         _check_structure(lowered)
         path = _catalog_path(segments)
         if method == "GET":
-            found = self.catalog.lookup(path) if len(segments) == 1 else \
-                self.catalog.get(_PATH_KIND[len(segments)], path)
+            found = (
+                self.catalog.lookup(path)
+                if len(segments) == 1
+                else self.catalog.get(_PATH_KIND[len(segments)], path)
+            )
             return self._entry(found, 200)
         if method == "PUT":
             return self._put()
@@ -149,7 +172,7 @@ class _Call:
             kind = kind_of(self.catalog.lookup(path)) if len(segments) == 1 else _PATH_KIND[len(segments)]
             self.catalog.delete(kind, path)
             return HttpResponse(200)
-        raise BrokerInvalidOperationError(f"Method {method} is not allowed on {self.request.path[:200]!r}.")
+        raise InvalidOperationError(f"Method {method} is not allowed on {self.request.path[:200]!r}.")
 
     def _put(self) -> HttpResponse:
         segments = self.segments
@@ -158,7 +181,7 @@ class _Call:
         desc = parse_description(self.request.body, segments[-1], topic, subscription)
         if not isinstance(desc, _DESCRIPTION_KIND[len(segments)]):
             where = self.request.path[:200]
-            raise BrokerArgumentError(f"A {type(desc).__name__} cannot be stored at {where!r}.")
+            raise ArgumentError(f"A {type(desc).__name__} cannot be stored at {where!r}.")
         if self.request.headers.get("if-match", "").strip():
             return self._entry(self.catalog.update(desc, self.now), 200)
         return self._entry(self.catalog.create(desc, self.now), 201)
@@ -168,7 +191,7 @@ class _Call:
         skip = _count(self.request.query, "$skip", 0)
         top = _count(self.request.query, "$top", DEFAULT_TOP)
         items = self.catalog.list(kind, parent)
-        page = items[skip:skip + top]
+        page = items[skip : skip + top]
         here = f"{self.base}{self.request.path}?"
         url = here + urlencode({"$skip": skip, "$top": top, "api-version": API_VERSION})
         next_url = None
@@ -199,7 +222,7 @@ def _segments(path: str) -> list[str]:
     # ``ns/x-servicebus-transfer/0``), and only the unencoded slashes separate path segments.
     segments = [unquote(part) for part in path.strip("/").split("/") if part]
     if any(not segment.strip() for segment in segments):
-        raise BrokerArgumentError("An entity name must not be empty.")
+        raise ArgumentError("An entity name must not be empty.")
     return segments
 
 
@@ -226,10 +249,10 @@ def _count(query: Mapping[str, str], name: str, default: int) -> int:
     if text is None or text == "":
         return default
     if not text.isdigit() or len(text) > 9:
-        raise BrokerArgumentError(f"{name}: {text[:20]!r} is not a non-negative integer")
+        raise ArgumentError(f"{name}: {text[:20]!r} is not a non-negative integer")
     return int(text)
 
 
 def _allow(method: str, allowed: str) -> None:
     if method != allowed:
-        raise BrokerInvalidOperationError(f"Method {method} is not allowed here; use {allowed}.")
+        raise InvalidOperationError(f"Method {method} is not allowed here; use {allowed}.")

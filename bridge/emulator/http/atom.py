@@ -28,6 +28,7 @@ from dataclasses import fields
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from bridge.emulator.errors import ArgumentError
 from bridge.emulator.http.timespans import format_duration, format_time, parse_duration
 from bridge.emulator.model.descriptions import (
     CorrelationRuleFilter,
@@ -40,7 +41,6 @@ from bridge.emulator.model.descriptions import (
     SubscriptionDescription,
     TopicDescription,
 )
-from bridge.errors import BrokerArgumentError
 
 ATOM = "http://www.w3.org/2005/Atom"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
@@ -52,7 +52,8 @@ CONTENT_TYPE = "application/atom+xml;type=entry;charset=utf-8"
 # (XML element, dataclass field, type) in the order Azure writes them; runtime-only elements are handled
 # separately. Types: dur (ISO-8601 duration), int, bool, str.
 _QUEUE = [
-    ("LockDuration", "lock_duration", "dur"), ("MaxSizeInMegabytes", "max_size_in_megabytes", "int"),
+    ("LockDuration", "lock_duration", "dur"),
+    ("MaxSizeInMegabytes", "max_size_in_megabytes", "int"),
     ("RequiresDuplicateDetection", "requires_duplicate_detection", "bool"),
     ("RequiresSession", "requires_session", "bool"),
     ("DefaultMessageTimeToLive", "default_message_time_to_live", "dur"),
@@ -60,8 +61,11 @@ _QUEUE = [
     ("DuplicateDetectionHistoryTimeWindow", "duplicate_detection_history_time_window", "dur"),
     ("MaxDeliveryCount", "max_delivery_count", "int"),
     ("EnableBatchedOperations", "enable_batched_operations", "bool"),
-    ("Status", "status", "str"), ("ForwardTo", "forward_to", "str"), ("UserMetadata", "user_metadata", "str"),
-    ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"), ("EnablePartitioning", "enable_partitioning", "bool"),
+    ("Status", "status", "str"),
+    ("ForwardTo", "forward_to", "str"),
+    ("UserMetadata", "user_metadata", "str"),
+    ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
+    ("EnablePartitioning", "enable_partitioning", "bool"),
     ("ForwardDeadLetteredMessagesTo", "forward_dead_lettered_messages_to", "str"),
     ("MaxMessageSizeInKilobytes", "max_message_size_in_kilobytes", "int"),
 ]
@@ -70,41 +74,53 @@ _TOPIC = [
     ("MaxSizeInMegabytes", "max_size_in_megabytes", "int"),
     ("RequiresDuplicateDetection", "requires_duplicate_detection", "bool"),
     ("DuplicateDetectionHistoryTimeWindow", "duplicate_detection_history_time_window", "dur"),
-    ("EnableBatchedOperations", "enable_batched_operations", "bool"), ("Status", "status", "str"),
-    ("SupportOrdering", "support_ordering", "bool"), ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
-    ("EnablePartitioning", "enable_partitioning", "bool"), ("UserMetadata", "user_metadata", "str"),
+    ("EnableBatchedOperations", "enable_batched_operations", "bool"),
+    ("Status", "status", "str"),
+    ("SupportOrdering", "support_ordering", "bool"),
+    ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
+    ("EnablePartitioning", "enable_partitioning", "bool"),
+    ("UserMetadata", "user_metadata", "str"),
     ("MaxMessageSizeInKilobytes", "max_message_size_in_kilobytes", "int"),
 ]
 _SUBSCRIPTION = [
-    ("LockDuration", "lock_duration", "dur"), ("RequiresSession", "requires_session", "bool"),
+    ("LockDuration", "lock_duration", "dur"),
+    ("RequiresSession", "requires_session", "bool"),
     ("DefaultMessageTimeToLive", "default_message_time_to_live", "dur"),
     ("DeadLetteringOnMessageExpiration", "dead_lettering_on_message_expiration", "bool"),
     ("DeadLetteringOnFilterEvaluationExceptions", "dead_lettering_on_filter_evaluation_exceptions", "bool"),
     ("MaxDeliveryCount", "max_delivery_count", "int"),
-    ("EnableBatchedOperations", "enable_batched_operations", "bool"), ("Status", "status", "str"),
-    ("ForwardTo", "forward_to", "str"), ("UserMetadata", "user_metadata", "str"),
+    ("EnableBatchedOperations", "enable_batched_operations", "bool"),
+    ("Status", "status", "str"),
+    ("ForwardTo", "forward_to", "str"),
+    ("UserMetadata", "user_metadata", "str"),
     ("ForwardDeadLetteredMessagesTo", "forward_dead_lettered_messages_to", "str"),
     ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
 ]
 _POSITIVE = {"max_size_in_megabytes", "max_delivery_count", "max_message_size_in_kilobytes"}
 _CORRELATION = [
-    ("CorrelationId", "correlation_id"), ("MessageId", "message_id"), ("To", "to"), ("ReplyTo", "reply_to"),
-    ("Label", "label"), ("SessionId", "session_id"), ("ReplyToSessionId", "reply_to_session_id"),
+    ("CorrelationId", "correlation_id"),
+    ("MessageId", "message_id"),
+    ("To", "to"),
+    ("ReplyTo", "reply_to"),
+    ("Label", "label"),
+    ("SessionId", "session_id"),
+    ("ReplyToSessionId", "reply_to_session_id"),
     ("ContentType", "content_type"),
 ]
 
 
 # ---- parsing ----------------------------------------------------------------------------------------------
-def parse_description(body: bytes, name: str, topic: str | None = None,
-                      subscription: str | None = None) -> EntityDescription:
+def parse_description(
+    body: bytes, name: str, topic: str | None = None, subscription: str | None = None
+) -> EntityDescription:
     """The description in a PUT body; its element (``QueueDescription``, ...) gives the kind."""
     root = _xml(body)
     if _local(root.tag) != "entry":
-        raise BrokerArgumentError("body: expected an Atom <entry>")
+        raise ArgumentError("body: expected an Atom <entry>")
     content = _child(root, "content")
     described = list(content) if content is not None else []
     if not described:
-        raise BrokerArgumentError("body: the <entry> has no <content> with a description")
+        raise ArgumentError("body: the <entry> has no <content> with a description")
     element = described[0]
     tag = _local(element.tag)
     if tag == "QueueDescription":
@@ -115,20 +131,24 @@ def parse_description(body: bytes, name: str, topic: str | None = None,
         return SubscriptionDescription(topic_name=topic, name=name, **_values(element, _SUBSCRIPTION))
     if tag == "RuleDescription" and topic is not None and subscription is not None:
         _refuse_actions(element)
-        return RuleDescription(topic_name=topic, subscription_name=subscription, name=name,
-                               filter=_parse_filter(_child(element, "Filter")))
-    raise BrokerArgumentError(f"body: <{tag[:40]}> does not describe an entity at this path")
+        return RuleDescription(
+            topic_name=topic,
+            subscription_name=subscription,
+            name=name,
+            filter=_parse_filter(_child(element, "Filter")),
+        )
+    raise ArgumentError(f"body: <{tag[:40]}> does not describe an entity at this path")
 
 
 def _xml(body: bytes) -> ET.Element:
     # Refusing DTDs outright rules out entity expansion and external entities; Service Bus bodies never
     # carry one. The HTTP layer bounds the size.
     if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
-        raise BrokerArgumentError("body: DTDs are not accepted")
+        raise ArgumentError("body: DTDs are not accepted")
     try:
         return ET.fromstring(body)  # noqa: S314 - DTDs refused above, size bounded by the HTTP server
     except ET.ParseError as exc:
-        raise BrokerArgumentError(f"body: not well-formed XML ({exc})") from None
+        raise ArgumentError(f"body: not well-formed XML ({exc})") from None
 
 
 def _values(element: ET.Element, table: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -143,11 +163,11 @@ def _values(element: ET.Element, table: list[tuple[str, str, str]]) -> dict[str,
             values[attr] = text or ("Active" if attr == "status" else None)
         elif kind == "bool":
             if text.lower() not in ("true", "false"):
-                raise BrokerArgumentError(f"{xml_name}: {text[:20]!r} is not true or false")
+                raise ArgumentError(f"{xml_name}: {text[:20]!r} is not true or false")
             values[attr] = text.lower() == "true"
         elif kind == "int":
             if not re.fullmatch(r"-?\d{1,12}", text) or (attr in _POSITIVE and int(text) < 1):
-                raise BrokerArgumentError(f"{xml_name}: {text[:20]!r} is not a positive integer")
+                raise ArgumentError(f"{xml_name}: {text[:20]!r} is not a positive integer")
             values[attr] = int(text)
         else:
             values[attr] = parse_duration(text, xml_name)
@@ -160,7 +180,7 @@ def _refuse_actions(rule: ET.Element) -> None:
         return
     kind = _xsi_type(action)
     if kind not in (None, "EmptyRuleAction") or (_child(action, "SqlExpression") is not None):
-        raise BrokerArgumentError("Action: rule actions are not supported by the local Service Bus")
+        raise ArgumentError("Action: rule actions are not supported by the local Service Bus")
 
 
 def _parse_filter(element: ET.Element | None) -> RuleFilter:
@@ -174,17 +194,20 @@ def _parse_filter(element: ET.Element | None) -> RuleFilter:
     if kind == "SqlFilter":
         parameters = _child(element, "Parameters")
         if parameters is not None and len(parameters):
-            raise BrokerArgumentError("Parameters: SQL filter parameters are not supported")
+            raise ArgumentError("Parameters: SQL filter parameters are not supported")
         expression = _child(element, "SqlExpression")
         text = (expression.text or "").strip() if expression is not None else ""
         if not text:
-            raise BrokerArgumentError("SqlExpression: a SQL filter needs an expression")
+            raise ArgumentError("SqlExpression: a SQL filter needs an expression")
         return SqlRuleFilter(text)
     if kind == "CorrelationFilter":
-        found = {attr: (child.text or "") for xml_name, attr in _CORRELATION
-                 if (child := _child(element, xml_name)) is not None}
+        found = {
+            attr: (child.text or "")
+            for xml_name, attr in _CORRELATION
+            if (child := _child(element, xml_name)) is not None
+        }
         return CorrelationRuleFilter(**found, properties=_parse_properties(_child(element, "Properties")))
-    raise BrokerArgumentError(f"Filter: unsupported filter type {kind[:40]!r}")
+    raise ArgumentError(f"Filter: unsupported filter type {kind[:40]!r}")
 
 
 def _parse_properties(element: ET.Element | None) -> dict[str, Any]:
@@ -192,7 +215,7 @@ def _parse_properties(element: ET.Element | None) -> dict[str, Any]:
     for pair in element if element is not None else []:
         key, value = _child(pair, "Key"), _child(pair, "Value")
         if key is None or value is None or not key.text:
-            raise BrokerArgumentError("Properties: each entry needs a Key and a Value")
+            raise ArgumentError("Properties: each entry needs a Key and a Value")
         kind = _xsi_type(value) or "string"
         properties[key.text] = _typed(key.text, kind, value.text or "")
     return properties
@@ -211,7 +234,7 @@ def _typed(key: str, kind: str, text: str) -> Any:
     except ValueError:
         pass
     reason = f"{key[:40]!r} ({kind[:20]}) is malformed or of an unsupported type"
-    raise BrokerArgumentError(f"Properties: {reason}")
+    raise ArgumentError(f"Properties: {reason}")
 
 
 def _child(element: ET.Element, name: str) -> ET.Element | None:
@@ -237,15 +260,22 @@ def render_entry(desc: EntityDescription, url: str, counts: RuntimeCounts | None
     return _document(_entry(desc, url, counts, author, xmlns=True))
 
 
-def render_feed(title: str, url: str, entries: Iterable[tuple[EntityDescription, str, RuntimeCounts | None]],
-                *, author: str, next_url: str | None, now: float) -> bytes:
+def render_feed(
+    title: str,
+    url: str,
+    entries: Iterable[tuple[EntityDescription, str, RuntimeCounts | None]],
+    *,
+    author: str,
+    next_url: str | None,
+    now: float,
+) -> bytes:
     """A list page: an Atom ``<feed>`` of entries, with a ``next`` link when more pages follow."""
-    links = f"<link rel=\"self\" href={quoteattr(url)}/>"
+    links = f'<link rel="self" href={quoteattr(url)}/>'
     if next_url:
-        links += f"<link rel=\"next\" href={quoteattr(next_url)}/>"
+        links += f'<link rel="next" href={quoteattr(next_url)}/>'
     body = "".join(_entry(desc, link, counts, author, xmlns=False) for desc, link, counts in entries)
     return _document(
-        f"<feed xmlns=\"{ATOM}\"><title type=\"text\">{escape(title)}</title><id>{escape(url)}</id>"
+        f'<feed xmlns="{ATOM}"><title type="text">{escape(title)}</title><id>{escape(url)}</id>'
         f"<updated>{format_time(now)}</updated>{links}{body}</feed>"
     )
 
@@ -258,41 +288,43 @@ def render_error(code: int, detail: str) -> bytes:
 def render_namespace(name: str, url: str, created: float, now: float) -> bytes:
     """The ``/$namespaceinfo`` entry ``get_namespace_properties`` reads."""
     info = (
-        f"<NamespaceInfo xmlns=\"{SB}\" xmlns:i=\"{XSI}\"><Alias>{escape(name)}</Alias>"
+        f'<NamespaceInfo xmlns="{SB}" xmlns:i="{XSI}"><Alias>{escape(name)}</Alias>'
         f"<CreatedTime>{format_time(created)}</CreatedTime><MessagingSKU>Standard</MessagingSKU>"
         f"<MessagingUnits>1</MessagingUnits><ModifiedTime>{format_time(now)}</ModifiedTime>"
         f"<Name>{escape(name)}</Name><NamespaceType>Messaging</NamespaceType></NamespaceInfo>"
     )
     return _document(
-        f"<entry xmlns=\"{ATOM}\"><id>{escape(url)}</id><title type=\"text\">{escape(name)}</title>"
+        f'<entry xmlns="{ATOM}"><id>{escape(url)}</id><title type="text">{escape(name)}</title>'
         f"<updated>{format_time(now)}</updated><author><name>{escape(name)}</name></author>"
-        f"<link rel=\"self\" href={quoteattr(url)}/>"
-        f"<content type=\"application/xml\">{info}</content></entry>"
+        f'<link rel="self" href={quoteattr(url)}/>'
+        f'<content type="application/xml">{info}</content></entry>'
     )
 
 
 def _document(xml: str) -> bytes:
-    return ("<?xml version=\"1.0\" encoding=\"utf-8\"?>" + xml).encode()
+    return ('<?xml version="1.0" encoding="utf-8"?>' + xml).encode()
 
 
 def _entry(desc: EntityDescription, url: str, counts: RuntimeCounts | None, author: str, xmlns: bool) -> str:
     created = format_time(counts.created_at if counts else 0.0)
     updated = format_time(counts.updated_at if counts else 0.0)
-    namespace = f" xmlns=\"{ATOM}\"" if xmlns else ""
+    namespace = f' xmlns="{ATOM}"' if xmlns else ""
     return (
-        f"<entry{namespace}><id>{escape(url)}</id><title type=\"text\">{escape(desc.name)}</title>"
+        f'<entry{namespace}><id>{escape(url)}</id><title type="text">{escape(desc.name)}</title>'
         f"<published>{created}</published><updated>{updated}</updated>"
-        f"<author><name>{escape(author)}</name></author><link rel=\"self\" href={quoteattr(url)}/>"
-        f"<content type=\"application/xml\">{_description(desc, counts)}</content></entry>"
+        f'<author><name>{escape(author)}</name></author><link rel="self" href={quoteattr(url)}/>'
+        f'<content type="application/xml">{_description(desc, counts)}</content></entry>'
     )
 
 
 def _description(desc: EntityDescription, counts: RuntimeCounts | None) -> str:
-    head = f" xmlns=\"{SB}\" xmlns:i=\"{XSI}\""
+    head = f' xmlns="{SB}" xmlns:i="{XSI}"'
     if isinstance(desc, RuleDescription):
         created = format_time(counts.created_at if counts else 0.0)
-        return (f"<RuleDescription{head}>{_filter(desc.filter)}<Action i:type=\"EmptyRuleAction\"/>"
-                f"<CreatedAt>{created}</CreatedAt><Name>{escape(desc.name)}</Name></RuleDescription>")
+        return (
+            f'<RuleDescription{head}>{_filter(desc.filter)}<Action i:type="EmptyRuleAction"/>'
+            f"<CreatedAt>{created}</CreatedAt><Name>{escape(desc.name)}</Name></RuleDescription>"
+        )
     counts = counts or RuntimeCounts()
     if isinstance(desc, QueueDescription):
         tag, table = "QueueDescription", _QUEUE
@@ -320,7 +352,7 @@ def _fields(desc: EntityDescription, table: list[tuple[str, str, str]]) -> Itera
 
 def _runtime(desc: EntityDescription, counts: RuntimeCounts) -> str:
     details = (
-        f"<CountDetails xmlns:d2p1=\"{SB_2011}\">"
+        f'<CountDetails xmlns:d2p1="{SB_2011}">'
         f"<d2p1:ActiveMessageCount>{counts.active_message_count}</d2p1:ActiveMessageCount>"
         f"<d2p1:DeadLetterMessageCount>{counts.dead_letter_message_count}</d2p1:DeadLetterMessageCount>"
         f"<d2p1:ScheduledMessageCount>{counts.scheduled_message_count}</d2p1:ScheduledMessageCount>"
@@ -328,9 +360,11 @@ def _runtime(desc: EntityDescription, counts: RuntimeCounts) -> str:
         f"<d2p1:TransferDeadLetterMessageCount>{counts.transfer_dead_letter_message_count}"
         f"</d2p1:TransferDeadLetterMessageCount></CountDetails>"
     )
-    times = (f"<CreatedAt>{format_time(counts.created_at)}</CreatedAt>"
-             f"<UpdatedAt>{format_time(counts.updated_at)}</UpdatedAt>"
-             f"<AccessedAt>{format_time(counts.accessed_at)}</AccessedAt>")
+    times = (
+        f"<CreatedAt>{format_time(counts.created_at)}</CreatedAt>"
+        f"<UpdatedAt>{format_time(counts.updated_at)}</UpdatedAt>"
+        f"<AccessedAt>{format_time(counts.accessed_at)}</AccessedAt>"
+    )
     sizes = f"<SizeInBytes>{counts.size_in_bytes}</SizeInBytes>"
     extra = "<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>"
     if isinstance(desc, TopicDescription):
@@ -341,16 +375,26 @@ def _runtime(desc: EntityDescription, counts: RuntimeCounts) -> str:
 
 def _filter(rule_filter: RuleFilter) -> str:
     if isinstance(rule_filter, CorrelationRuleFilter):
-        parts = "".join(f"<{xml_name}>{escape(value)}</{xml_name}>" for xml_name, attr in _CORRELATION
-                        if (value := getattr(rule_filter, attr)) is not None)
+        parts = "".join(
+            f"<{xml_name}>{escape(value)}</{xml_name}>"
+            for xml_name, attr in _CORRELATION
+            if (value := getattr(rule_filter, attr)) is not None
+        )
         properties = "".join(_property(key, value) for key, value in rule_filter.properties.items())
-        return f"<Filter i:type=\"CorrelationFilter\">{parts}<Properties>{properties}</Properties></Filter>"
+        return f'<Filter i:type="CorrelationFilter">{parts}<Properties>{properties}</Properties></Filter>'
     expression = rule_filter.sql_expression.strip()
     compact = expression.replace(" ", "").upper()
-    kind = "TrueFilter" if compact in ("1=1", "TRUE") else "FalseFilter" if compact in ("1=0", "FALSE") \
+    kind = (
+        "TrueFilter"
+        if compact in ("1=1", "TRUE")
+        else "FalseFilter"
+        if compact in ("1=0", "FALSE")
         else "SqlFilter"
-    return (f"<Filter i:type=\"{kind}\"><SqlExpression>{escape(expression)}</SqlExpression>"
-            f"<CompatibilityLevel>20</CompatibilityLevel></Filter>")
+    )
+    return (
+        f'<Filter i:type="{kind}"><SqlExpression>{escape(expression)}</SqlExpression>'
+        f"<CompatibilityLevel>20</CompatibilityLevel></Filter>"
+    )
 
 
 def _property(key: str, value: Any) -> str:
@@ -362,6 +406,8 @@ def _property(key: str, value: Any) -> str:
         kind, text = "double", repr(value)
     else:
         kind, text = "string", str(value)
-    return (f"<KeyValueOfstringanyType><Key>{escape(key)}</Key>"
-            f"<Value i:type=\"d6p1:{kind}\" xmlns:d6p1=\"{XSD}\">{escape(text)}</Value>"
-            "</KeyValueOfstringanyType>")
+    return (
+        f"<KeyValueOfstringanyType><Key>{escape(key)}</Key>"
+        f'<Value i:type="d6p1:{kind}" xmlns:d6p1="{XSD}">{escape(text)}</Value>'
+        "</KeyValueOfstringanyType>"
+    )

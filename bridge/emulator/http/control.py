@@ -20,8 +20,8 @@ import logging
 from typing import Any
 
 from bridge.emulator.control import NamespaceControl
+from bridge.emulator.errors import ArgumentError
 from bridge.emulator.http.server import HttpApp, HttpRequest, HttpResponse
-from bridge.errors import BrokerArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,13 @@ def make_control_app(control: NamespaceControl) -> HttpApp:
             if route == ("POST", "/faults"):
                 body = _body(request, _FAULT_FIELDS)
                 if "fault" not in body:
-                    raise BrokerArgumentError("fault: required (outage, busy, stall or blackhole)")
-                fault = control.faults.set(body["fault"], entity=_entity(body),
-                                           probability=body.get("probability"), delay=body.get("delay"))
+                    raise ArgumentError("fault: required (outage, busy, stall or blackhole)")
+                fault = control.faults.set(
+                    body["fault"],
+                    entity=_entity(body),
+                    probability=body.get("probability"),
+                    delay=body.get("delay"),
+                )
                 return _ok({"fault": fault.to_json(), "faults": control.faults.snapshot()})
             if route == ("POST", "/restore"):
                 ended = control.faults.clear(_entity(_body(request, _RESTORE_FIELDS)))
@@ -57,7 +61,7 @@ def make_control_app(control: NamespaceControl) -> HttpApp:
                 log.warning("disaster requested through the control interface")
                 control.disaster()
                 return _ok({"ok": True})
-        except BrokerArgumentError as exc:
+        except ArgumentError as exc:
             field, _, reason = str(exc).partition(": ")
             return _json(400, {"error": reason or field, "field": field if reason else "body"})
         if route[1] in ("/health", "/status", "/faults", "/restore", "/disaster"):
@@ -74,19 +78,19 @@ def _body(request: HttpRequest, allowed: frozenset[str]) -> dict[str, Any]:
     try:
         data = json.loads(request.body)
     except (ValueError, UnicodeDecodeError):
-        raise BrokerArgumentError("body: not valid JSON") from None
+        raise ArgumentError("body: not valid JSON") from None
     if not isinstance(data, dict):
-        raise BrokerArgumentError("body: must be a JSON object")
+        raise ArgumentError("body: must be a JSON object")
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise BrokerArgumentError(f"{unknown[0]}: unknown field")
+        raise ArgumentError(f"{unknown[0]}: unknown field")
     return data
 
 
 def _entity(body: dict[str, Any]) -> str | None:
     entity = body.get("entity")
     if entity is not None and not isinstance(entity, str):
-        raise BrokerArgumentError("entity: must be a string or null")
+        raise ArgumentError("entity: must be a string or null")
     return entity
 
 

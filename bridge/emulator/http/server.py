@@ -62,8 +62,14 @@ class _Reject(Exception):
         self.response = response
 
 
-async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, app: HttpApp, *,
-                     max_body: int = MAX_BODY, idle_timeout: float = IDLE_TIMEOUT) -> None:
+async def serve_http(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    app: HttpApp,
+    *,
+    max_body: int = MAX_BODY,
+    idle_timeout: float = IDLE_TIMEOUT,
+) -> None:
     """Serve requests on one connection until it closes; never raises for client or app misbehaviour."""
     conn = h11.Connection(h11.SERVER)
     try:
@@ -92,8 +98,13 @@ async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         await _close(writer)
 
 
-async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        max_body: int, idle_timeout: float) -> HttpRequest | None:
+async def _read_request(
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    max_body: int,
+    idle_timeout: float,
+) -> HttpRequest | None:
     """The next complete request, or ``None`` when the client closed or went idle between requests."""
     head: h11.Request | None = None
     body = bytearray()
@@ -138,8 +149,9 @@ async def _call(app: HttpApp, request: HttpRequest) -> HttpResponse:
         return _text(500, "internal error")
 
 
-async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, response: HttpResponse,
-                close: bool) -> None:
+async def _send(
+    conn: h11.Connection, writer: asyncio.StreamWriter, response: HttpResponse, close: bool
+) -> None:
     framing = ("content-length", "connection", "transfer-encoding")
     headers = [(k, v) for k, v in response.headers.items() if k.lower() not in framing]
     headers.append(("Content-Length", str(len(response.body))))

@@ -12,8 +12,8 @@ import datetime as dt
 import re
 from decimal import Decimal, InvalidOperation
 
+from bridge.emulator.errors import ArgumentError
 from bridge.emulator.model.descriptions import MAX_DURATION
-from bridge.errors import BrokerArgumentError
 
 MAX_DURATION_TEXT = "P10675199DT2H48M5.4775807S"
 
@@ -26,17 +26,23 @@ def parse_duration(text: str, field_name: str = "duration") -> dt.timedelta:
     """An ISO-8601 duration (days and time only, as .NET TimeSpan); at most ``MAX_DURATION``."""
     match = _DURATION.match(text.strip())
     if not match or text.strip() in ("P", "PT") or text.strip().endswith("T"):
-        raise BrokerArgumentError(f"{field_name}: {text[:40]!r} is not an ISO-8601 duration like PT1M")
+        raise ArgumentError(f"{field_name}: {text[:40]!r} is not an ISO-8601 duration like PT1M")
     parts = {k: v or "0" for k, v in match.groupdict().items()}
     try:
         seconds = Decimal(parts["s"])
     except InvalidOperation:
-        raise BrokerArgumentError(f"{field_name}: bad seconds in {text[:40]!r}") from None
+        raise ArgumentError(f"{field_name}: bad seconds in {text[:40]!r}") from None
     whole = int(seconds)
     micros = int((seconds - whole) * 1_000_000)  # TimeSpan has 100 ns ticks; truncate like MAX_DURATION
     try:
-        value = dt.timedelta(weeks=int(parts["w"]), days=int(parts["d"]), hours=int(parts["h"]),
-                             minutes=int(parts["m"]), seconds=whole, microseconds=micros)
+        value = dt.timedelta(
+            weeks=int(parts["w"]),
+            days=int(parts["d"]),
+            hours=int(parts["h"]),
+            minutes=int(parts["m"]),
+            seconds=whole,
+            microseconds=micros,
+        )
     except OverflowError:
         return MAX_DURATION
     return min(value, MAX_DURATION)

@@ -2,8 +2,8 @@
 
 Paths are Azure's: ``q1``; ``t1``; ``t1/Subscriptions/s1``; ``t1/Subscriptions/s1/Rules/r1``. Names compare
 case-insensitively, as on Azure. ``now`` is epoch seconds, passed in so the model never reads a clock.
-Errors are those of ``bridge.errors`` (``EntityNotFoundError``, ``EntityAlreadyExistsError``,
-``BrokerArgumentError``), each carrying the HTTP status the endpoint answers.
+Errors are those of ``bridge.emulator.errors`` (``EntityNotFoundError``, ``EntityAlreadyExistsError``,
+``ArgumentError``), each carrying the HTTP status the endpoint answers.
 """
 
 from __future__ import annotations

@@ -77,8 +77,12 @@ class Queue(SendTarget):
     @classmethod
     def create(cls, desc: QueueDescription, now: float, token_factory: TokenFactory) -> Queue:
         """A new, empty queue."""
-        return cls(desc=desc, store=MessageStore(desc.name, store_options(desc), token_factory),
-                   created_at=now, updated_at=now)
+        return cls(
+            desc=desc,
+            store=MessageStore(desc.name, store_options(desc), token_factory),
+            created_at=now,
+            updated_at=now,
+        )
 
     def redescribe(self, desc: QueueDescription, now: float) -> None:
         """Apply a new description; messages stay."""
@@ -109,8 +113,12 @@ class Subscription:
     def create(cls, desc: SubscriptionDescription, now: float, token_factory: TokenFactory) -> Subscription:
         """A new subscription with the ``$Default`` rule (``1=1``)."""
         path = f"{desc.topic_name}/Subscriptions/{desc.name}"
-        sub = cls(desc=desc, store=MessageStore(path, store_options(desc), token_factory),
-                  created_at=now, updated_at=now)
+        sub = cls(
+            desc=desc,
+            store=MessageStore(path, store_options(desc), token_factory),
+            created_at=now,
+            updated_at=now,
+        )
         default = RuleDescription(topic_name=desc.topic_name, subscription_name=desc.name)
         sub.rules["$default"] = Rule(default, compile_filter(default.filter))
         return sub

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bridge.emulator.errors import ArgumentError
 from bridge.emulator.model.descriptions import CorrelationRuleFilter, RuleFilter, SqlRuleFilter
-from bridge.errors import BrokerArgumentError
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
@@ -40,12 +40,12 @@ _CORRELATION_FIELDS = {
 
 
 def compile_filter(rule_filter: RuleFilter) -> Predicate:
-    """A predicate over a message's filter properties; raises BrokerArgumentError for unsupported SQL."""
+    """A predicate over a message's filter properties; raises ArgumentError for unsupported SQL."""
     if isinstance(rule_filter, CorrelationRuleFilter):
         return _correlation(rule_filter)
     if isinstance(rule_filter, SqlRuleFilter):
         return _SqlParser(rule_filter.sql_expression).parse()
-    raise BrokerArgumentError(f"unsupported filter type {type(rule_filter).__name__}")
+    raise ArgumentError(f"unsupported filter type {type(rule_filter).__name__}")
 
 
 def _correlation(flt: CorrelationRuleFilter) -> Predicate:
@@ -78,7 +78,7 @@ class _SqlParser:
                 break
             match = _TOKEN.match(text, pos)
             if not match:
-                raise BrokerArgumentError(f"SQL filter {text!r}: cannot parse near {text[pos:pos + 20]!r}")
+                raise ArgumentError(f"SQL filter {text!r}: cannot parse near {text[pos : pos + 20]!r}")
             kind = match.lastgroup or ""
             value = match.group(kind)
             if kind == "ident" and value.upper() in _KEYWORDS:
@@ -93,7 +93,7 @@ class _SqlParser:
     def _take(self) -> tuple[str, str]:
         tok = self._peek()
         if tok is None:
-            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected end")
+            raise ArgumentError(f"SQL filter {self.text!r}: unexpected end")
         self.pos += 1
         return tok
 
@@ -107,11 +107,11 @@ class _SqlParser:
     def parse(self) -> Predicate:
         """The whole expression as one predicate; trailing tokens are an error, not ignored."""
         if not self.tokens:
-            raise BrokerArgumentError("SQL filter is empty")
+            raise ArgumentError("SQL filter is empty")
         pred = self._or()
         rest = self._peek()
         if rest is not None:
-            raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {rest[1]!r}")
+            raise ArgumentError(f"SQL filter {self.text!r}: unexpected {rest[1]!r}")
         return pred
 
     def _or(self) -> Predicate:
@@ -140,17 +140,17 @@ class _SqlParser:
         if self._accept("op", "("):
             inner = self._or()
             if not self._accept("op", ")"):
-                raise BrokerArgumentError(f"SQL filter {self.text!r}: missing ')'")
+                raise ArgumentError(f"SQL filter {self.text!r}: missing ')'")
             return inner
         left = self._operand()
         if self._accept("kw", "IS"):
             negate = self._accept("kw", "NOT")
             if not self._accept("kw", "NULL"):
-                raise BrokerArgumentError(f"SQL filter {self.text!r}: IS must be followed by [NOT] NULL")
+                raise ArgumentError(f"SQL filter {self.text!r}: IS must be followed by [NOT] NULL")
             return lambda props: (left(props) is _MISSING or left(props) is None) != negate
         kind, op = self._take()
         if kind != "op" or op in "()":
-            raise BrokerArgumentError(f"SQL filter {self.text!r}: expected a comparison, got {op!r}")
+            raise ArgumentError(f"SQL filter {self.text!r}: expected a comparison, got {op!r}")
         right = self._operand()
         return _comparison(left, op, right)
 
@@ -170,7 +170,7 @@ class _SqlParser:
         if kind == "ident":
             name = _property_name(value)
             return lambda props: props.get(name, _MISSING)
-        raise BrokerArgumentError(f"SQL filter {self.text!r}: unexpected {value!r}")
+        raise ArgumentError(f"SQL filter {self.text!r}: unexpected {value!r}")
 
 
 def _property_name(ident: str) -> str:

@@ -14,7 +14,16 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from bridge.emulator.errors import (
+    ArgumentError,
+    EntityAlreadyExistsError,
+    EntityNotFoundError,
+    InvalidOperationError,
+    MessageSizeExceededError,
+    QuotaExceededError,
+)
 from bridge.emulator.model.descriptions import (
+    DEFAULT_MAX_MESSAGE_SIZE,
     EntityDescription,
     EntityKind,
     QueueDescription,
@@ -30,14 +39,6 @@ from bridge.emulator.model.filters import compile_filter
 from bridge.emulator.model.messages import IncomingMessage, StoredMessage
 from bridge.emulator.model.records import description_to_dict, incoming_to_record
 from bridge.emulator.model.store import Journal, MessageStore, TokenFactory
-from bridge.errors import (
-    BrokerArgumentError,
-    BrokerInvalidOperationError,
-    BrokerMessageSizeExceededError,
-    BrokerQuotaExceededError,
-    EntityAlreadyExistsError,
-    EntityNotFoundError,
-)
 
 DLQ_SUFFIX = "/$deadletterqueue"
 MAX_NAME_LENGTH = 260
@@ -102,9 +103,12 @@ class Namespace:
     def _check_name(self, desc: EntityDescription) -> None:
         name = desc.name
         # ``$``-names are the broker's own (``$Default``, ``$deadletterqueue``); only rules may use one.
-        if (not name or len(name) > MAX_NAME_LENGTH
-                or (name.startswith("$") and not isinstance(desc, RuleDescription))):
-            raise BrokerArgumentError(f"Invalid entity name {name!r}.")
+        if (
+            not name
+            or len(name) > MAX_NAME_LENGTH
+            or (name.startswith("$") and not isinstance(desc, RuleDescription))
+        ):
+            raise ArgumentError(f"Invalid entity name {name!r}.")
 
     def put(self, desc: EntityDescription, now: float, create: bool) -> None:
         """Create or redescribe an entity without journaling (shared by create, update and replay)."""
@@ -208,10 +212,13 @@ class Namespace:
         parts = path.strip("/").split("/")
         if kind is EntityKind.TOPIC:
             topic = self.topics[_key(path)]
-            return RuntimeCounts(subscription_count=len(topic.subscriptions),
-                                 size_in_bytes=sum(s.store.size_bytes for s in topic.subscriptions.values()),
-                                 created_at=topic.created_at, updated_at=topic.updated_at,
-                                 accessed_at=topic.accessed_at)
+            return RuntimeCounts(
+                subscription_count=len(topic.subscriptions),
+                size_in_bytes=sum(s.store.size_bytes for s in topic.subscriptions.values()),
+                created_at=topic.created_at,
+                updated_at=topic.updated_at,
+                accessed_at=topic.accessed_at,
+            )
         if kind is EntityKind.QUEUE:
             queue = self.queues[_key(path)]
             store, created, updated = queue.store, queue.created_at, queue.updated_at
@@ -220,9 +227,14 @@ class Namespace:
             store, created, updated = sub.store, sub.created_at, sub.updated_at
         active, scheduled, dead = store.counts()
         return RuntimeCounts(
-            active_message_count=active, scheduled_message_count=scheduled, dead_letter_message_count=dead,
-            total_message_count=active + scheduled + dead, size_in_bytes=store.size_bytes,
-            created_at=created, updated_at=updated, accessed_at=updated,
+            active_message_count=active,
+            scheduled_message_count=scheduled,
+            dead_letter_message_count=dead,
+            total_message_count=active + scheduled + dead,
+            size_in_bytes=store.size_bytes,
+            created_at=created,
+            updated_at=updated,
+            accessed_at=updated,
         )
 
     def _topic(self, name: str) -> Topic:
@@ -274,16 +286,14 @@ class Namespace:
         """Largest accepted encoded message, in bytes."""
         target = self.topics.get(_key(path)) or self.queues.get(_key(path))
         if target is None:
-            return 256 * 1024
+            return DEFAULT_MAX_MESSAGE_SIZE
         return target.desc.max_message_size_in_kilobytes * 1024
 
     def send_target(self, path: str) -> Queue | Topic | None:
         """The topic or queue ``path`` names, if it exists (topics first, as senders address either)."""
         return self.topics.get(_key(path)) or self.queues.get(_key(path))
 
-    def send(
-        self, path: str, messages: builtins.list[IncomingMessage], now: float
-    ) -> builtins.list[int]:
+    def send(self, path: str, messages: builtins.list[IncomingMessage], now: float) -> builtins.list[int]:
         """Enqueue messages all-or-nothing; returns their sequence numbers (0 for a dropped duplicate)."""
         target = self.send_target(path)
         if target is None:
@@ -295,23 +305,26 @@ class Namespace:
         limit = target.desc.max_message_size_in_kilobytes * 1024
         for msg in messages:
             if msg.size > limit:
-                raise BrokerMessageSizeExceededError(
+                raise MessageSizeExceededError(
                     f"The received message (size {msg.size} bytes) exceeds the limit ({limit} bytes) "
                     f"of entity '{target.desc.name}'."
                 )
         if isinstance(target, Queue):
             quota = target.desc.max_size_in_megabytes * 1024 * 1024
             if target.store.size_bytes + sum(m.size for m in messages) > quota:
-                raise BrokerQuotaExceededError(f"The entity '{target.desc.name}' is at its maximum size.")
+                raise QuotaExceededError(f"The entity '{target.desc.name}' is at its maximum size.")
             if target.desc.requires_session and any(not m.session_id for m in messages):
-                raise BrokerInvalidOperationError(
+                raise InvalidOperationError(
                     "The SessionId was not set on a message, and it cannot be sent to the entity. Entities "
                     "that have session support enabled can only receive messages that have the SessionId "
                     "set."
                 )
         seqs = self.enqueue(target, messages, now)
-        self._log("send", {"p": path, "now": now, "m": [incoming_to_record(m) for m in messages]},
-                  [m.raw for m in messages])
+        self._log(
+            "send",
+            {"p": path, "now": now, "m": [incoming_to_record(m) for m in messages]},
+            [m.raw for m in messages],
+        )
         return seqs
 
     def enqueue(
@@ -371,6 +384,12 @@ def _is_subscription(path: str) -> bool:
 
 def _stored(msg: IncomingMessage, seq: int, now: float) -> StoredMessage:
     return StoredMessage(
-        seq=seq, raw=msg.raw, enqueued_at=now, message_id=msg.message_id, session_id=msg.session_id,
-        partition_key=msg.partition_key, time_to_live=msg.time_to_live, scheduled_at=msg.scheduled_at,
+        seq=seq,
+        raw=msg.raw,
+        enqueued_at=now,
+        message_id=msg.message_id,
+        session_id=msg.session_id,
+        partition_key=msg.partition_key,
+        time_to_live=msg.time_to_live,
+        scheduled_at=msg.scheduled_at,
     )

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from bridge.emulator.errors import EntityNotFoundError
 from bridge.emulator.model.descriptions import EntityKind, RuleDescription, path_of
 from bridge.emulator.model.entities import Queue, Topic
 from bridge.emulator.model.messages import MessageState, StoredMessage
 from bridge.emulator.model.namespace import Namespace
 from bridge.emulator.model.records import description_from_dict, description_to_dict, incoming_from_record
 from bridge.emulator.model.store import MessageStore
-from bridge.errors import EntityNotFoundError
 
 Record = tuple[str, dict[str, Any], list[bytes]]
 DEFAULT_RULE = "$default"

@@ -71,8 +71,14 @@ def incoming_to_record(msg: IncomingMessage) -> dict[str, Any]:
     restart a replayed send is routed by the remaining properties only.
     """
     props = dict(msg.properties) if msg.properties else None
-    return {"mid": msg.message_id, "sid": msg.session_id, "pk": msg.partition_key, "ttl": msg.time_to_live,
-            "sch": msg.scheduled_at, "pr": _jsonable(props)}
+    return {
+        "mid": msg.message_id,
+        "sid": msg.session_id,
+        "pk": msg.partition_key,
+        "ttl": msg.time_to_live,
+        "sch": msg.scheduled_at,
+        "pr": _jsonable(props),
+    }
 
 
 def _jsonable(props: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -83,6 +89,12 @@ def _jsonable(props: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def incoming_from_record(fields: dict[str, Any], raw: bytes) -> IncomingMessage:
     """Inverse of ``incoming_to_record``."""
-    return IncomingMessage(raw=raw, message_id=fields.get("mid"), session_id=fields.get("sid"),
-                           partition_key=fields.get("pk"), time_to_live=fields.get("ttl"),
-                           scheduled_at=fields.get("sch"), properties=fields.get("pr"))
+    return IncomingMessage(
+        raw=raw,
+        message_id=fields.get("mid"),
+        session_id=fields.get("sid"),
+        partition_key=fields.get("pk"),
+        time_to_live=fields.get("ttl"),
+        scheduled_at=fields.get("sch"),
+        properties=fields.get("pr"),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.errors import SessionCannotBeLockedBrokerError, SessionLockLostBrokerError
+from bridge.emulator.errors import SessionCannotBeLockedError, SessionLockLostError
 
 
 @dataclass(slots=True)
@@ -37,7 +37,7 @@ class SessionTable:
         """Lock the session for ``owner`` (re-locking its own is a renewal); returns the locked-until time."""
         held = self.locks.get(session_id)
         if held is not None and held.owner != owner and held.locked_until > now:
-            raise SessionCannotBeLockedBrokerError(
+            raise SessionCannotBeLockedError(
                 f"The requested session '{session_id}' cannot be accepted. "
                 "It may be locked by another receiver."
             )
@@ -49,7 +49,7 @@ class SessionTable:
         """The owner's live session lock, or SessionLockLost."""
         held = self.locks.get(session_id)
         if held is None or held.owner != owner or held.locked_until < now:
-            raise SessionLockLostBrokerError(f"The session lock for '{session_id}' was lost.")
+            raise SessionLockLostError(f"The session lock for '{session_id}' was lost.")
         return held
 
     def renew(self, session_id: str, owner: str, now: float, duration: float) -> float:

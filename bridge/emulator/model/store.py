@@ -15,13 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.emulator.errors import MessageLockLostError, MessageNotFoundError, SessionCannotBeLockedError
 from bridge.emulator.model.messages import Delivery, MessageState, StoredMessage
 from bridge.emulator.model.sessions import SessionTable
-from bridge.errors import (
-    MessageLockLostBrokerError,
-    MessageNotFoundBrokerError,
-    SessionCannotBeLockedBrokerError,
-)
 
 Journal = Callable[[str, dict[str, Any], list[bytes]], None]
 TokenFactory = Callable[[], uuid.UUID]
@@ -66,9 +62,15 @@ class MessageStore:
         self.sessions = SessionTable()
         self.dlq: MessageStore | None = None
         if not is_dead_letter:
-            self.dlq = MessageStore(path + "/$deadletterqueue", StoreOptions(
-                lock_duration=options.lock_duration, max_delivery_count=2**62,
-            ), token_factory, is_dead_letter=True)
+            self.dlq = MessageStore(
+                path + "/$deadletterqueue",
+                StoreOptions(
+                    lock_duration=options.lock_duration,
+                    max_delivery_count=2**62,
+                ),
+                token_factory,
+                is_dead_letter=True,
+            )
         self.is_dead_letter = is_dead_letter
 
     # ---- journal -------------------------------------------------------------------------------
@@ -127,9 +129,7 @@ class MessageStore:
         return msg
 
     # ---- receiving -----------------------------------------------------------------------------
-    def take(
-        self, count: int, now: float, peek_lock: bool, session_id: str | None = None
-    ) -> list[Delivery]:
+    def take(self, count: int, now: float, peek_lock: bool, session_id: str | None = None) -> list[Delivery]:
         """Up to ``count`` ready messages in sequence order, locked (PEEK_LOCK) or removed."""
         heap = self._session_ready.get(session_id, []) if session_id is not None else self._ready
         out: list[Delivery] = []
@@ -166,13 +166,11 @@ class MessageStore:
         seq = self._locks.get(token)
         msg = self.messages.get(seq) if seq is not None else None
         if msg is None or msg.lock_token != token:
-            raise MessageLockLostBrokerError(
-                "The lock supplied is invalid: it expired or the message is gone."
-            )
+            raise MessageLockLostError("The lock supplied is invalid: it expired or the message is gone.")
         if msg.locked_until is not None and msg.locked_until < now:
             self._unlock(msg)
             self._count_failed_delivery(msg, now)
-            raise MessageLockLostBrokerError("The lock supplied expired before the settlement.")
+            raise MessageLockLostError("The lock supplied expired before the settlement.")
         return msg
 
     def _unlock(self, msg: StoredMessage) -> None:
@@ -266,7 +264,7 @@ class MessageStore:
         msgs = [self.messages.get(seq) for seq in wanted]
         for seq, msg in zip(wanted, msgs, strict=True):
             if msg is None or msg.state is not MessageState.DEFERRED or msg.lock_token is not None:
-                raise MessageNotFoundBrokerError(f"Failed to retrieve deferred message {seq}: not found.")
+                raise MessageNotFoundError(f"Failed to retrieve deferred message {seq}: not found.")
         return [self._deliver(msg, now, peek_lock) for msg in msgs if msg is not None]
 
     def cancel_scheduled(self, seqs: Iterable[int]) -> None:
@@ -339,7 +337,7 @@ class MessageStore:
         if session_id is None:
             session_id = self._next_available_session(now)
             if session_id is None:
-                raise SessionCannotBeLockedBrokerError("No unlocked session with messages is available.")
+                raise SessionCannotBeLockedError("No unlocked session with messages is available.")
         until = self.sessions.acquire(session_id, owner, now, self.options.lock_duration)
         return session_id, until
 

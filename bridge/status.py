@@ -13,8 +13,10 @@ Keys are only ever added, never renamed or retyped. The contract (issue 4)::
 Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``role_reason``,
 ``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds),
 ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
-``last_error_at``, ``error_class``, and for paired entities ``paired`` (``failed_over``, ``failing_since``,
-``failed_over_at``, ``last_ping_at``, ``last_error``, ``last_error_at``); at the top ``cost`` (totals) and,
+``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
+namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
+and for paired entities ``paired`` (``failed_over``, ``failing_since``, ``failed_over_at``,
+``last_ping_at``, ``last_error``, ``last_error_at``); at the top ``cost`` (totals) and,
 when an entity is paired, ``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
@@ -33,9 +35,11 @@ from bridge.core.outcomes import scrub_secrets
 from bridge.core.paired import PairedState
 from bridge.core.roles import ROLES, NamespaceHealth, Role
 from bridge.outbox.reader import OutboxReader
+from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
+from bridge.state.probes import ProbeRecord, ProbeStore
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
 
@@ -44,7 +48,7 @@ def _scrubbed(text: str | None) -> str | None:
     return None if text is None else scrub_secrets(text)
 
 
-def _namespace(health: NamespaceHealth, configured: bool) -> dict[str, Any]:
+def _namespace(health: NamespaceHealth, configured: bool, probe: ProbeRecord | None) -> dict[str, Any]:
     return {
         "available": health.available,
         "last_error": _scrubbed(health.last_error),
@@ -52,6 +56,10 @@ def _namespace(health: NamespaceHealth, configured: bool) -> dict[str, Any]:
         "since": health.since,
         "last_error_at": health.last_error_at,
         "error_class": health.error_class.value if health.error_class else None,
+        # The last probe of a namespace without traffic (bridge.delivery.probe): when it was measured.
+        "checked_at": probe.at if probe else None,
+        "check_ok": probe.ok if probe else None,
+        "check_error": _scrubbed(probe.error) if probe else None,
     }
 
 
@@ -76,7 +84,7 @@ def _paired_view(state: PairedState) -> dict[str, Any]:
     }
 
 
-def entity_status(settings: Settings, client: Any, name: str) -> dict[str, Any]:
+def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str, Any]:
     """The status record of one entity (see the module docstring for its fields)."""
     options = settings.entity(name)
     roles, paired = RoleStore(client), PairedStore(client)
@@ -88,7 +96,8 @@ def entity_status(settings: Settings, client: Any, name: str) -> dict[str, Any]:
         "primary": settings.primary is not None,
         "secondary": settings.secondary is not None,
     }
-    namespaces = {r: _namespace(healths[r], configured[r]) for r in ROLES}
+    probes = ProbeStore(client).last(name)
+    namespaces = {r: _namespace(healths[r], configured[r], probes[r]) for r in ROLES}
     active: Role = role.active
     record: dict[str, Any] = {
         "name": name,
@@ -116,7 +125,7 @@ def entity_status(settings: Settings, client: Any, name: str) -> dict[str, Any]:
     return record
 
 
-def backlog_status(settings: Settings, client: Any, now: float) -> dict[str, Any] | None:
+def backlog_status(settings: Settings, client: SyncRedis, now: float) -> dict[str, Any] | None:
     """The shared backlog rotation, or None without a primary namespace to name the queues after."""
     if settings.primary is None:
         return None
@@ -136,7 +145,7 @@ def backlog_status(settings: Settings, client: Any, now: float) -> dict[str, Any
     }
 
 
-def collect_status(settings: Settings, client: Any, now: float | None = None) -> dict[str, Any]:
+def collect_status(settings: Settings, client: SyncRedis, now: float | None = None) -> dict[str, Any]:
     """The whole ``bridge status --json`` object; ``now`` (default: the clock) decides readmitted queues."""
     names = sorted(set(settings.entities) | set(OutboxReader(client, settings).entities()))
     entities = [entity_status(settings, client, name) for name in names]

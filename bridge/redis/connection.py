@@ -1,4 +1,4 @@
-"""Redis connections for the outbox: one URL names a single server, a Sentinel-managed primary or a Cluster.
+"""Redis connections of the bridge: one URL names a single server, a Sentinel-managed primary or a Cluster.
 
 Connection strings (``settings.redis_url``)::
 
@@ -13,16 +13,14 @@ Options: clients use binary replies (``decode_responses=False``) and short timeo
 retries are off: a failed outbox write must surface at once as ``OutboxUnavailableError`` (HTTP 503), and the
 producer decides whether to retry, so an acknowledgement is never delayed behind a hidden retry loop.
 
-Driver errors never leave this package: ``translate`` turns them into the bridge's exception tree with a
-message that names neither the URL nor the password.
+A URL the driver refuses becomes ``ConfigurationError`` without the URL (redis-py's own message quotes it,
+password included); errors of the calls made later are translated by ``bridge.redis.errors``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -35,7 +33,8 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from bridge.errors import BackpressureError, ConfigurationError, OutboxUnavailableError
+from bridge.errors import ConfigurationError
+from bridge.redis.types import AnyRedis, AsyncRedis, SyncRedis
 
 Kind = Literal["single", "sentinel", "cluster"]
 _TIMEOUT = 5.0
@@ -122,7 +121,7 @@ def _options(target: RedisTarget) -> dict[str, Any]:
     }
 
 
-def sync_client(url: str) -> Any:
+def sync_client(url: str) -> SyncRedis:
     """A blocking redis-py client for ``url``: ``Redis``, ``RedisCluster`` or a Sentinel-managed ``Redis``."""
     target = parse_redis_url(url)
     if target.kind == "single" and url.startswith("redis://"):
@@ -130,10 +129,10 @@ def sync_client(url: str) -> Any:
             return redis.Redis.from_url(url, command_packer=HiredisPacker(), **_options(target))
         except (ValueError, TypeError) as exc:
             raise _unusable_url(exc) from None
-    return _client(target, redis.Redis, redis.cluster, redis.sentinel)
+    return cast(SyncRedis, _client(target, redis.Redis, redis.cluster, redis.sentinel))
 
 
-def async_client(url: str) -> Any:
+def async_client(url: str) -> AsyncRedis:
     """The asyncio counterpart of ``sync_client``."""
     target = parse_redis_url(url)
     if target.kind == "single" and url.startswith("redis://"):
@@ -143,7 +142,9 @@ def async_client(url: str) -> Any:
             )
         except (ValueError, TypeError) as exc:
             raise _unusable_url(exc) from None
-    return _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+    return cast(
+        AsyncRedis, _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+    )
 
 
 def pack_command(args: tuple[Any, ...]) -> bytes:
@@ -217,28 +218,6 @@ def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any)
     return watcher.master_for(str(target.service_name), db=target.db, **auth, **options)
 
 
-def is_cluster(client: object) -> bool:
+def is_cluster(client: AnyRedis) -> bool:
     """True for cluster clients (no ``WAIT`` across slots, totals updated outside the entity script)."""
     return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
-
-
-def translate(exc: BaseException) -> Exception:
-    """The bridge error for a driver error (the message never includes the URL or a password)."""
-    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("OOM"):
-        return BackpressureError("Redis is out of memory (maxmemory reached)", retry_after=1.0)
-    if isinstance(exc, redis.exceptions.ReadOnlyError):
-        return OutboxUnavailableError("Redis is read-only (a replica, or failover in progress)")
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        return OutboxUnavailableError(f"Redis is unreachable ({type(exc).__name__})")
-    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
-        return OutboxUnavailableError(f"Redis refused the write ({type(exc).__name__})")
-    return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
-
-
-@contextmanager
-def driver_errors() -> Iterator[None]:
-    """Translate redis-py errors raised inside the block."""
-    try:
-        yield
-    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-        raise translate(exc) from None

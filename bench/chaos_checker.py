@@ -1,0 +1,401 @@
+"""The chaos run's checker: separate from the code under test, it reconciles what went in with what came out.
+
+It imports nothing from ``bridge``: it reads plain files, peeks the namespaces with the unmodified
+``azure-servicebus`` SDK and reads two things from Redis with plain redis-py (the receivers' counters of
+suppressed copies and the local dead-letter streams, by their documented key names). Inputs, all in the
+run folder that ``bench/chaos.py`` writes:
+
+- ``run.json``: entities (queue/topic, subscription, sessions, mode), the namespaces' connection strings,
+  the backlog queue paths, the session ids, the Redis URL, receiver kills and Redis fault windows;
+- ``acked.jsonl``: every message a door acknowledged (MessageId, entity, door, key, per-key sequence, TTL,
+  schedule, properties); ``unacked.jsonl``: MessageIds tried and never acknowledged (given up);
+- ``records/recv-*.jsonl``: one line per handler call (``bench/chaos_handler.py``);
+- ``ledger.json``: the last line of ``bridge report --json``.
+
+What it reports (``check``): see the README section "Chaos and soak" for the precise definitions.
+Run it alone on a kept run folder: ``python -m bench.chaos_checker RUN_DIR`` (it uses the peek saved in
+``held.jsonl``, or peeks again when the namespaces still run).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CRASH_WINDOW = 5.0
+"""Seconds: a handler call this close before its receiver process was killed, or inside a Redis fault
+window, may be followed by a second call for the same id (README "Receiving": the done mark is written
+after the handler returned, so a crash or a Redis failure in between hands the id again)."""
+
+SCHEDULE_SLACK = 1.0
+"""Seconds a scheduled message may be handed before its due time (clocks of one machine; AMQP rounding)."""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path`` (a torn last line, from a kill mid-write, is skipped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def read_records(folder: Path) -> list[dict[str, Any]]:
+    """Every handler call of every receiver process, in the order of their timestamps."""
+    rows: list[dict[str, Any]] = []
+    for name in sorted(glob.glob(str(folder / "recv-*.jsonl"))):
+        rows.extend(read_jsonl(Path(name)))
+    rows.sort(key=lambda r: r["t"])
+    return rows
+
+
+# ---- what the namespaces still hold (raw SDK) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Held:
+    """One message still in a namespace after the run."""
+
+    namespace: str
+    path: str
+    message_id: str | None
+    dead_letter: bool
+
+
+def _peek_all(receiver: Any) -> list[Any]:
+    got: list[Any] = []
+    seq = 0
+    while True:
+        batch = receiver.peek_messages(max_message_count=250, sequence_number=seq, timeout=5)
+        if not batch:
+            return got
+        got.extend(batch)
+        seq = max(m.sequence_number for m in batch) + 1
+
+
+def peek_namespace(
+    name: str, connection_string: str, entities: list[dict[str, Any]], backlog: list[str]
+) -> list[Held]:
+    """Every message (active, scheduled and dead-lettered) still in the run's entities of one namespace.
+
+    Each entity, dead-letter queue and session is peeked by its own client on its own thread: opening and
+    closing an SDK receiver costs about a second of waiting, peeking itself milliseconds.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    # (path, subscription, dead-letter, session)
+    targets: list[tuple[str, str | None, bool, str | None]] = []
+    for entity in entities:
+        path, sub = entity["name"], entity.get("subscription")
+        for dead in (False, True):
+            if entity.get("sessions") and not dead and sub is None:
+                targets += [(path, None, False, session) for session in entity.get("session_ids", [])]
+            else:
+                targets.append((path, sub, dead, None))
+    targets += [(path, None, dead, None) for path in backlog for dead in (False, True)]
+
+    def peek(target: tuple[str, str | None, bool, str | None]) -> list[Held]:
+        from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
+
+        path, sub, dead, session = target
+        sub_queue = ServiceBusSubQueue.DEAD_LETTER if dead else None
+        with ServiceBusClient.from_connection_string(connection_string, retry_total=1) as client:
+            if sub is not None:
+                receiver = client.get_subscription_receiver(path, sub, sub_queue=sub_queue)
+            elif session is not None:
+                receiver = client.get_queue_receiver(path, session_id=session, max_wait_time=1)
+            else:
+                receiver = client.get_queue_receiver(path, sub_queue=sub_queue)
+            with receiver:
+                return [Held(name, path, m.message_id, dead) for m in _peek_all(receiver)]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return [held for found in pool.map(peek, targets) for held in found]
+
+
+# ---- the reconciliation ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """The checker's numbers (``as_dict`` is what the chaos run prints)."""
+
+    sent: int = 0
+    acknowledged: int = 0
+    stored: int = 0
+    handed: int = 0
+    lost: int = 0
+    lost_ids: list[str] = field(default_factory=list)
+    handed_twice: int = 0
+    handed_twice_ids: list[str] = field(default_factory=list)
+    handed_again_after_crash: int = 0
+    broker_duplicates: int = 0
+    order_violations: int = 0
+    order: dict[str, int] = field(default_factory=dict)
+    order_examples: list[str] = field(default_factory=list)
+    unexpected: int = 0
+    held: int = 0
+    dead_lettered: int = 0
+    fidelity: dict[str, int] = field(default_factory=dict)
+    per_entity: dict[str, dict[str, int]] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    ledger: dict[str, Any] = field(default_factory=dict)
+    ledger_agrees: bool = False
+    ledger_differences: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able."""
+        return dict(self.__dict__)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _in_window(t: float, windows: list[list[float]]) -> bool:
+    return any(start - CRASH_WINDOW <= t <= end + CRASH_WINDOW for start, end in windows)
+
+
+def check(run_dir: Path, held: list[Held] | None = None) -> Verdict:
+    """Reconcile the run in ``run_dir`` (``held``: the namespaces' leftovers, peeked now when ``None``)."""
+    run = json.loads((run_dir / "run.json").read_text())
+    acked_rows = read_jsonl(run_dir / "acked.jsonl")
+    unacked_ids = {r["id"] for r in read_jsonl(run_dir / "unacked.jsonl")}
+    records = read_records(run_dir / "records")
+    if held is None and (run_dir / "held.jsonl").exists():
+        held = [Held(**row) for row in read_jsonl(run_dir / "held.jsonl")]
+    if held is None:
+        held = []
+        for ns in ("primary", "secondary"):
+            held += peek_namespace(
+                ns, run["namespaces"][ns], run["entities"], run["backlog"] if ns == "secondary" else []
+            )
+
+    v = Verdict()
+    acked = {r["id"]: r for r in acked_rows}
+    attempted = set(acked) | unacked_ids
+    v.sent = len(attempted)
+    v.acknowledged = len(acked)
+    entity_of = {r["id"]: r["entity"] for r in acked_rows}
+    entity_of.update({r["id"]: r["entity"] for r in read_jsonl(run_dir / "unacked.jsonl")})
+
+    calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        calls[rec["id"]].append(rec)
+    handed = set(calls)
+    v.handed = len(handed & attempted)
+    v.unexpected = len(handed - attempted)
+
+    held_ids = {h.message_id for h in held if not h.dead_letter}
+    dlq_ids = {h.message_id for h in held if h.dead_letter}
+    dlq_ids |= _local_dead_letters(run)
+    v.held = len((held_ids - handed) & attempted)
+    v.dead_lettered = len(dlq_ids & attempted)
+    # Stored: everything acknowledged, and whatever was tried without an answer but shows up anywhere.
+    stored = set(acked) | (unacked_ids & (handed | held_ids | dlq_ids))
+    v.stored = len(stored)
+
+    lost = sorted(set(acked) - handed - dlq_ids - held_ids)
+    v.lost, v.lost_ids = len(lost), lost[:20]
+
+    # Handed twice: a second handler call for one id, unless the first call's process was killed (or Redis
+    # was failing) right after it, the window README "Receiving" documents as at-least-once.
+    kills = run.get("receiver_kills", [])
+    redis_windows = run.get("redis_windows", [])
+    twice: list[str] = []
+    for message_id, rows in calls.items():
+        if len(rows) < 2:
+            continue
+        first = rows[0]
+        crashed = any(k["pid"] == first["pid"] and 0 <= k["t"] - first["t"] <= CRASH_WINDOW for k in kills)
+        if crashed or _in_window(first["t"], redis_windows):
+            v.handed_again_after_crash += 1
+        else:
+            twice.append(message_id)
+    v.handed_twice, v.handed_twice_ids = len(twice), sorted(twice)[:20]
+
+    v.order, v.order_examples = _order(calls, run)
+    v.order_violations = sum(v.order.values())
+    v.fidelity = _fidelity(calls, acked)
+    v.broker_duplicates = _suppressed(run)
+
+    latencies = [rows[0]["t"] - acked[i]["t_ack"] for i, rows in calls.items() if i in acked]
+    sched = {i for i, r in acked.items() if r.get("sched")}
+    plain = [rows[0]["t"] - acked[i]["t_ack"] for i, rows in calls.items() if i in acked and i not in sched]
+    v.latency_ms = {
+        "p50": round(_percentile(plain, 0.5) * 1000, 1),
+        "p99": round(_percentile(plain, 0.99) * 1000, 1),
+        "max": round(max(latencies, default=0.0) * 1000, 1),
+    }
+    for name in {e["name"] for e in run["entities"]}:
+        mine = {i for i in stored if entity_of.get(i) == name}
+        v.per_entity[name] = {
+            "stored": len(mine),
+            "handed": len(mine & handed),
+            "dead_lettered": len(mine & dlq_ids),
+            "lost": sum(1 for i in lost if entity_of.get(i) == name),
+        }
+
+    ledger_path = run_dir / "ledger.json"
+    if ledger_path.exists():
+        v.ledger = json.loads(ledger_path.read_text())
+        v.ledger_differences = compare_ledger(v, v.ledger)
+        v.ledger_agrees = not v.ledger_differences
+    else:
+        v.ledger_differences = ["no ledger.json (bridge report did not run or failed)"]
+    return v
+
+
+def _order(calls: dict[str, list[dict[str, Any]]], run: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """First copies out of sequence, per key.
+
+    ``broker``: per (entity, namespace, key), the handed copies sorted by the namespace's own sequence
+    number must carry increasing run sequence numbers — the order the bridge delivered a key in (a
+    namespace re-created after a disaster starts a new series: ``run["resets"]``, by enqueued time).
+    ``session_handler``: per session of a session entity whose messages live on one namespace (paired:
+    the secondary only holds backlog queues), the handler calls in time order must be increasing.
+    """
+    broker: dict[tuple[str, str, str, str], list[tuple[int, int, str]]] = defaultdict(list)
+    # A disaster drops the namespace's entities; the re-created ones count their sequence numbers from 1.
+    resets = run.get("resets", {})
+    handler: dict[tuple[str, str], list[tuple[float, int, str]]] = defaultdict(list)
+    one_namespace = {e["name"] for e in run["entities"] if e.get("sessions") and e["mode"] == "paired"}
+    for message_id, rows in calls.items():
+        first = rows[0]
+        if first.get("key") is None or first.get("seq") is None:
+            continue
+        epoch = sum(1 for t in resets.get(first["ns"], []) if t < (first.get("enq") or first["t"]))
+        group = (first["entity"], first["ns"], f"epoch{epoch}", first["key"])
+        broker[group].append((first["bseq"], first["seq"], message_id))
+        if first["entity"] in one_namespace:
+            handler[(first["entity"], first["key"])].append((first["t"], first["seq"], message_id))
+    counts = {"broker": 0, "session_handler": 0}
+    examples: list[str] = []
+    for kind, groups in (("broker", broker), ("session_handler", handler)):
+        for group_key, items in groups.items():
+            top = -1
+            for _, seq, message_id in sorted(items):
+                if seq < top:
+                    counts[kind] += 1
+                    if len(examples) < 10:
+                        examples.append(f"{kind} {'/'.join(group_key)}: seq {seq} after {top} ({message_id})")
+                top = max(top, seq)
+    return counts, examples
+
+
+def _fidelity(calls: dict[str, list[dict[str, Any]]], acked: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per handed first copy: key, TTL, schedule and typed properties as sent."""
+    out = Counter(
+        {"checked": 0, "key": 0, "ttl": 0, "schedule_early": 0, "schedule_time": 0, "properties": 0}
+    )
+    for message_id, rows in calls.items():
+        sent = acked.get(message_id)
+        if sent is None:
+            continue
+        got = rows[0]
+        out["checked"] += 1
+        if sent.get("key") is not None and got.get("key") != sent["key"]:
+            out["key"] += 1
+        want_key = sent.get("session") or sent.get("pk")
+        if want_key is not None and (got.get("session") or got.get("pk")) != want_key:
+            out["key"] += 1
+        if sent.get("ttl") is not None:
+            ttl, elapsed = got.get("ttl"), got["t"] - sent["t_ack"]
+            # Remaining TTL (a backlog copy is restored with what is left): never more, never far less.
+            if ttl is None or ttl > sent["ttl"] + 0.01 or ttl < sent["ttl"] - elapsed - 2.0:
+                out["ttl"] += 1
+        if sent.get("sched") is not None:
+            if got["t"] < sent["sched"] - SCHEDULE_SLACK:
+                out["schedule_early"] += 1
+            if got.get("sched") is None or abs(got["sched"] - sent["sched"]) > 0.01:
+                out["schedule_time"] += 1
+        if got.get("props") != sent.get("props"):
+            out["properties"] += 1
+    return dict(out)
+
+
+def _redis(run: dict[str, Any]) -> Any:
+    import redis
+
+    return redis.Redis.from_url(run["redis_url"], socket_timeout=10)
+
+
+def _local_dead_letters(run: dict[str, Any]) -> set[str]:
+    """MessageIds in the outbox's local dead-letter streams (``bridge:{<entity>}:deadletter``)."""
+    ids: set[str] = set()
+    client = _redis(run)
+    try:
+        for entity in {e["name"] for e in run["entities"]}:
+            for _, fields in client.xrange(f"bridge:{{{entity}}}:deadletter"):
+                mid = fields.get(b"message_id") or fields.get(b"id")
+                if mid:
+                    ids.add(mid.decode())
+    finally:
+        client.close()
+    return ids
+
+
+def _suppressed(run: dict[str, Any]) -> int:
+    """Copies the receivers completed without a handler call (broker-level duplicates, including active
+    mode's second copies), from their counters (``bridge:{<entity>}:rx:[sub:<S>:]counts``)."""
+    client = _redis(run)
+    total = 0
+    try:
+        for e in run["entities"]:
+            sub = e.get("subscription")
+            key = f"bridge:{{{e['name']}}}:rx:" + (f"sub:{sub}:" if sub else "") + "counts"
+            total += int(client.hget(key, "duplicates_suppressed") or 0)
+    finally:
+        client.close()
+    return total
+
+
+def compare_ledger(v: Verdict, ledger: dict[str, Any]) -> list[str]:
+    """The numbers both sides must agree on; an empty list means they agree.
+
+    Per entity: ``accepted`` (ledger: ids with an accepted event) = the checker's stored ids; ``handled``
+    (ledger: ids with a handled event) = ids the handlers were given; ``dead_lettered`` = the checker's
+    dead-lettered ids; ``lost`` = the checker's lost; and the ledger's ``pending`` is 0 (the run drained).
+    """
+    diffs: list[str] = []
+    per = ledger.get("entities") or {}
+    for name, mine in sorted(v.per_entity.items()):
+        theirs = per.get(name) or {}
+        for ours_key, their_key in (
+            ("stored", "accepted"),
+            ("handed", "handled"),
+            ("dead_lettered", "dead_lettered"),
+            ("lost", "lost"),
+        ):
+            if theirs.get(their_key) != mine[ours_key]:
+                diffs.append(
+                    f"{name}: ledger {their_key}={theirs.get(their_key)} checker {ours_key}={mine[ours_key]}"
+                )
+        if theirs.get("pending") not in (0, None):
+            diffs.append(f"{name}: ledger pending={theirs.get('pending')} after the drain")
+    return diffs
+
+
+def main(argv: list[str]) -> int:
+    """``python -m bench.chaos_checker RUN_DIR``: print the verdict of a kept run folder."""
+    verdict = check(Path(argv[0]))
+    print(json.dumps(verdict.as_dict(), default=str))
+    return 0 if verdict.lost == verdict.handed_twice == verdict.order_violations == 0 else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""The receiving end against a raw SDK receive loop, and Redis bytes per remembered MessageId, in one run.
+
+    python -m bench.receiver [--messages 10000] [--rounds 2] [--remembered 200000]
+
+Starts a private Redis and two local namespaces (each its own process), then, per round:
+
+1. baseline: the plain azure-servicebus SDK on a queue of the primary holding ``--messages`` messages
+   (512-byte bodies): PEEK_LOCK ``receive_messages(100)``, ``complete_message`` each (msgs/s), measured
+   before 2 and again after 3 (on a second queue) and averaged, so a change of the machine's load during
+   the round affects the baseline as much as the receiver;
+2. receiver: the same number of messages in a fresh queue of the primary, read by ``bridge.Receiver``
+   (this process, default settings) with a no-op handler: receive, claim in the window, handler, done
+   marks, complete, counters (msgs/s);
+3. active: the same number of messages sent to a queue on *both* namespaces with the same MessageIds
+   (what active replication does), read by one ``Receiver`` from both: handled msgs/s, every copy settled.
+
+Each rate is measured from the first message in hand (first receive returned; first handler call) to the
+last settled (last complete; the counters saying every message — and in 3 every copy — was settled), so
+connection set-up and the receiver's start-up (administration lookup) are outside both.
+
+Prints 2/1 (target >= 0.8) and 3/1 (target >= 0.5), then the memory of the window: ``--remembered`` ids
+(32 hex digits, what the ingress assigns) claimed and marked done in a fresh Redis database, with
+``MEMORY USAGE`` of the window key and the ``used_memory`` delta, each divided by the number of ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+
+import redis
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from bridge.core.received import ReceivedMessage
+from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.redis_server import RedisServer
+from bridge.receiving import Receiver
+from bridge.receiving.keys import ReceiverKeys
+from bridge.receiving.window import DedupWindow
+from bridge.settings import Settings
+
+BODY = b"x" * 512
+
+
+def fill(ns: LocalNamespace, queue: str, ids: list[str]) -> None:
+    """Send one message per id to ``queue`` in batches of 100."""
+    client = ServiceBusClient.from_connection_string(ns.connection_string)
+    with client, client.get_queue_sender(queue) as sender:
+        for start in range(0, len(ids), 100):
+            batch = sender.create_message_batch()
+            for message_id in ids[start : start + 100]:
+                batch.add_message(ServiceBusMessage(BODY, message_id=message_id))
+            sender.send_messages(batch)
+
+
+def raw_rate(ns: LocalNamespace, queue: str, total: int) -> float:
+    """msgs/s of the plain SDK loop, first receive returned → last complete."""
+    client = ServiceBusClient.from_connection_string(ns.connection_string)
+    with client, client.get_queue_receiver(queue, prefetch_count=0) as receiver:
+        got, started = 0, None
+        while got < total:
+            messages = receiver.receive_messages(max_message_count=100, max_wait_time=5)
+            if started is None and messages:
+                started = time.perf_counter()
+            for message in messages:
+                receiver.complete_message(message)
+            got += len(messages)
+        assert started is not None
+        return total / (time.perf_counter() - started)
+
+
+def receiver_rate(settings: Settings, queue: str, total: int, copies: int) -> float:
+    """Handled msgs/s of a ``Receiver`` with a no-op handler, first handler call → every copy settled."""
+    first: list[float] = []
+
+    def handler(message: ReceivedMessage) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    receiver = Receiver(queue, handler, settings=settings)
+    thread = threading.Thread(target=receiver.run)
+    thread.start()
+    client = redis.Redis.from_url(settings.redis_url.get_secret_value())
+    keys = ReceiverKeys(queue)
+    try:
+        while True:
+            counts = client.hmget(keys.counts, "handled", "duplicates_suppressed")
+            handled, duplicates = (int(v or 0) for v in counts)
+            if handled >= total and handled + duplicates >= total * copies:
+                ended = time.perf_counter()
+                break
+            time.sleep(0.002)
+    finally:
+        receiver.stop()
+        thread.join()
+        client.close()
+    assert handled == total, f"handled {handled} of {total}"
+    return total / (ended - first[0])
+
+
+def memory_per_id(url: str, count: int) -> tuple[float, float]:
+    """(MEMORY USAGE of the window ÷ ids, used_memory delta ÷ ids) after ``count`` ids were handled."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    window = DedupWindow(
+        client, ReceiverKeys("memory"), owner="bench", window=3600, max_remembered=10**9, inflight_ttl=30
+    )
+    before = int(client.info("memory")["used_memory"])
+    for start in range(0, count, 500):
+        ids = [uuid.uuid4().hex for _ in range(min(500, count - start))]
+        window.claim(ids)
+        window.done(ids)
+    after = int(client.info("memory")["used_memory"])
+    usage = int(client.memory_usage(ReceiverKeys("memory").done, samples=0) or 0)
+    assert window.remembered() == count
+    client.close()
+    return usage / count, (after - before) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--remembered", type=int, default=200_000)
+    args = parser.parse_args()
+    total = args.messages
+    with (
+        RedisServer() as server,
+        LocalNamespace("primary", auto_create=True) as primary,
+        LocalNamespace("secondary", auto_create=True) as secondary,
+    ):
+        settings = Settings.model_validate(
+            {
+                "redis_url": server.url,
+                "primary": {
+                    "connection_string": primary.connection_string,
+                    "certificate": primary.certificate,
+                },
+                "secondary": {
+                    "connection_string": secondary.connection_string,
+                    "certificate": secondary.certificate,
+                },
+            }
+        )
+        single = Settings.model_validate({**settings.model_dump(), "secondary": None})
+        ratios, active_ratios = [], []
+        for round_ in range(args.rounds):
+            ids = [f"r{round_}-{uuid.uuid4().hex}" for _ in range(total)]
+            for queue in (f"raw-{round_}", f"raw-again-{round_}", f"one-{round_}", f"two-{round_}"):
+                fill(primary, queue, ids)
+            fill(secondary, f"two-{round_}", ids)
+            # The machine's load may change during a round: the baseline is measured before and after.
+            before = raw_rate(primary, f"raw-{round_}", total)
+            one = receiver_rate(single, f"one-{round_}", total, copies=1)
+            two = receiver_rate(settings, f"two-{round_}", total, copies=2)
+            after = raw_rate(primary, f"raw-again-{round_}", total)
+            raw = (before + after) / 2
+            ratios.append(one / raw)
+            active_ratios.append(two / raw)
+            print(
+                f"round {round_ + 1}: raw SDK receive+complete {raw:7.0f} msgs/s | receiver {one:7.0f} "
+                f"msgs/s ({one / raw:.2f}) | active, 2 copies each {two:7.0f} handled/s ({two / raw:.2f})",
+                flush=True,
+            )
+        print(f"receiver / raw SDK:           median {statistics.median(ratios):.2f} (target >= 0.8)")
+        print(f"active handled / raw SDK:     median {statistics.median(active_ratios):.2f} (target >= 0.5)")
+        usage, delta = memory_per_id(server.url, args.remembered)
+        print(
+            f"window memory per MessageId ({args.remembered} ids of 32 hex digits): "
+            f"MEMORY USAGE {usage:.1f} B, used_memory delta {delta:.1f} B"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""``bridge report``: the PySpark ledger over the journal (README, "Journal and ledger").
+
+``bridge report --out DIR [--json]`` first rolls the live journal (so a report right after a run is
+complete) and snapshots the outbox, then runs the Spark job (``local[*]`` unless ``--master`` or
+``SPARK_MASTER`` says otherwise) and writes ``DIR/tables/<name>/`` (Parquet) and ``DIR/report.html``.
+``--json`` prints one JSON object: at least ``accepted``, ``delivered``, ``pending``, ``dead_lettered``,
+``quarantined``, ``handled``, ``lost``, ``broker_duplicates``, ``suppressed_duplicates`` summed over
+entities, and ``entities`` with the same per entity. Progress goes to stderr while Spark works.
+
+Without Redis, ``--offline`` reports the journal folder as it is (open messages count as pending: nothing
+can be called lost without the outbox), and ``--drained`` does the same for a finished run whose outbox is
+known to be empty (open messages count as lost), e.g. on a cluster that sees only the shared journal.
+
+``--follow`` keeps a live reconciliation on the terminal instead (Structured Streaming over the journal
+folder), rolling the live journal every ``--interval`` seconds.
+
+Spark is imported only inside this command, never when ``bridge`` starts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.errors import BridgeError, ConfigurationError
+from bridge.settings import Settings
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report``."""
+    app.command(name="report", help="Run the PySpark ledger report over the journal.")(report)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} must look like KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def report(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the tables and report.html (created).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
+    journal: Annotated[
+        Path | None,
+        typer.Option(
+            "--journal", help="Parquet journal folder (default: journal.directory, else DIR/journal)."
+        ),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL (default: SPARK_MASTER, else local[*]).")
+    ] = None,
+    driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver memory.")] = "1g",
+    price: Annotated[
+        list[str] | None,
+        typer.Option("--price", help="KIND=PRICE per million operations (over journal.prices; repeatable)."),
+    ] = None,
+    conf: Annotated[
+        list[str] | None, typer.Option("--conf", help="KEY=VALUE Spark setting (repeatable).")
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Do not roll the live journal or check the outbox (no Redis).")
+    ] = False,
+    drained: Annotated[
+        bool,
+        typer.Option("--drained", help="--offline for a finished run: the outbox is empty, open = lost."),
+    ] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Live reconciliation (Structured Streaming).")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="--follow: seconds between updates and rolls.")
+    ] = 5.0,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="--follow: stop after this many seconds.")
+    ] = None,
+) -> None:
+    """Reconcile the journal: lost, duplicates, latency, failovers and billable operations."""
+    from bridge.core.ledger import price_table
+
+    settings = settings_or_exit()
+    try:
+        given = {key: float(value) for key, value in _pairs(price or [], "--price").items()}
+        prices = price_table({**settings.journal.prices, **given})
+    except ValueError as exc:
+        typer.echo(f"bridge: configuration error: {exc}", err=True)
+        raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+    out = out.resolve()
+    run = _Run(
+        settings=settings,
+        out=out,
+        journal=(journal or settings.journal.directory or out / "journal").resolve(),
+        master=master,
+        driver_memory=driver_memory,
+        spark_conf=_pairs(conf or [], "--conf"),
+        live=not (offline or drained),
+        drained=drained,
+        prices=prices,
+    )
+    try:
+        if follow:
+            _follow(run, interval, duration)
+            return
+        summary = _batch(run)
+    except ConfigurationError as exc:
+        typer.echo(f"bridge: configuration error: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+    except BridgeError as exc:
+        typer.echo(f"bridge report: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(summary, default=str))
+    else:
+        _print_summary(summary)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one ``bridge report`` run was asked to do."""
+
+    settings: Settings
+    out: Path
+    journal: Path
+    master: str | None
+    driver_memory: str
+    spark_conf: dict[str, str]
+    live: bool
+    drained: bool
+    prices: dict[str, float]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _live_inputs(
+    settings: Settings, out: Path, journal_dir: Path, step: Any
+) -> tuple[tuple[Path, Path] | None, dict[str, str], dict[str, int], dict[str, Any], list[str]]:
+    """Roll the live journal and snapshot the outbox; Redis unreachable means an offline report."""
+    from dataclasses import asdict
+
+    from bridge.journal.store import JournalStore
+    from bridge.ledger.live import outbox_entities, roll_now, take_snapshot
+    from bridge.redis.connection import sync_client
+
+    client = sync_client(settings.redis_url.get_secret_value())
+    try:
+        step("checking the outbox")
+        entities = sorted(
+            set(outbox_entities(client))
+            | set(settings.entities)
+            | {o for o in JournalStore(client, settings.journal).owners() if not o.startswith("~")}
+        )
+        snapshot = take_snapshot(client, settings, entities)
+        step("rolling the live journal")
+        rolled = roll_now(client, settings, journal_dir, entities)
+    finally:
+        client.close()
+    paths = snapshot.write(out / "inputs")
+    roll_info = asdict(rolled)
+    roll_info["files"] = len(rolled.files)
+    return paths, snapshot.unchecked, snapshot.depths, roll_info, entities
+
+
+def _batch(run: _Run) -> dict[str, Any]:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from bridge.errors import StateStoreUnavailableError
+
+    run.out.mkdir(parents=True, exist_ok=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=_console(), transient=True) as progress:
+        task = progress.add_task("bridge report", total=None)
+
+        def step(stage: str) -> None:
+            progress.update(task, description=f"bridge report: {stage}")
+
+        snapshot: tuple[Path, Path] | None = None
+        unchecked: dict[str, str] = {}
+        depths: dict[str, int] = {}
+        roll_info: dict[str, Any] = {"skipped": "offline"}
+        if run.live:
+            try:
+                snapshot, unchecked, depths, roll_info, _ = _live_inputs(
+                    run.settings, run.out, run.journal, step
+                )
+            except StateStoreUnavailableError as exc:
+                roll_info = {"skipped": f"Redis unavailable: {exc}"}
+                progress.console.print(f"Redis unavailable ({exc}): reporting the journal folder as it is")
+        step("starting Spark")
+        from bridge.ledger.job import ReportInputs, run_report
+        from bridge.ledger.spark import build_session, master_url, owns_session
+
+        url = master_url(run.master)
+        owned = owns_session()
+        spark = build_session(url, run.driver_memory, conf=run.spark_conf)
+        try:
+            return run_report(
+                spark,
+                ReportInputs(
+                    journal=run.journal,
+                    out=run.out,
+                    prices=run.prices,
+                    currency=run.settings.journal.currency,
+                    snapshot=snapshot,
+                    drained=run.drained,
+                    unchecked=unchecked,
+                    live_depths=depths,
+                    roll=roll_info,
+                    master=url,
+                ),
+                progress=step,
+            )
+        finally:
+            if owned:
+                spark.stop()
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from bridge.core.ledger import SUMMARY_KEYS
+
+    table = Table(title="bridge report")
+    table.add_column("entity")
+    for key in SUMMARY_KEYS:
+        table.add_column(key.replace("_", " "), justify="right")
+    for name, record in summary["entities"].items():
+        table.add_row(Text(name), *(Text(str(record.get(key, 0))) for key in SUMMARY_KEYS))
+    table.add_row(Text("all"), *(Text(str(summary.get(key, 0))) for key in SUMMARY_KEYS))
+    console = Console()
+    console.print(table)
+    cost = summary["cost"]
+    ratio = cost["resilience_ratio"]
+    estimated = f"{cost['estimated_cost']:.4f} {cost['currency']}"
+    console.print(
+        f"billable operations: {cost['operations']} (estimated {estimated}); "
+        f"cost of resilience: {'-' if ratio is None else f'{ratio:.3f} x'}",
+        markup=False,
+    )
+    for note in summary.get("notes", []):
+        console.print(f"note: {note}", markup=False)
+    console.print(f"report: {summary['html']}", markup=False)
+
+
+def _follow(run: _Run, interval: float, duration: float | None) -> None:
+    from bridge.ledger.follow import follow
+    from bridge.ledger.spark import build_session, master_url, owns_session
+
+    owned = owns_session()
+    spark = build_session(master_url(run.master), run.driver_memory, conf=run.spark_conf)
+    try:
+        follow(spark, run.settings, run.journal, interval, duration, live=run.live)
+    finally:
+        if owned:
+            spark.stop()

@@ -1,0 +1,51 @@
+"""``bridge up``: the whole bridge on this machine until Ctrl-C (see ``bridge.embedded.up``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def up(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where Redis, the namespaces and the logs live.")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Ingress port (default: a free one).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Send worker processes (prefork children).")] = 2,
+    receivers: Annotated[bool, typer.Option(help="Start a logging receiver per entity.")] = True,
+) -> None:
+    """Start Redis, two local namespaces, the ingress, a worker, two beats and receivers; Ctrl-C stops."""
+    from rich.console import Console
+
+    from bridge.embedded import up as stack_up
+
+    console = Console()
+
+    def say(line: str) -> None:
+        console.print(f"[bold cyan]up[/] {line}", highlight=False, markup=True)
+
+    say("starting Redis, two local Service Bus namespaces and the bridge processes ...")
+    started: list[stack_up.Stack] = []  # filled before the first process starts: stopped even half-way
+    status = 1
+    try:
+        stack = stack_up.start(
+            data_dir, port=port, concurrency=concurrency, receivers=receivers, on_start=started.append
+        )
+        for line in stack_up.describe(stack):
+            typer.echo(line)  # not rich: URLs and paths must not be wrapped
+        status = stack_up.wait(stack, say)
+    except KeyboardInterrupt:
+        status = 0
+    finally:
+        say("stopping ...")
+        for stack in started:
+            stack_up.stop(stack)
+        say("stopped")
+    raise typer.Exit(status)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bridge up``."""
+    app.command(name="up")(up)

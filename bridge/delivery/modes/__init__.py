@@ -1,0 +1,41 @@
+"""One module per replication mode, behind one small protocol (``base.Sender``).
+
+A mode takes a batch of decoded outbox entries of one shard, does its sends through the drainer
+(``base.SendPort``) and settles every entry with an ``Ack``, ``DeadLetter``, ``Retry`` or ``Hold``
+(``bridge.core.decisions``). Every state change a mode decides (a role swap, the paired failover timer, a
+backlog queue leaving the rotation) travels *with* the decisions and is applied once, by the drainer, in
+``ShardDrainer._apply``. Per key, a mode never sends an entry past a ``Retry`` or ``Hold`` of an earlier
+entry of the same key; entries of other keys are not held back by a ``Hold``.
+
+==========  =====================================================================================
+mode        module
+==========  =====================================================================================
+passive     ``passive.PassiveSender``: the active namespace, the backup on an outage, roles swap
+active      ``active.ActiveSender``: both namespaces, ``success_policy`` "any" or "all"
+none        ``single.SingleSender``: the primary only
+paired      ``paired.PairedSender``: the primary, or aliased to a backlog queue while failed over
+==========  =====================================================================================
+"""
+
+from __future__ import annotations
+
+from bridge.delivery.modes.active import ActiveSender
+from bridge.delivery.modes.base import Sender, SendPort
+from bridge.delivery.modes.paired import PairedSender
+from bridge.delivery.modes.passive import PassiveSender
+from bridge.delivery.modes.single import SingleSender
+
+_SENDERS: dict[str, Sender] = {
+    "passive": PassiveSender(),
+    "active": ActiveSender(),
+    "none": SingleSender(),
+    "paired": PairedSender(),
+}
+
+
+def sender_for(mode: str) -> Sender:
+    """The sender of replication mode ``mode`` (``passive`` for anything unknown, the default)."""
+    return _SENDERS.get(mode, _SENDERS["passive"])
+
+
+__all__ = ["SendPort", "Sender", "sender_for"]

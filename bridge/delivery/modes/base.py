@@ -1,0 +1,59 @@
+"""The protocol between the drainer and the replication modes (``bridge.delivery.modes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from azure.servicebus import ServiceBusMessage
+
+from bridge.core.cost import Operation
+from bridge.core.decisions import SendDecision, SendNext, Settlement
+from bridge.core.replication import RetryContext
+from bridge.core.roles import Role
+from bridge.delivery.attempts import BatchOutcome
+from bridge.delivery.context import DeliveryContext
+from bridge.errors import InvariantError
+from bridge.outbox.reader import OutboxEntry
+from bridge.servicebus.messages import to_message
+
+
+class SendPort(Protocol):
+    """What a mode may use of the drainer: its context, its shard, one recorded send, its retry count."""
+
+    ctx: DeliveryContext
+    entity: str
+    shard: int
+
+    def send_messages(
+        self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
+    ) -> BatchOutcome:
+        """One batched send to ``path`` in namespace ``role``; outcomes, cost and health recorded."""
+        ...
+
+    def retry_context(self) -> RetryContext:
+        """The clock, the shard's retry count and the backoff, for the decisions of this batch."""
+        ...
+
+
+class Sender(Protocol):
+    """One replication mode."""
+
+    def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
+        """Send ``entries`` (decoded, in shard order) and settle each one; changes ride on the decisions."""
+        ...
+
+
+def send_entries(
+    port: SendPort, role: Role, entries: Sequence[OutboxEntry], operation: Operation
+) -> BatchOutcome:
+    """Send the entries' messages to the entity itself in namespace ``role``."""
+    messages = [to_message(e.envelope) for e in entries if e.envelope is not None]
+    return port.send_messages(role, port.entity, messages, operation)
+
+
+def final(decision: SendDecision) -> Settlement:
+    """``decision`` as a settlement; a ``SendNext`` left over is a bug in the mode."""
+    if isinstance(decision, SendNext):
+        raise InvariantError(f"a send decision was not followed through: {decision!r}")
+    return decision

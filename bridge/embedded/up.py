@@ -1,0 +1,194 @@
+"""``bridge up``: the whole bridge on this machine, left running for you (``bridge demo`` without the story).
+
+Every part is a real process configured only through ``BRIDGE_*`` (``bridge.embedded.stack.LocalStack``):
+a private ``redis-server`` with AOF and a random password, two local Service Bus namespaces, the HTTP
+ingress (``/v1``, the REST door, ``/status``, ``/metrics``), a prefork send worker, two beats, and a
+receiver per entity that logs what it gets (``bridge.embedded.handlers.log_message``). Worker, beats and
+receivers serve Prometheus metrics on their own loopback ports.
+
+The settings every process uses are written to ``<data dir>/bridge.env`` (mode 0600; it holds the local
+keys and the Redis password), so ``set -a; . <file>; set +a`` gives your shell the same view:
+``bridge status``, ``bridge send``, ``bridge emulator-ctl`` (``BRIDGE_EMULATOR_CONTROL_URL`` of each
+namespace is in the file too). Ctrl-C (or SIGTERM) stops everything, bridge processes first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from bridge.embedded.ports import free_port, wait_listening
+from bridge.embedded.stack import BridgeProcess, LocalStack
+from bridge.errors import EmulatorError
+
+Say = Callable[[str], None]
+
+ENTITIES: dict[str, dict[str, object]] = {
+    "orders": {"replication": "passive", "outbox_shards": 2},
+    "audit": {"replication": "active"},
+    "payments": {"replication": "paired"},
+}
+"""One entity per replication mode; their queues are created on first use by the local namespaces."""
+
+SETTINGS = {
+    # Short enough that an outage caused with `bridge emulator-ctl` shows within seconds.
+    "BRIDGE_RETRY__ATTEMPT_DEADLINE": "5",
+    "BRIDGE_WORKERS__SWEEP_INTERVAL": "0.5",
+    "BRIDGE_PAIRED__FAILOVER_INTERVAL": "5",
+    "BRIDGE_PAIRED__PING_PRIMARY_INTERVAL": "5",
+    "BRIDGE_PAIRED__SYPHON_RECEIVE_WAIT": "5",
+    "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "10",
+    "BRIDGE_LOG_JSON": "false",
+}
+RECEIVER_HANDLER = "bridge.embedded.handlers:log_message"
+
+
+@dataclass
+class Stack:
+    """A running ``bridge up``: where everything is."""
+
+    base: Path
+    local: LocalStack
+    ingress_url: str = ""
+    env_file: Path = field(default_factory=Path)
+    metrics: dict[str, str] = field(default_factory=dict)
+
+
+def start(
+    base_dir: Path | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    concurrency: int = 2,
+    receivers: bool = True,
+    entities: dict[str, dict[str, object]] | None = None,
+    settings: dict[str, str] | None = None,
+    on_start: Callable[[Stack], None] | None = None,
+    namespace_entities: Path | None = None,
+) -> Stack:
+    """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
+    entities file both local namespaces create at start (other queues are created on first use).
+    ``on_start`` gets the stack before its processes start, so a caller can stop it even when the start
+    fails half-way."""
+    base = base_dir or Path(tempfile.mkdtemp(prefix="bridge-up-"))
+    local = LocalStack(
+        base,
+        entities=entities if entities is not None else ENTITIES,
+        settings={
+            **SETTINGS,
+            # The beat rolls the journal into Parquet here; `bridge report --out DIR` reads it.
+            "BRIDGE_JOURNAL__DIRECTORY": str(base / "journal"),
+            **(settings or {}),
+        },
+        redis_password=secrets.token_urlsafe(18),
+        namespace_entities_file=namespace_entities,
+    )
+    stack = Stack(base, local)
+    if on_start is not None:
+        on_start(stack)
+    local.start()
+
+    def with_metrics(name: str) -> dict[str, str]:
+        metrics_port = free_port()
+        stack.metrics[name] = f"http://127.0.0.1:{metrics_port}/metrics"
+        return {"BRIDGE_METRICS_PORT": str(metrics_port)}
+
+    local.start_worker("worker", concurrency=concurrency, **with_metrics("worker"))
+    local.start_beat("beat", **with_metrics("beat"))
+    local.start_beat("beat-2", **with_metrics("beat-2"))
+    if receivers:
+        for entity in local.entities:
+            local.start_bridge(
+                f"receive-{entity}", "receive", entity, "--handler", RECEIVER_HANDLER, **with_metrics(entity)
+            )
+    ingress_port = port or free_port(host)
+    serve = local.start_bridge("serve", "serve", "--host", host, "--port", str(ingress_port))
+    if not wait_listening(host, ingress_port, 30):
+        raise EmulatorError(f"bridge serve did not listen on {host}:{ingress_port}: {serve.log_tail()}")
+    stack.ingress_url = f"http://{host}:{ingress_port}"
+    stack.metrics["ingress"] = f"{stack.ingress_url}/metrics"
+    stack.env_file = write_env_file(local)
+    return stack
+
+
+def write_env_file(local: LocalStack) -> Path:
+    """The processes' ``BRIDGE_*`` settings (and the namespaces' control URLs), readable by you only."""
+    path = local.base_dir / "bridge.env"
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    lines = [f"{k}={_quoted(v)}" for k, v in sorted(local.env().items()) if k.startswith("BRIDGE_")]
+    lines += [
+        f"BRIDGE_PRIMARY_CONTROL_URL={local.primary.control.url}",
+        f"BRIDGE_SECONDARY_CONTROL_URL={local.secondary.control.url}",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _quoted(value: str) -> str:
+    # Shell-safe for `set -a; . file`: JSON (entities, API keys) and connection strings hold ; and quotes.
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def describe(stack: Stack) -> list[str]:
+    """What to print once everything runs."""
+    local = stack.local
+    lines = [
+        f"ingress      {stack.ingress_url}  (POST /v1/entities/<entity>/messages)",
+        f"status page  {stack.ingress_url}/status",
+        *(f"metrics      {url}  ({name})" for name, url in stack.metrics.items()),
+        f"entities     {json.dumps(local.entities)}",
+        f"data         {stack.base}  (process logs: *.log)",
+        f"settings     {stack.env_file}  (holds the local keys and the Redis password; mode 0600)",
+        f"use it:      set -a; . {stack.env_file}; set +a; bridge status",
+        "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",
+        "Ctrl-C stops everything.",
+    ]
+    return lines
+
+
+def wait(stack: Stack, say: Say, poll: float = 1.0) -> int:
+    """Block until SIGINT/SIGTERM (0) or until a bridge process died (1, after saying which)."""
+    stopping = {"now": False}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping["now"] = True
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not stopping["now"]:
+            dead = [p for p in stack.local.processes if not p.running]
+            if dead:
+                for proc in dead:
+                    say(f"{proc.name} exited with status {proc.proc.returncode}; its log: {proc.log_path}")
+                return 1
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def stop(stack: Stack) -> None:
+    """Stop every process (bridge processes first, all asked at once); the data directory stays."""
+    # Receivers and the worker finish the work in hand on SIGTERM: let them do it in parallel.
+    for proc in reversed(stack.local.processes):
+        if proc.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.proc.pid, signal.SIGTERM)
+    stack.local.stop()
+
+
+def processes(stack: Stack) -> list[BridgeProcess]:
+    """The bridge processes (worker, beats, receivers, ingress)."""
+    return list(stack.local.processes)

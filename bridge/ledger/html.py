@@ -1,0 +1,248 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no scripts, nothing fetched).
+
+Sections, each an element with a stable ``id`` so tools and tests can find it: ``summary``,
+``reconciliation``, ``lost``, ``duplicates``, ``latency``, ``failover``, ``cost``, ``notes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from bridge.core.ledger import SUMMARY_KEYS
+from bridge.ledger.svg import Bar, Span, bars, timeline
+
+SECTIONS = ("summary", "reconciliation", "lost", "duplicates", "latency", "failover", "cost", "notes")
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.bad { color: #b00020; font-weight: bold; } .ok { color: #2e7d32; font-weight: bold; }
+.empty { color: #777; } code { font-size: 12px; }
+"""
+
+RECONCILIATION_COLUMNS = (
+    "accepted",
+    "delivered",
+    "pending",
+    "dead_lettered",
+    "quarantined",
+    "handled",
+    "lost",
+    "unexpected",
+    "broker_duplicates",
+    "suppressed_duplicates",
+    "journal_overflow",
+)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if 0 < abs(value) < 0.01 else f"{value:,.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return escape("" if value is None else str(value))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _when(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(
+    summary: Mapping[str, Any],
+    latency_rows: Sequence[Mapping[str, Any]],
+    billing_rows: Sequence[Mapping[str, Any]],
+    failover_rows: Sequence[Mapping[str, Any]],
+) -> str:
+    """The whole report as one HTML document."""
+    entities: Mapping[str, Mapping[str, Any]] = summary["entities"]
+    lost = int(summary.get("lost") or 0)
+    verdict = '<span class="ok">lost = 0</span>' if lost == 0 else f'<span class="bad">lost = {lost:,}</span>'
+    parts = [
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        "<title>bridge report</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>Service Bus bridge — ledger report</h1>",
+        '<section id="summary"><h2>Summary</h2>',
+        f"<p>{verdict}; {summary.get('events', 0):,} journal events, {len(entities)} entities"
+        f"{', outbox checked' if summary.get('outbox_checked') else ', outbox NOT checked'}.</p>",
+        _table(SUMMARY_KEYS, [[summary.get(key, 0) for key in SUMMARY_KEYS]]),
+        "</section>",
+        '<section id="reconciliation"><h2>Reconciliation per entity</h2>',
+        _table(
+            ["entity", *RECONCILIATION_COLUMNS],
+            [
+                [name, *(record.get(c, 0) for c in RECONCILIATION_COLUMNS)]
+                for name, record in entities.items()
+            ],
+        ),
+        bars(
+            [
+                Bar(name, column, float(record.get(column) or 0))
+                for name, record in entities.items()
+                for column in ("accepted", "delivered", "pending", "dead_lettered", "quarantined", "lost")
+            ],
+            "Messages per entity",
+        ),
+        "</section>",
+        '<section id="lost"><h2>Lost messages</h2>',
+        _lost(entities),
+        "</section>",
+        '<section id="duplicates"><h2>Duplicates</h2>',
+        "<p>Copies Service Bus accepted beyond the first (backlog copies excluded: the syphon moves "
+        "them) and copies receivers suppressed by MessageId.</p>",
+        _table(
+            ["entity", "duplicated messages", "broker duplicates", "suppressed by receivers"],
+            [
+                [
+                    name,
+                    r.get("duplicated_messages", 0),
+                    r.get("broker_duplicates", 0),
+                    r.get("suppressed_duplicates", 0),
+                ]
+                for name, r in entities.items()
+            ],
+        ),
+        "</section>",
+        '<section id="latency"><h2>Latency</h2>',
+        "<p>Milliseconds from acceptance by the bridge to the first Service Bus acceptance, and to the "
+        "application's handler, per entity and path.</p>",
+        _latency(latency_rows),
+        "</section>",
+        '<section id="failover"><h2>Failover timeline</h2>',
+        _failover(entities, failover_rows),
+        "</section>",
+        '<section id="cost"><h2>Billable operations and cost</h2>',
+        _cost(summary, billing_rows),
+        "</section>",
+        '<section id="notes"><h2>Notes</h2>',
+        "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in summary.get("notes", [])) + "</ul>"
+        if summary.get("notes")
+        else "<p>None.</p>",
+        "</section></body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _lost(entities: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [[name, mid] for name, record in entities.items() for mid in record.get("lost_ids", [])]
+    if not rows:
+        return "<p class=ok>No message was lost.</p>"
+    return _table(["entity", "message_id"], rows) + "<p>All of them: the <code>lost</code> table.</p>"
+
+
+def _latency(rows: Sequence[Mapping[str, Any]]) -> str:
+    headers = ["entity", "measure", "path", "count", "p50", "p95", "p99", "max"]
+    table = _table(
+        headers,
+        [
+            [
+                r["entity"],
+                r["measure"],
+                r["path"],
+                r["count"],
+                r["p50_ms"],
+                r["p95_ms"],
+                r["p99_ms"],
+                r["max_ms"],
+            ]
+            for r in rows
+        ],
+    )
+    chart = bars(
+        [
+            Bar(f"{r['entity']} · {r['path']}", name, float(r[key] or 0))
+            for r in rows
+            if r["measure"] == "service_bus"
+            for name, key in (("p50", "p50_ms"), ("p95", "p95_ms"), ("p99", "p99_ms"))
+        ],
+        "Acceptance to Service Bus (ms)",
+        " ms",
+    )
+    return table + chart
+
+
+def _failover(entities: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> str:
+    summary_rows = []
+    for name, record in entities.items():
+        story = record.get("failover") or {}
+        summary_rows.append(
+            [
+                name,
+                story.get("swaps", 0),
+                story.get("failovers", 0),
+                story.get("seconds_on_secondary", 0.0),
+                story.get("seconds_failed_over", 0.0),
+                story.get("rotation_changes", 0),
+            ]
+        )
+    table = _table(
+        ["entity", "role swaps", "paired failovers", "s on secondary", "s in backlog", "rotation changes"],
+        summary_rows,
+    )
+    segments = _table(
+        ["entity", "from", "to", "seconds", "active", "backlog"],
+        [
+            [r["entity"], _when(r["start"]), _when(r["end"]), r["seconds"], r["active"], r["failed_over"]]
+            for r in rows
+        ],
+    )
+    spans = [
+        Span(r["entity"], r["start"], r["end"], r["active"] + (", backlog" if r["failed_over"] else ""))
+        for r in rows
+    ]
+    return table + timeline(spans, "Active namespace over time") + segments
+
+
+def _cost(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    cost = summary.get("cost") or {}
+    currency = escape(str(cost.get("currency", "")))
+    ratio = cost.get("resilience_ratio")
+    operations = int(cost.get("operations", 0))
+    baseline = int(cost.get("baseline_operations", 0))
+    shown = "-" if ratio is None else f"{ratio:.3f} times"
+    head = (
+        f"<p>{operations:,} billable operations, estimated {cost.get('estimated_cost', 0):.6g} {currency}; "
+        f"the same messages without replication: {baseline:,} operations, "
+        f"{cost.get('baseline_cost', 0):.6g} {currency}. Cost of resilience: <b>{shown}</b>.</p>"
+        "<p>Seed 001's model: a copy sent is one operation and its receive another; a message through a "
+        "backlog queue costs four (backlog send, syphon receive, syphon send, receive); pings and the "
+        "syphon's empty receive calls count too. Prices per million operations: "
+        "<code>journal.prices</code>.</p>"
+    )
+    per_kind: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (r["namespace"], r["kind"])
+        per_kind[key] = per_kind.get(key, 0) + int(r["operations"])
+    table = _table(
+        ["entity", "namespace", "kind", "operations", "price / million", "estimated cost"],
+        [
+            [
+                r["entity"],
+                r["namespace"],
+                r["kind"],
+                r["operations"],
+                r["price_per_million"],
+                r["estimated_cost"],
+            ]
+            for r in rows
+        ],
+    )
+    chart = bars(
+        [Bar(namespace, kind, float(n)) for (namespace, kind), n in sorted(per_kind.items())],
+        "Operations per namespace and kind",
+    )
+    return head + chart + table

@@ -1,0 +1,278 @@
+"""``bridge report``'s Spark job: rolled journal in, Parquet tables and one HTML report out.
+
+``run_report`` takes a Spark session (built by ``bridge.ledger.spark.build_session``, or a test's) and
+writes ``<out>/tables/<name>/`` for every table of ``bridge.ledger.tables`` plus ``billing`` and
+``failover`` (computed by ``bridge.core.ledger`` from small collected tables), then ``<out>/report.html``,
+and returns the summary that ``--json`` prints. Heavy tables (``lost``, ``duplicates``) are written by the
+executors; the small ones are collected once and written by the driver with pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from bridge.core.ledger import (
+    EventCount,
+    TimelineEvent,
+    billable_operations,
+    estimate_cost,
+    failover_timeline,
+    operation_cost,
+    summarize,
+)
+from bridge.journal.keys import is_entity
+from bridge.ledger import html, tables
+from bridge.ledger.spark import empty_snapshot, read_journal, read_rolled, read_snapshot, uri
+
+LOST_IDS_IN_JSON = 1000
+"""Lost MessageIds listed per entity in the JSON (all of them are in the ``lost`` table)."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ReportInputs:
+    """Where the job reads from and what it knows besides the journal."""
+
+    journal: Path
+    out: Path
+    prices: Mapping[str, float]
+    currency: str = "USD"
+    snapshot: tuple[Path, Path] | None = None
+    """(outbox ids, watermarks) Parquet files from ``bridge.ledger.live``; None: not checked."""
+    drained: bool = False
+    """No snapshot, but the outbox is known to be empty (a finished run): open messages are lost."""
+    unchecked: Mapping[str, str] = field(default_factory=dict)
+    live_depths: Mapping[str, int] = field(default_factory=dict)
+    roll: Mapping[str, Any] = field(default_factory=dict)
+    master: str = ""
+
+
+def _seconds(column: str) -> Any:
+    return (F.unix_micros(column) / 1_000_000.0).alias(column)
+
+
+def _write_rows(rows: Sequence[Mapping[str, Any]], folder: Path, schema: pa.Schema | None = None) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    table = pa.Table.from_pylist(list(rows), schema=schema) if rows or schema else pa.table({})
+    pq.write_table(table, folder / "part-0.parquet")
+
+
+def _write_frame(frame: DataFrame, folder: Path) -> None:
+    frame.coalesce(1).write.mode("overwrite").parquet(uri(folder))
+
+
+def run_report(spark: SparkSession, inputs: ReportInputs, progress: Progress | None = None) -> dict[str, Any]:
+    """Compute every table, write them and the HTML report; return the summary."""
+    step = progress or (lambda _stage: None)
+    out = inputs.out
+    table_dir = out / "tables"
+    step("reading the journal")
+    events = read_journal(spark, inputs.journal).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _report(spark, inputs, events, table_dir, step)
+    finally:
+        events.unpersist()
+
+
+def _report(
+    spark: SparkSession, inputs: ReportInputs, events: DataFrame, table_dir: Path, step: Progress
+) -> dict[str, Any]:
+    if inputs.snapshot is not None:
+        outbox, marks = read_snapshot(spark, *inputs.snapshot)
+    else:
+        outbox, marks = empty_snapshot(spark)
+    step("classifying messages")
+    facts = tables.message_facts(events)
+    checked = inputs.snapshot is not None or inputs.drained
+    messages = tables.classify(facts, outbox, marks, checked=checked, drained=inputs.drained)
+    messages = messages.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        step("reconciliation")
+        rec_frame = tables.reconciliation(messages, events)
+        rec_rows = [
+            row.asDict()
+            for row in rec_frame.select(
+                *[c for c in rec_frame.columns if c not in ("first_event_at", "last_event_at")],
+                _seconds("first_event_at"),
+                _seconds("last_event_at"),
+            ).collect()
+        ]
+        overflowed = {
+            row["entity"]: int(row["journal_overflow"])
+            for row in tables.overflow(read_rolled(spark, inputs.journal)).collect()
+        }
+        for row in rec_rows:
+            row["journal_overflow"] = overflowed.get(row["entity"], 0)
+        entities: dict[str, dict[str, Any]] = {row["entity"]: dict(row) for row in rec_rows}
+        for name, record in entities.items():
+            record.pop("entity")
+            record["live_outbox_depth"] = inputs.live_depths.get(name)
+            record["outbox_checked"] = checked and name not in inputs.unchecked
+            record["lost_ids"] = []
+        if any(record["lost"] for record in entities.values()):
+            lost_rows = tables.lost(messages).orderBy("entity", "accepted_at").select("entity", "message_id")
+            for lost_row in lost_rows.limit(LOST_IDS_IN_JSON * max(1, len(entities))).collect():
+                ids = entities[lost_row["entity"]]["lost_ids"]
+                if len(ids) < LOST_IDS_IN_JSON:
+                    ids.append(lost_row["message_id"])
+        step("lost and duplicated messages")
+        _write_frame(tables.lost(messages), table_dir / "lost")
+        _write_frame(tables.duplicates(messages), table_dir / "duplicates")
+        step("latency percentiles")
+        latency_rows = [row.asDict() for row in tables.latency(messages).collect()]
+    finally:
+        messages.unpersist()
+    step("billable operations")
+    count_rows = [row.asDict() for row in tables.event_counts(events).collect()]
+    counts = [
+        EventCount(
+            r["entity"], r["kind"], r["namespace"], r["path"], r["result"], int(r["events"]), int(r["units"])
+        )
+        for r in count_rows
+    ]
+    prices = dict(inputs.prices)
+    operations = billable_operations(counts)
+    delivered_total = sum(int(r.get("delivered") or 0) for r in entities.values())
+    cost = estimate_cost(operations, delivered_total, prices, inputs.currency)
+    billing_rows = [
+        {
+            "entity": op.entity,
+            "namespace": op.namespace,
+            "kind": op.kind,
+            "operations": op.operations,
+            "price_per_million": prices[op.kind],
+            "estimated_cost": operation_cost(op.operations, op.kind, prices),
+        }
+        for op in operations
+    ]
+    step("failover timeline")
+    timeline_frame = tables.timeline_events(events)
+    timeline_rows = [
+        row.asDict()
+        for row in timeline_frame.select(
+            *[c for c in timeline_frame.columns if c != "time"], _seconds("time")
+        )
+        .orderBy("entity", "time")
+        .collect()
+    ]
+    failover_rows: list[dict[str, Any]] = []
+    for name, record in entities.items():
+        story = [
+            TimelineEvent(
+                r["time"], r["kind"], r["from_role"], r["to_role"], r["reason"], r["queue"], r["result"]
+            )
+            for r in timeline_rows
+            if r["entity"] == name
+        ]
+        start = record.get("first_event_at") or 0.0
+        end = record.get("last_event_at") or start
+        timeline = failover_timeline(story, start, end)
+        record["failover"] = timeline.as_dict()
+        for segment in timeline.segments:
+            failover_rows.append(
+                {
+                    "entity": name,
+                    "start": segment.start,
+                    "end": segment.end,
+                    "seconds": segment.seconds,
+                    "active": segment.active,
+                    "failed_over": segment.failed_over,
+                }
+            )
+    for row in latency_rows:
+        if row["entity"] in entities:
+            entities[row["entity"]].setdefault("latency", []).append(
+                {k: v for k, v in row.items() if k != "entity"}
+            )
+    step("writing tables")
+    _write_rows(rec_rows, table_dir / "reconciliation")
+    _write_rows(latency_rows, table_dir / "latency", _LATENCY_SCHEMA)
+    _write_rows(count_rows, table_dir / "event_counts")
+    _write_rows(billing_rows, table_dir / "billing", _BILLING_SCHEMA)
+    _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
+    _write_rows(timeline_rows, table_dir / "timeline_events")
+    entities = {name: record for name, record in sorted(entities.items()) if is_entity(name)}
+    summary: dict[str, Any] = dict(summarize(entities))
+    summary["outbox_checked"] = (inputs.snapshot is not None or inputs.drained) and not inputs.unchecked
+    summary["outbox_assumed_drained"] = inputs.drained
+    summary["events"] = sum(int(r["events"]) for r in count_rows)
+    summary["entities"] = entities
+    summary["cost"] = cost.as_dict()
+    summary["operations"] = billing_rows
+    summary["notes"] = _notes(summary, inputs)
+    summary["roll"] = dict(inputs.roll)
+    summary["master"] = inputs.master
+    summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
+    step("writing the HTML report")
+    report_path = inputs.out / "report.html"
+    report_path.write_text(html.render(summary, latency_rows, billing_rows, failover_rows))
+    summary["html"] = str(report_path)
+    (inputs.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _notes(summary: Mapping[str, Any], inputs: ReportInputs) -> list[str]:
+    notes = []
+    if inputs.drained:
+        notes.append("the outbox was assumed drained (--drained): every open message counts as lost")
+    elif inputs.snapshot is None:
+        notes.append("the live outbox was not checked: open messages count as pending, none as lost")
+    for name, reason in sorted(inputs.unchecked.items()):
+        notes.append(f"{name}: outbox not checked ({reason}); its open messages count as pending")
+    if summary.get("journal_overflow"):
+        notes.append(
+            f"{summary['journal_overflow']} events found a full journal and are missing: counts may be "
+            "short (raise journal.max_length or roll more often)"
+        )
+    if summary.get("unexpected"):
+        notes.append(
+            f"{summary['unexpected']} messages were delivered or handled without an acceptance event"
+        )
+    return notes
+
+
+_LATENCY_SCHEMA = pa.schema(
+    [
+        ("entity", pa.string()),
+        ("path", pa.string()),
+        ("measure", pa.string()),
+        ("count", pa.int64()),
+        ("p50_ms", pa.float64()),
+        ("p95_ms", pa.float64()),
+        ("p99_ms", pa.float64()),
+        ("max_ms", pa.float64()),
+    ]
+)
+_BILLING_SCHEMA = pa.schema(
+    [
+        ("entity", pa.string()),
+        ("namespace", pa.string()),
+        ("kind", pa.string()),
+        ("operations", pa.int64()),
+        ("price_per_million", pa.float64()),
+        ("estimated_cost", pa.float64()),
+    ]
+)
+_FAILOVER_SCHEMA = pa.schema(
+    [
+        ("entity", pa.string()),
+        ("start", pa.float64()),
+        ("end", pa.float64()),
+        ("seconds", pa.float64()),
+        ("active", pa.string()),
+        ("failed_over", pa.bool_()),
+    ]
+)

@@ -1,0 +1,170 @@
+"""The Spark edge of the ledger: the session, and the journal as a DataFrame.
+
+One of the two modules of the project that import pyspark (with ``bridge.ledger.tables``); everything else
+that runs Spark imports these lazily, so no other command pays for the JVM.
+
+Master: ``local[*]`` (every core of this machine) unless ``--master`` or ``SPARK_MASTER`` names another,
+e.g. ``spark://host:7077`` for a standalone cluster. The driver runs here (client mode); executors read
+the journal and write the tables themselves, so on a cluster both folders must be on storage every
+executor sees at the same path (README, "Journal and ledger").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.core.journal_files import COLUMNS
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_DRIVER_MEMORY = "1g"
+
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int64": T.LongType(),
+    "int32": T.IntegerType(),
+    "timestamp": T.TimestampType(),
+}
+JOURNAL_SCHEMA = T.StructType(
+    [T.StructField(name, _SPARK_TYPES[kind]) for name, kind in COLUMNS]
+    + [T.StructField("date", T.StringType()), T.StructField("hour", T.IntegerType())]
+)
+"""A rolled file's columns plus the two partition columns of its folder."""
+
+LEDGER_COLUMNS = (
+    "entity",
+    "message_id",
+    "kind",
+    "time",
+    "stream_ms",
+    "stream_seq",
+    "size",
+    "namespace",
+    "path",
+    "result",
+    "count",
+    "where",
+    "reason",
+    "queue",
+    "from_role",
+    "to_role",
+)
+"""The columns the ledger's tables use: what the de-duplicated events keep (and cache) of each row."""
+
+_LOG4J = """status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{1}: %m%n
+# PySpark's gateway is an "interpreter" to Spark, which resets the root level to WARN (and says so on
+# stderr) unless the gateway's own logger is configured.
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+
+
+def master_url(option: str | None) -> str:
+    """``--master``, else ``SPARK_MASTER``, else ``local[*]``."""
+    return option or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+
+
+def _log_config() -> Path:
+    # Spark's own INFO/WARN lines would bury the progress display and the JSON; errors still show.
+    path = Path(tempfile.gettempdir()) / "bridge-ledger-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return path
+
+
+def build_session(
+    master: str,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    shuffle_partitions: int | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A Spark session for the report (an existing one in this process is reused as it is)."""
+    local = master.startswith("local")
+    log_option = f"-Dlog4j2.configurationFile=file:{_log_config()}"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("bridge-report")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.extraJavaOptions", log_option)
+        .config("spark.executor.extraJavaOptions", log_option)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (8 if local else 64)))
+    )
+    if local:
+        # No web UI and loopback only: a report is a batch job, not a service.
+        builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def uri(path: Path) -> str:
+    """``file://`` URI of a local path (a cluster's executors resolve it on their own file system)."""
+    return path.resolve().as_uri()
+
+
+def read_journal(spark: SparkSession, directory: Path) -> DataFrame:
+    """Every rolled event once: files of ``directory`` (any depth of ``date=/hour=`` folders), with repeated
+    ``event_id`` s (a partition rolled twice, a file copied) dropped.
+
+    The de-duplication shuffles by (entity, message_id) first, so the per-message aggregation that follows
+    reuses that partitioning instead of shuffling the events a second time.
+    """
+    frame = read_rolled(spark, directory)
+    deduplicated = frame.repartition("entity", "message_id").dropDuplicates(
+        ["entity", "message_id", "event_id"]
+    )
+    return deduplicated.select(*LEDGER_COLUMNS)
+
+
+def read_rolled(spark: SparkSession, directory: Path) -> DataFrame:
+    """The rolled files as they are (a repeated event appears as often as it was written)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return spark.read.schema(JOURNAL_SCHEMA).option("basePath", uri(directory)).parquet(uri(directory))
+
+
+def read_snapshot(spark: SparkSession, outbox: Path, watermarks: Path) -> tuple[DataFrame, DataFrame]:
+    """The live outbox snapshot (``bridge.ledger.live``) as DataFrames."""
+    return spark.read.parquet(uri(outbox)), spark.read.parquet(uri(watermarks))
+
+
+def empty_snapshot(spark: SparkSession) -> tuple[DataFrame, DataFrame]:
+    """No snapshot: empty frames with the snapshot's columns (built in the JVM, no Python data shipped)."""
+    nothing = spark.range(0)
+    outbox = nothing.select(
+        F.lit(None).cast("string").alias("entity"), F.lit(None).cast("string").alias("message_id")
+    )
+    marks = nothing.select(
+        F.lit(None).cast("string").alias("entity"),
+        F.lit(None).cast("long").alias("wm_ms"),
+        F.lit(None).cast("long").alias("wm_seq"),
+    )
+    return outbox, marks
+
+
+def owns_session() -> bool:
+    """False when this process already runs a Spark session (``build_session`` then reuses it, and the
+    caller must not stop it)."""
+    return SparkSession.getActiveSession() is None
+
+
+__all__ = ["JOURNAL_SCHEMA", "F", "build_session", "master_url", "read_journal", "read_snapshot", "uri"]

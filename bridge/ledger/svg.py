@@ -1,0 +1,130 @@
+"""Inline SVG charts for the HTML report: horizontal bars and a timeline, no plotting library.
+
+The report must be one self-contained file that opens anywhere (no scripts, no network), so charts are
+plain SVG text. Every label is escaped; sizes are in CSS pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
+ROW = 18
+LABEL_WIDTH = 220
+CHART_WIDTH = 520
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar: its row label, series name and value."""
+
+    label: str
+    series: str
+    value: float
+
+
+def _fmt(value: float) -> str:
+    if value >= 100 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:,.2f}"
+
+
+def bars(data: Sequence[Bar], title: str, unit: str = "") -> str:
+    """Grouped horizontal bars: one group per label, one colour per series, value printed at the end."""
+    if not data:
+        return f'<p class="empty">{escape(title)}: no data</p>'
+    series = list(dict.fromkeys(bar.series for bar in data))
+    labels = list(dict.fromkeys(bar.label for bar in data))
+    top = max(bar.value for bar in data) or 1.0
+    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    height = 30 + len(labels) * (len(series) * ROW + 10) + 24
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{LABEL_WIDTH + CHART_WIDTH + 220}" '
+        f'height="{height}" aria-label="{escape(title)}">',
+        f'<text x="0" y="16" font-weight="bold">{escape(title)}</text>',
+    ]
+    y = 30
+    values = {(bar.label, bar.series): bar.value for bar in data}
+    for label in labels:
+        out.append(f'<text x="0" y="{y + 13}" font-size="12">{escape(label)}</text>')
+        for name in series:
+            value = values.get((label, name))
+            if value is not None:
+                width = max(1.0, CHART_WIDTH * value / top) if value > 0 else 0.0
+                out.append(
+                    f'<rect x="{LABEL_WIDTH}" y="{y}" width="{width:.1f}" height="{ROW - 3}" '
+                    f'fill="{colours[name]}"><title>{escape(label)} {escape(name)}: {_fmt(value)}{unit}'
+                    "</title></rect>"
+                )
+                out.append(
+                    f'<text x="{LABEL_WIDTH + width + 4:.1f}" y="{y + 12}" font-size="11">'
+                    f"{escape(name)} {_fmt(value)}{escape(unit)}</text>"
+                )
+            y += ROW
+        y += 10
+    legend_x = 0
+    for name in series:
+        out.append(f'<rect x="{legend_x}" y="{y}" width="10" height="10" fill="{colours[name]}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="{y + 9}" font-size="11">{escape(name)}</text>')
+        legend_x += 16 + 7 * len(name) + 12
+    out.append("</svg>")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One stretch of a timeline row."""
+
+    row: str
+    start: float
+    end: float
+    state: str
+
+
+TIMELINE_COLOURS = {
+    "primary": "#4e79a7",
+    "secondary": "#f28e2b",
+    "primary, backlog": "#e15759",
+    "secondary, backlog": "#b07aa1",
+}
+
+
+def timeline(spans: Sequence[Span], title: str) -> str:
+    """One row per entity, coloured by state, on a shared time axis (seconds from the first event)."""
+    if not spans:
+        return f'<p class="empty">{escape(title)}: no data</p>'
+    rows = list(dict.fromkeys(span.row for span in spans))
+    t0 = min(span.start for span in spans)
+    t1 = max(span.end for span in spans)
+    scale = CHART_WIDTH / max(t1 - t0, 1e-9)
+    height = 30 + len(rows) * (ROW + 6) + 40
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{LABEL_WIDTH + CHART_WIDTH + 20}" '
+        f'height="{height}" aria-label="{escape(title)}">',
+        f'<text x="0" y="16" font-weight="bold">{escape(title)}</text>',
+    ]
+    for index, row in enumerate(rows):
+        y = 30 + index * (ROW + 6)
+        out.append(f'<text x="0" y="{y + 13}" font-size="12">{escape(row)}</text>')
+        for span in (s for s in spans if s.row == row):
+            x = LABEL_WIDTH + (span.start - t0) * scale
+            width = max(1.0, (span.end - span.start) * scale)
+            colour = TIMELINE_COLOURS.get(span.state, "#999999")
+            out.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{ROW}" fill="{colour}">'
+                f"<title>{escape(row)}: {escape(span.state)} for {span.end - span.start:.1f} s</title></rect>"
+            )
+    axis_y = 30 + len(rows) * (ROW + 6) + 4
+    out.append(
+        f'<text x="{LABEL_WIDTH}" y="{axis_y + 10}" font-size="11">0 s</text>'
+        f'<text x="{LABEL_WIDTH + CHART_WIDTH - 60}" y="{axis_y + 10}" font-size="11">{t1 - t0:,.1f} s</text>'
+    )
+    legend_x = 0
+    for state, colour in TIMELINE_COLOURS.items():
+        out.append(f'<rect x="{legend_x}" y="{axis_y + 18}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="{axis_y + 27}" font-size="11">{escape(state)}</text>')
+        legend_x += 16 + 7 * len(state) + 12
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,236 @@
+"""The ledger's tables, computed by Spark from the rolled journal.
+
+- ``messages``: one row per (entity, MessageId) with what the journal says happened to it, and its
+  class (``bridge.ledger.live`` explains how "pending" and "lost" are told apart);
+- ``reconciliation``: per entity, accepted / delivered / pending / dead-lettered / quarantined / handled /
+  lost / unexpected, duplicates (copies Service Bus accepted, copies receivers suppressed);
+- ``lost`` and ``duplicates``: the MessageIds behind those counts;
+- ``latency``: acceptance to first Service Bus acceptance and to the handler, p50/p95/p99/max in
+  milliseconds per entity and path (``direct``, ``backup``, ``backlog+syphon``, ``all``);
+- ``event_counts``: events per entity, kind, namespace, path and result (what billing is computed from);
+- ``timeline_events``: the entity-level events of the failover story (few; collected by the driver).
+
+A message's path is the path of its first accepted copy; one that went to a backlog queue is
+``backlog+syphon`` (the syphon moves it on; ``pending_backlog`` while it has not).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+PERCENTILES = (0.5, 0.95, 0.99)
+PERCENTILE_ACCURACY = 10_000
+"""``percentile_approx`` accuracy: exact below this many values per group, 1/10,000 relative rank error
+above."""
+
+TIMELINE_KINDS = ("role_swapped", "failover_engaged", "failover_ended", "backlog_rotation_changed")
+
+
+def _is(kind: str) -> Column:
+    return F.col("kind") == kind
+
+
+def _count_if(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _sent(path: str | None = None) -> Column:
+    sent = _is("sent")
+    return sent if path is None else sent & (F.col("path") == path)
+
+
+def message_facts(events: DataFrame) -> DataFrame:
+    """Per (entity, message_id): counts and first times of each kind of event."""
+    with_id = events.where(F.col("message_id").isNotNull() & ~F.col("entity").startswith("~"))
+    sent_time = F.when(_sent(), F.col("time"))
+    return with_id.groupBy("entity", "message_id").agg(
+        _count_if(_is("accepted")).alias("accepted_events"),
+        F.min(F.when(_is("accepted"), F.col("time"))).alias("accepted_at"),
+        F.min(F.when(_is("accepted"), F.struct("stream_ms", "stream_seq"))).alias("accepted_pos"),
+        F.max(F.when(_is("accepted"), F.col("size"))).alias("size"),
+        F.min(sent_time).alias("first_sent_at"),
+        F.min_by(F.col("path"), sent_time).alias("first_path"),
+        _count_if(_sent() & (F.col("path") != "backlog")).alias("copies"),
+        _count_if(_sent("backlog")).alias("backlog_copies"),
+        _count_if(_is("syphoned") | _sent("syphon")).alias("syphon_events"),
+        _count_if(_is("dead_lettered")).alias("dead_letters"),
+        F.max(F.when(_is("dead_lettered"), F.col("where"))).alias("dead_letter_where"),
+        _count_if(_is("quarantined")).alias("quarantines"),
+        F.min(F.when(_is("handled"), F.col("time"))).alias("handled_at"),
+        _count_if(_is("handled")).alias("handled_events"),
+        _count_if(_is("received")).alias("receives"),
+        _count_if(_is("duplicate_suppressed")).alias("suppressed"),
+    )
+
+
+def classify(
+    facts: DataFrame, outbox: DataFrame, watermarks: DataFrame, *, checked: bool, drained: bool = False
+) -> DataFrame:
+    """``message_facts`` plus booleans: accepted, delivered, ..., pending_outbox, pending_backlog, lost.
+
+    ``outbox`` (entity, message_id) is the live snapshot and ``watermarks`` (entity, wm_ms, wm_seq) the
+    journal position it was taken against; with ``checked`` False there is no snapshot and every open
+    message counts as pending. ``drained`` says the outbox is known to be empty (a finished run): every
+    open message is lost.
+    """
+    in_outbox = outbox.select("entity", "message_id", F.lit(True).alias("in_outbox")).dropDuplicates(
+        ["entity", "message_id"]
+    )
+    marks = watermarks.select("entity", "wm_ms", "wm_seq")
+    joined = facts.join(in_outbox, ["entity", "message_id"], "left").join(
+        F.broadcast(marks), "entity", "left"
+    )
+    accepted = F.col("accepted_events") > 0
+    delivered = F.col("first_sent_at").isNotNull()
+    dead = F.col("dead_letters") > 0
+    quarantined = F.col("quarantines") > 0
+    handled = F.col("handled_at").isNotNull()
+    terminal = delivered | dead | quarantined | handled
+    pos = F.col("accepted_pos")
+    before_watermark = F.col("wm_ms").isNotNull() & (
+        (pos["stream_ms"] < F.col("wm_ms"))
+        | ((pos["stream_ms"] == F.col("wm_ms")) & (pos["stream_seq"] <= F.col("wm_seq")))
+    )
+    # Without a snapshot nothing can be told lost: every open message counts as pending.
+    in_snapshot = F.coalesce(F.col("in_outbox"), F.lit(False))
+    if drained:
+        waiting = F.lit(False)
+    elif checked:
+        waiting = in_snapshot | ~before_watermark
+    else:
+        waiting = F.lit(True)
+    open_ = accepted & ~terminal
+    in_backlog = (
+        delivered & (F.col("first_path") == "backlog") & (F.col("syphon_events") == 0) & ~handled & ~dead
+    )
+    path = (
+        F.when(F.col("first_path").isin("backlog", "syphon"), F.lit("backlog+syphon"))
+        .when(F.col("first_path").isNotNull(), F.col("first_path"))
+        .otherwise(F.lit(None))
+    )
+    return joined.select(
+        "*",
+        accepted.alias("is_accepted"),
+        delivered.alias("is_delivered"),
+        dead.alias("is_dead_lettered"),
+        quarantined.alias("is_quarantined"),
+        handled.alias("is_handled"),
+        (open_ & waiting).alias("is_pending_outbox"),
+        in_backlog.alias("is_pending_backlog"),
+        (open_ & ~waiting).alias("is_lost"),
+        (~accepted & (delivered | handled)).alias("is_unexpected"),
+        path.alias("path"),
+        ((F.unix_micros("first_sent_at") - F.unix_micros("accepted_at")) / 1000.0).alias("to_service_bus_ms"),
+        ((F.unix_micros("handled_at") - F.unix_micros("accepted_at")) / 1000.0).alias("to_handler_ms"),
+    ).drop("in_outbox", "wm_ms", "wm_seq")
+
+
+def reconciliation(messages: DataFrame, events: DataFrame) -> DataFrame:
+    """Per entity counts (``bridge.core.ledger.SUMMARY_KEYS`` and ``EXTRA_KEYS``)."""
+
+    def total(flag: str) -> Column:
+        return _count_if(F.col(flag))
+
+    per_message = messages.groupBy("entity").agg(
+        total("is_accepted").alias("accepted"),
+        F.sum("accepted_events").alias("accepted_events"),
+        total("is_delivered").alias("delivered"),
+        (total("is_pending_outbox") + total("is_pending_backlog")).alias("pending"),
+        total("is_pending_outbox").alias("pending_outbox"),
+        total("is_pending_backlog").alias("pending_backlog"),
+        total("is_dead_lettered").alias("dead_lettered"),
+        total("is_quarantined").alias("quarantined_messages"),
+        total("is_handled").alias("handled"),
+        total("is_lost").alias("lost"),
+        total("is_unexpected").alias("unexpected"),
+        F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("broker_duplicates"),
+        _count_if(F.col("copies") > 1).alias("duplicated_messages"),
+        F.sum("suppressed").alias("suppressed_duplicates"),
+    )
+    entity_level = (
+        events.where(~F.col("entity").startswith("~"))
+        .groupBy("entity")
+        .agg(
+            _count_if(_is("quarantined") & F.col("message_id").isNull()).alias("quarantined_without_id"),
+            F.count(F.lit(1)).alias("events"),
+            F.min("time").alias("first_event_at"),
+            F.max("time").alias("last_event_at"),
+        )
+    )
+    joined = entity_level.join(per_message, "entity", "left").na.fill(0)
+    return joined.select(
+        "*", (F.col("quarantined_messages") + F.col("quarantined_without_id")).alias("quarantined")
+    ).orderBy("entity")
+
+
+def overflow(rolled: DataFrame) -> DataFrame:
+    """Per journal owner, events that found the journal full (``journal_overflow`` rows, read before the
+    de-duplication: a re-roll repeats a row's id with a count at least as high, and the highest is right).
+    """
+    rows = rolled.where(_is("journal_overflow"))
+    highest = rows.groupBy("entity", "event_id").agg(F.max(F.coalesce(F.col("count"), F.lit(1))).alias("n"))
+    return highest.groupBy("entity").agg(F.sum("n").alias("journal_overflow"))
+
+
+def lost(messages: DataFrame) -> DataFrame:
+    """The MessageIds counted as lost, with when they were accepted."""
+    return messages.where(F.col("is_lost")).select("entity", "message_id", "accepted_at", "size")
+
+
+def duplicates(messages: DataFrame) -> DataFrame:
+    """Messages Service Bus accepted more than once, or of which a receiver suppressed a copy."""
+    return messages.where((F.col("copies") > 1) | (F.col("suppressed") > 0)).select(
+        "entity", "message_id", "copies", "backlog_copies", "suppressed", "path"
+    )
+
+
+def latency(messages: DataFrame) -> DataFrame:
+    """Percentiles per (entity, path, measure), plus ``path = all`` per entity."""
+    measures = messages.select(
+        "entity",
+        "path",
+        F.explode(
+            F.array(
+                F.struct(F.lit("service_bus").alias("measure"), F.col("to_service_bus_ms").alias("ms")),
+                F.struct(F.lit("handler").alias("measure"), F.col("to_handler_ms").alias("ms")),
+            )
+        ).alias("m"),
+    ).select("entity", "path", "m.measure", "m.ms")
+    measures = measures.where(F.col("ms").isNotNull() & F.col("path").isNotNull())
+    everything = measures.withColumn("path", F.lit("all"))
+    both = measures.unionByName(everything)
+    quantiles = F.percentile_approx("ms", list(PERCENTILES), PERCENTILE_ACCURACY)
+    return (
+        both.groupBy("entity", "path", "measure")
+        .agg(F.count(F.lit(1)).alias("count"), quantiles.alias("q"), F.max("ms").alias("max_ms"))
+        .select(
+            "entity",
+            "path",
+            "measure",
+            "count",
+            F.col("q")[0].alias("p50_ms"),
+            F.col("q")[1].alias("p95_ms"),
+            F.col("q")[2].alias("p99_ms"),
+            "max_ms",
+        )
+        .orderBy("entity", "measure", "path")
+    )
+
+
+def event_counts(events: DataFrame) -> DataFrame:
+    """Events and the operations they stand for, per entity, kind, namespace, path and result."""
+    return (
+        events.groupBy("entity", "kind", "namespace", "path", "result")
+        .agg(F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units"))
+        .orderBy("entity", "kind")
+    )
+
+
+def timeline_events(events: DataFrame) -> DataFrame:
+    """The failover story's events (few), oldest first."""
+    return (
+        events.where(F.col("kind").isin(*TIMELINE_KINDS))
+        .select("entity", "time", "kind", "from_role", "to_role", "reason", "queue", "result")
+        .orderBy("entity", "time")
+    )

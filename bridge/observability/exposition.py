@@ -1,0 +1,136 @@
+"""Serving the metrics: ``/metrics`` on the ingress, one HTTP endpoint for worker, beat and receiver.
+
+The ingress is one process: its registry is prometheus_client's default one plus the state collector.
+
+``bridge worker`` runs Celery's prefork pool: the tasks (and their counters) run in child processes, and a
+``start_http_server`` per child would serve only that child's counts (and collide on the port). So
+prometheus_client's multiprocess mode is used:
+
+1. ``prepare_multiprocess`` runs in the worker's main process before Celery starts and before any count: it
+   sets ``PROMETHEUS_MULTIPROC_DIR`` to a private directory (``metrics_dir``, wiped; default a new
+   temporary one), so every process forked from it keeps its values in a file of its own there;
+2. every per-process series has labels, so its values are created by the first ``labels(...)`` call,
+   after this choice: they are file-backed;
+3. when a pool child exits (Celery's ``worker_process_shutdown``), ``mark_process_dead`` removes its
+   live-gauge files; its counters stay in the directory, so nothing it counted is lost;
+4. one HTTP server in the main process (``serve_process_metrics``) serves a ``MultiProcessCollector`` over
+   the directory, i.e. the sum over every child that ever ran, plus the state collector.
+
+Beat and receiver are single processes and serve the default registry the same way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import values as prometheus_values
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import REGISTRY, Collector
+
+from bridge.observability.collector import StateCollector
+from bridge.observability.snapshot import StateReader
+from bridge.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_METRICS_MODULE = "bridge.observability.metrics"
+
+
+def prepare_multiprocess(directory: Path | None) -> Path:
+    """Make this process and every process forked from it keep metric values in files (see above).
+
+    Must run before any per-process series got a value; raises ``RuntimeError`` otherwise (those values
+    would stay in this process's memory and the children's counts would never be served).
+    """
+    metrics = sys.modules.get(_METRICS_MODULE)
+    if metrics is not None and metrics.values_created():
+        raise RuntimeError(f"{_METRICS_MODULE} recorded values before the multiprocess directory was set")
+    if directory is None:
+        path = Path(tempfile.mkdtemp(prefix="bridge-metrics-"))
+        atexit.register(_remove_own_dir, path, os.getpid())
+    else:
+        path = Path(directory)
+        # Wiped at start: files of a previous run would be added to this run's counts.
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    # prometheus_client chooses in-memory or file-backed values when it is imported, which may already
+    # have happened (a library imported it); choose again now that the directory is set.
+    prometheus_values.ValueClass = prometheus_values.get_value_class()  # type: ignore[no-untyped-call]
+    return path
+
+
+def _remove_own_dir(path: Path, owner: int) -> None:
+    # Forked children inherit atexit handlers; only the process that made the directory removes it.
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def multiprocess_dir() -> Path | None:
+    """The multiprocess directory of this process, None in single-process mode."""
+    value = os.environ.get(MULTIPROC_ENV)
+    return Path(value) if value else None
+
+
+def child_exited(pid: int) -> None:
+    """A prefork child ended: drop its live-gauge files (its counters stay, they are history)."""
+    directory = multiprocess_dir()
+    if directory is not None:
+        mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+
+class _Sources(Collector):
+    """Several collectors behind one ``collect`` (a registry that never checks names at registration)."""
+
+    def __init__(self, sources: Iterable[Any]) -> None:
+        self.sources = list(sources)
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source.collect()
+
+
+def process_registry(reader: StateReader | None) -> Collector:
+    """This process's series (summed over the prefork children in multiprocess mode) and, read through
+    ``reader``, the state series (None leaves them out)."""
+
+    sources: list[Any] = []
+    directory = multiprocess_dir()
+    if directory is not None:
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=str(directory))  # type: ignore[no-untyped-call]
+        sources.append(merged)
+    else:
+        sources.append(REGISTRY)
+    if reader is not None:
+        sources.append(StateCollector(reader))
+    return _Sources(sources)
+
+
+def render(registry: Collector) -> bytes:
+    """The text exposition of ``registry``."""
+    return generate_latest(registry)
+
+
+def serve_process_metrics(settings: Settings, registry: Collector) -> int | None:
+    """Serve ``registry`` on ``metrics_host:metrics_port`` from a daemon thread; the port, None when off."""
+    if settings.metrics_port is None:
+        return None
+    server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=registry)
+    port = int(server.server_port)
+    log.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
+    return port

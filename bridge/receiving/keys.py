@@ -1,0 +1,49 @@
+"""Where a receiver's state lives in Redis: one scope per queue, or per subscription of a topic.
+
+Every key carries the entity's hash tag (``bridge.redis.keys``), so on a Redis Cluster the window, the
+in-flight marks and the counters of an entity share its slot and one script may touch them together. Each
+subscription of a topic receives its own copy of every message, so it has a window of its own.
+
+==============================================  ==============================================================
+key                                             holds
+==============================================  ==============================================================
+``bridge:{E}:rx:done``                          sorted set: handled MessageId -> expiry (epoch ms); the window
+``bridge:{E}:rx:inflight:<MessageId>``          string: owner of the id's handler call, with a PX expiry
+``bridge:{E}:rx:counts``                        hash ``ReceiverCounts`` (HINCRBY)
+``bridge:{T}:rx:sub:<S>:...``                   the same three for subscription S of topic T
+==============================================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.redis.keys import tag
+
+
+@dataclass(frozen=True)
+class ReceiverKeys:
+    """The key names of one receiving scope (``entity``, or ``entity`` + ``subscription``)."""
+
+    entity: str
+    subscription: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        """``bridge:{E}:rx:`` or ``bridge:{T}:rx:sub:<S>:``."""
+        base = tag(self.entity) + "rx:"
+        return base if self.subscription is None else f"{base}sub:{self.subscription}:"
+
+    @property
+    def done(self) -> str:
+        """The window: handled ids and when each is forgotten."""
+        return self.prefix + "done"
+
+    def inflight(self, message_id: str) -> str:
+        """The in-flight mark of one id."""
+        return f"{self.prefix}inflight:{message_id}"
+
+    @property
+    def counts(self) -> str:
+        """The counters."""
+        return self.prefix + "counts"

@@ -1,0 +1,192 @@
+"""``bridge report`` as a command: the JSON contract (it rolls the live journal first), and the same job on
+a Spark standalone cluster started from the pyspark installation on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from bridge.cli.main import app
+from bridge.core import journal as J
+from bridge.core.ledger import SUMMARY_KEYS, price_table
+from bridge.embedded.ports import free_port
+from bridge.journal import keys
+from bridge.journal.store import JournalStore
+from bridge.ledger.job import ReportInputs, run_report
+from bridge.outbox import keys as outbox_keys
+from bridge.redis.connection import sync_client
+from bridge.settings import JournalSettings
+
+from .test_report import T, orders_events, payments_events
+
+
+def test_report_rolls_the_live_journal_and_prints_the_json_contract(
+    spark: Any, redis_url: str, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a journal still in Redis: m1 delivered, m2 still in the outbox, m3 gone without a trace
+    store = JournalStore(sync_client(redis_url), JournalSettings())
+    store.append(
+        "orders",
+        [
+            J.accepted("m1", T, door="http", size=10),
+            J.sent("m1", T + 0.01, namespace="ns1", role="primary", path="direct", batch="b"),
+            J.accepted("m2", T + 1, door="http", size=10),
+            J.accepted("m3", T + 2, door="http", size=10),
+        ],
+    )
+    redis_client.xadd(outbox_keys.outbox("orders", 0), {"v": "1", "id": "m2", "b": "x"})
+    monkeypatch.setenv("BRIDGE_REDIS_URL", redis_url)
+    monkeypatch.delenv("BRIDGE_CONFIG", raising=False)
+    out = tmp_path / "report"
+
+    # When ``bridge report --out DIR --json`` runs (in this process: it reuses the test session's Spark)
+    result = CliRunner().invoke(app, ["report", "--out", str(out), "--json", "--price", "ping=0.5"])
+
+    # Then one JSON object on stdout with the contract's keys, the live journal rolled into DIR/journal
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert {
+        key: summary["entities"]["orders"][key] for key in ("accepted", "delivered", "pending", "lost")
+    } == {
+        "accepted": 3,
+        "delivered": 1,
+        "pending": 1,
+        "lost": 1,
+    }
+    assert summary["entities"]["orders"]["lost_ids"] == ["m3"]
+    assert redis_client.xlen(keys.journal("orders")) == 0
+    assert list((out / "journal").rglob("*.parquet"))
+    assert (out / "report.html").is_file()
+    assert pq.read_table(out / "tables" / "reconciliation").num_rows == 1
+
+
+def test_report_refuses_an_unknown_price_kind_before_starting_spark(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BRIDGE_REDIS_URL", redis_url)
+
+    result = CliRunner().invoke(app, ["report", "--out", str(tmp_path), "--price", "sends=1"])
+
+    assert result.exit_code == 2
+    assert "unknown operation kind 'sends'" in result.output
+
+
+# ---- a standalone cluster on loopback ----------------------------------------------------------------------
+def _spark_class() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def _wait_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[str]:
+    """A Spark master and one worker (1 core, 1 GB) on loopback, from pyspark's own launcher."""
+    port = free_port()
+    env = dict(
+        os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path)
+    )
+    spark_class = str(_spark_class())
+    logs = [open(tmp_path / f"{name}.log", "wb") for name in ("master", "worker")]  # noqa: SIM115
+    master = subprocess.Popen(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", "0"],
+        env=env, stdout=logs[0], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    processes = [master]
+    try:
+        _wait_port(port)
+        worker = subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+             "127.0.0.1", "--webui-port", "0", "--cores", "1", "--memory", "1g", "--work-dir", str(tmp_path)],
+            env=env, stdout=logs[1], stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        processes.append(worker)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture
+def journal_folder(tmp_path: Path, redis_url: str) -> Path:
+    """The known-answers journal, rolled into a folder."""
+    from bridge.journal.roll import roll
+
+    store = JournalStore(sync_client(redis_url), JournalSettings())
+    store.append("orders", orders_events())
+    store.append("payments", payments_events())
+    folder = tmp_path / "journal"
+    assert roll(store, folder, chunk=10, lease_ttl=30).events == len(orders_events()) + len(payments_events())
+    return folder
+
+
+@pytest.mark.slow  # a master, a worker, an executor and a second driver JVM: 1-3 minutes on 2 cores
+def test_the_same_report_on_a_standalone_cluster(
+    spark: Any, standalone_cluster: str, journal_folder: Path, tmp_path: Path
+) -> None:
+    # Given the tables of local[2] (this process's session)
+    local = run_report(
+        spark, ReportInputs(journal=journal_folder, out=tmp_path / "local", prices=price_table())
+    )
+
+    # When the command runs the same job against the cluster (its own driver; executors on the worker)
+    env = dict(os.environ, JAVA_HOME=os.environ["JAVA_HOME"], SPARK_LOCAL_IP="127.0.0.1")
+    command = [
+        sys.executable, "-m", "bridge.cli.main", "report", "--offline", "--json",
+        "--journal", str(journal_folder), "--out", str(tmp_path / "cluster"), "--master", standalone_cluster,
+        "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    # Then it reports the same, and the cluster did the work
+    assert done.returncode == 0, done.stderr[-3000:]
+    remote = json.loads(done.stdout)
+    assert remote["master"] == standalone_cluster
+    for key in (*SUMMARY_KEYS, "entities", "cost"):
+        if key == "entities":
+            for name, record in local["entities"].items():
+                for field in (*SUMMARY_KEYS, "pending_backlog", "failover", "latency"):
+                    assert remote["entities"][name][field] == record[field], (name, field)
+        else:
+            assert remote[key] == local[key], key
+    for table in ("lost", "duplicates", "latency", "billing", "failover"):
+        assert _sorted_rows(tmp_path / "cluster" / "tables" / table) == _sorted_rows(
+            tmp_path / "local" / "tables" / table
+        ), table
+    executors = list((tmp_path).glob("app-*/*/stderr"))
+    assert executors, "no executor ran on the worker"
+
+
+def _sorted_rows(folder: Path) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in pq.read_table(folder).to_pylist())

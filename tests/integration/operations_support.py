@@ -1,0 +1,80 @@
+"""Helpers of the operations tests: scraping Prometheus endpoints and driving headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
+
+
+class Scrape:
+    """One Prometheus text exposition, parsed: samples by name, each a list of (labels, value)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                self.samples[sample.name].append((dict(sample.labels), sample.value))
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
+        return sum(
+            v for have, v in self.samples.get(name, []) if all(have.get(k) == w for k, w in labels.items())
+        )
+
+    def names(self) -> set[str]:
+        """Every sample name present."""
+        return set(self.samples)
+
+
+def scrape(url: str, headers: dict[str, str] | None = None) -> Scrape:
+    """GET ``url`` (a ``/metrics`` endpoint) and parse it."""
+    answer = httpx.get(url, headers=headers or {}, timeout=30)
+    answer.raise_for_status()
+    return Scrape(answer.text)
+
+
+def chromium_binary() -> str | None:
+    """Debian's ``chromium`` (installed by ``scripts/bootstrap``), if present."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(url: str, *, screenshot: Path | None = None, budget_ms: int = 6000) -> str:
+    """Load ``url`` in headless Chromium, let its scripts run ``budget_ms`` of virtual time; the DOM.
+
+    With ``screenshot``, a second run saves a PNG of the page there.
+    """
+    binary = chromium_binary()
+    assert binary is not None, "chromium is not installed (scripts/bootstrap installs it)"
+    with tempfile.TemporaryDirectory(prefix="bridge-chromium-") as profile:
+        base = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}"]
+        dom = subprocess.run(
+            [*base, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+        if screenshot is not None:
+            subprocess.run(
+                [*base, "--window-size=1600,900", f"--screenshot={screenshot}", url],
+                capture_output=True,
+                timeout=120,
+                check=True,
+            )
+    return dom

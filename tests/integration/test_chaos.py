@@ -1,0 +1,62 @@
+"""The short chaos run (``bench/chaos.py``) as a test: the whole stack under seeded faults, then the verdict.
+
+It runs the script as a subprocess, exactly as an operator would, and asserts its last line: nothing
+acknowledged was lost, nothing was handed twice, no key was reordered, TTL / schedule / properties arrived
+as sent, and the ledger (``bridge report --json``) agrees with the checker. About three minutes on 2 cores,
+a third of it the PySpark ledger.
+
+Marked ``slow`` (run it with ``pytest -m slow``): the first runs found an out-of-order session hand-off and
+a ledger short of handler calls after Redis faults on some seeds (README, "Chaos and soak"), so until those
+are fixed its verdict depends on where the faults fall, and the default suite must not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_a_short_chaos_run_loses_nothing_hands_nothing_twice_and_keeps_order(tmp_path: Path) -> None:
+    run_dir = tmp_path / "chaos"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.chaos",
+            "--duration",
+            "45",
+            "--seed",
+            "3",
+            "--hold",
+            "1.5",
+            "3",
+            "--json",
+            "--data-dir",
+            str(run_dir),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=460,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no verdict; stderr: {done.stderr[-3000:]}"
+    verdict = json.loads(lines[-1])
+    context = f"run folder {run_dir}; events:\n{done.stderr[-3000:]}\nverdict: {lines[-1][:3000]}"
+    assert verdict["acknowledged"] > 300, context
+    assert sum(verdict["faults"].values()) >= 4, context
+    assert verdict["lost"] == 0, context
+    assert verdict["handed_twice"] == 0, context
+    assert verdict["order_violations"] == 0, context
+    assert verdict["fidelity_ok"], context
+    assert verdict["ledger_agrees"], context
+    assert done.returncode == 0, context

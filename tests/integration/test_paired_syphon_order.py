@@ -1,0 +1,177 @@
+"""The syphon keeps order per destination and is not blocked by a failed-over entity (issue 10, case 7).
+
+In-process syphon runs (``BacklogSyphon``) against a real Redis and two real local namespaces, through the
+real SDK. One fault is injected by wrapping the real call at the pool's seam: a deferral that fails for
+one message (as a lost lock or a dropped link makes it fail), so its successor could overtake it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bridge.core.paired import MarkAvailable
+from bridge.delivery.context import DeliveryContext
+from bridge.embedded.stack import LocalStack
+from bridge.errors import NamespaceOutageError
+from bridge.paired.syphon import BacklogSyphon
+from bridge.paired.syphon_run import run_syphon
+from bridge.settings import Settings
+from bridge.state.aside import AsideStore
+from tests.integration.order_checker import check, drain
+from tests.integration.paired_support import (
+    create_backlog_queues,
+    create_entities,
+    envelope,
+    fill_backlog,
+    mark_failed_over,
+    namespace_settings,
+    stack_pool,
+)
+from tests.integration.worker_support import count_in
+
+pytestmark = pytest.mark.timeout(120)
+
+ENTITIES = {"down": {"replication": "paired"}, "up": {"replication": "paired"}}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One Redis and two namespaces for the module; each test starts from empty Redis and queues."""
+    with LocalStack(Path(tmp_path_factory.mktemp("syphon-order")), entities=ENTITIES) as local:
+        create_entities(local.primary, queues=["down", "up"])
+        create_backlog_queues(local, count=1)
+        yield local
+
+
+@pytest.fixture
+def ctx(stack: LocalStack) -> Iterator[DeliveryContext]:
+    """A delivery context of this process: batches of 5, 1 s polls, 1 s pings."""
+    client = redis.Redis.from_url(stack.redis.url)
+    client.flushall()
+    client.close()
+    settings = Settings.model_validate(
+        {
+            "redis_url": stack.redis.url,
+            "primary": namespace_settings(stack.primary),
+            "secondary": namespace_settings(stack.secondary),
+            "entities": ENTITIES,
+            "retry": {"attempt_deadline": 3, "retry_total": 0},
+            "paired": {
+                "backlog_queue_count": 1,
+                "syphon_batch_size": 5,
+                "syphon_receive_wait": 1,
+                "ping_primary_interval": 1,
+                "syphon_retry_interval": 0.2,
+            },
+        }
+    )
+    context = DeliveryContext.build(settings)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def syphon(ctx: DeliveryContext, queue: str, seconds: float) -> Any:
+    """One syphon run of ``queue`` for ``seconds``."""
+    return BacklogSyphon(ctx, queue, lambda: True).run(ctx.clock() + seconds)
+
+
+def test_a_failed_over_entity_at_the_head_of_the_backlog_blocks_nobody(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    (queue,) = create_backlog_queues(stack, count=1)
+    # Given a backlog queue whose first 7 messages (more than a batch of 5) belong to a failed-over entity,
+    # and 5 messages of a healthy entity behind them
+    down = [envelope("down", i, session_id="d") for i in range(7)]
+    up = [envelope("up", i, session_id="u") for i in range(5)]
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down + up)
+    mark_failed_over(stack, "down")
+    # When the syphon runs while "down" is still failed over
+    report = syphon(ctx, queue, 4)
+    # Then the healthy entity's messages reached the primary, in order
+    got_up = drain(stack.primary, "up", expected=5, timeout=10)
+    assert check({"u": [e.message_id for e in up]}, {"primary": got_up}).out_of_sequence == 0
+    assert sorted(str(m.message_id) for m in got_up) == sorted(e.message_id for e in up)
+    # And the failed-over entity's messages were received once each and set aside, not polled again and again
+    assert report.received == 12, report
+    assert report.set_aside == 7
+    assert AsideStore(ctx.redis).counts(queue) == {"down": 7}
+    assert count_in(stack.primary, "down") == 0
+    # When "down" is available again, its messages follow, in order, and the backlog ends empty
+    ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
+    syphon(ctx, queue, 3)
+    got_down = drain(stack.primary, "down", expected=7, timeout=10)
+    result = check({"d": [e.message_id for e in down]}, {"primary": got_down})
+    assert result.out_of_sequence == 0 and not result.missing, result
+    assert count_in(stack.secondary, queue) == 0
+    assert AsideStore(ctx.redis).counts(queue) == {}
+
+
+def test_a_settlement_that_fails_for_one_message_does_not_let_the_next_overtake_it(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    (queue,) = create_backlog_queues(stack, count=1)
+    # Given three messages of a failed-over entity, and a secondary that fails to settle the first of them
+    # once (the way a dropped link does: the message stays locked until its lock expires)
+    down = [envelope("down", i, session_id="d") for i in range(3)]
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down)
+    mark_failed_over(stack, "down")
+    failed: list[str] = []
+    pool = ctx.pool
+    real_defer, real_abandon = pool.defer, pool.abandon
+
+    def flaky(real: Any) -> Any:
+        def settle(role: Any, path: str, message: Any) -> None:
+            if not failed and str(message.message_id) == down[0].message_id:
+                failed.append(str(message.message_id))
+                raise NamespaceOutageError("secondary settle: link detached (injected)", namespace=role)
+            real(role, path, message)
+
+        return settle
+
+    pool.defer = flaky(real_defer)  # type: ignore[method-assign]
+    pool.abandon = flaky(real_abandon)  # type: ignore[method-assign]
+    syphon(ctx, queue, 2)
+    assert failed == [down[0].message_id]
+    # When the entity is available again at once, while the first message is still locked
+    ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and count_in(stack.secondary, queue):
+        syphon(ctx, queue, 2)
+    # Then the messages reach the primary in their order, the first one included
+    got = drain(stack.primary, "down", expected=3, timeout=10)
+    result = check({"d": [e.message_id for e in down]}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing, result
+    assert count_in(stack.secondary, queue) == 0
+
+
+def test_a_lowered_backlog_queue_count_still_empties_the_retired_queues(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    # Given backlog queue /1, in use while the count was 2, still holding messages; the count is now 1
+    namespace = ctx.settings.primary.namespace_name  # type: ignore[union-attr]
+    (_, retired) = create_backlog_queues(stack, count=2)
+    ctx.paired.register_backlog(namespace, [0, 1])
+    up = [envelope("up", i, session_id="u") for i in range(4)]
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, retired, up)
+    # When the syphon runs with the lowered count
+    report = run_syphon(ctx, budget=3)
+    # Then it read the retired queue too and moved its messages, in order
+    assert retired in [q.queue for q in report.queues], report.summary()
+    got = drain(stack.primary, "up", expected=4, timeout=10)
+    result = check({"u": [e.message_id for e in up]}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing, result
+    # And once it finds the retired queue empty it stops reading it
+    run_syphon(ctx, budget=2)
+    assert ctx.paired.backlog_indexes(namespace) == {0}
+    assert [q.queue for q in run_syphon(ctx, budget=1).queues] == [create_backlog_queues(stack, count=1)[0]]

@@ -1,0 +1,89 @@
+"""The receivers' shared MessageId window in real Redis (``DedupWindow``): claims, done marks, in-flight
+marks that expire, the bound, and its memory per id."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+
+from bridge.core.receiving import Claim
+from bridge.receiving.keys import ReceiverKeys
+from bridge.receiving.window import DedupWindow
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def window(client: redis.Redis, owner: str, **options: float) -> DedupWindow:
+    settings = {"window": 600.0, "max_remembered": 1000, "inflight_ttl": 30.0, **options}
+    return DedupWindow(
+        client,
+        ReceiverKeys("orders"),
+        owner=owner,
+        window=settings["window"],
+        max_remembered=int(settings["max_remembered"]),
+        inflight_ttl=settings["inflight_ttl"],
+    )
+
+
+def test_one_claim_per_id_while_in_flight_then_duplicate_once_done(redis_client: redis.Redis) -> None:
+    a, b = window(redis_client, "a"), window(redis_client, "b")
+    assert a.claim(["m1", "m2", "m1"]) == [Claim.HANDLE, Claim.HANDLE, Claim.BUSY]
+    assert b.claim(["m1", "m3"]) == [Claim.BUSY, Claim.HANDLE]
+    a.done(["m1"])
+    assert b.claim(["m1"]) == [Claim.DUPLICATE] and b.is_done("m1") and not b.in_flight("m1")
+    # A failed handler drops its mark: the next copy is handed (a retry), not suppressed
+    a.release(["m2"])
+    assert b.claim(["m2"]) == [Claim.HANDLE]
+    # Only the owner's marks are dropped or extended
+    a.release(["m3"])
+    assert a.claim(["m3"]) == [Claim.BUSY]
+    assert a.renew(["m3"]) == 0 and b.renew(["m3"]) == 1
+
+
+def test_a_crashed_owners_in_flight_mark_expires_and_the_id_can_be_handled(redis_client: redis.Redis) -> None:
+    crashed, other = window(redis_client, "crashed", inflight_ttl=0.3), window(redis_client, "other")
+    assert crashed.claim(["m"]) == [Claim.HANDLE]
+    assert other.claim(["m"]) == [Claim.BUSY]
+    time.sleep(0.4)
+    assert other.claim(["m"]) == [Claim.HANDLE]
+    # The crashed owner's late done mark still counts, but it does not delete the new owner's mark
+    crashed.done(["m"])
+    assert other.in_flight("m") and other.is_done("m")
+
+
+def test_done_marks_expire_after_the_window(redis_client: redis.Redis) -> None:
+    short = window(redis_client, "a", window=0.3)
+    assert short.claim(["m"]) == [Claim.HANDLE]
+    short.done(["m"])
+    assert short.claim(["m"]) == [Claim.DUPLICATE]
+    time.sleep(0.4)
+    assert not short.is_done("m")
+    assert short.claim(["m"]) == [Claim.HANDLE]
+    assert short.remembered() == 0  # the claim removed the expired id
+
+
+def test_a_full_window_refuses_claims_rather_than_forgetting_ids(redis_client: redis.Redis) -> None:
+    bounded = window(redis_client, "a", window=0.5, max_remembered=3)
+    assert bounded.claim(["a", "b", "c", "d"]) == [Claim.HANDLE] * 3 + [Claim.FULL]
+    bounded.done(["a", "b", "c"])
+    # Full: nothing new is claimed, and every remembered id is still recognised
+    assert bounded.claim(["d", "a"]) == [Claim.FULL, Claim.DUPLICATE]
+    time.sleep(0.6)
+    # Once the ids expire there is room again
+    assert bounded.claim(["d"]) == [Claim.HANDLE]
+
+
+def test_memory_per_remembered_id_is_about_a_sorted_set_member(redis_client: redis.Redis) -> None:
+    ids = [uuid.uuid4().hex for _ in range(5000)]
+    big = window(redis_client, "a", max_remembered=10**6)
+    for start in range(0, len(ids), 500):
+        big.claim(ids[start : start + 500])
+        big.done(ids[start : start + 500])
+    per_id = int(redis_client.memory_usage(ReceiverKeys("orders").done, samples=0) or 0) / len(ids)
+    # README "Receiving" documents ~136 bytes for 32-hex-digit ids (bench.receiver measures it)
+    assert 60 < per_id < 200, per_id
+    assert big.remembered() == len(ids)
+    assert redis_client.pttl(ReceiverKeys("orders").done) > 0  # the window key itself expires when unused

@@ -1,0 +1,87 @@
+"""``bridge up``: the stack starts, carries a message from ingress to receiver, and Ctrl-C stops it all."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bridge.embedded.stack import wait_until
+from tests.integration.operations_support import scrape
+
+
+def _processes_using(path: Path) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli.main", "up", "--data-dir", str(tmp_path), "--concurrency", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")},
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        out = "".join(lines)
+        url = re.search(r"^ingress\s+(http://\S+)", out, re.M)
+        env_file = re.search(r"^settings\s+(\S+)", out, re.M)
+        metrics = dict(
+            (name, link) for link, name in re.findall(r"^metrics\s+(http://\S+)\s+\((\S+)\)", out, re.M)
+        )
+        assert url and env_file, out
+        assert {"worker", "beat", "beat-2", "ingress", "orders"} <= set(metrics), out
+        settings = Path(env_file.group(1))
+        assert settings.stat().st_mode & 0o777 == 0o600
+        assert "BRIDGE_REDIS_URL=" in settings.read_text()
+
+        # Given the running stack, when a message is posted, then the receiver of the entity hands it over.
+        answer = httpx.post(f"{url.group(1)}/v1/entities/orders/messages", json={"body": "up"}, timeout=10)
+        assert answer.status_code == 202
+        message_id = answer.json()["message_id"]
+        receiver_log = tmp_path / "receive-orders.log"
+        wait_until(
+            lambda: receiver_log.exists() and message_id in receiver_log.read_text(), 60, 0.5, "received"
+        )
+        assert httpx.get(f"{url.group(1)}/status", timeout=10).status_code == 200
+        worker = scrape(metrics["worker"])
+        assert worker.value("bridge_send_messages_total", entity="orders", result="accepted") == 1
+        receiver = scrape(metrics["orders"])
+        assert receiver.value("bridge_receiver_messages_total", entity="orders", counter="handled") == 1
+
+        # When Ctrl-C: everything stops, exit status 0.
+        proc.send_signal(signal.SIGINT)
+        remaining, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0, remaining
+        assert "stopped" in remaining
+        assert _processes_using(tmp_path) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

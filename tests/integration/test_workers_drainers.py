@@ -1,0 +1,292 @@
+"""Event-driven drainers (issue 9): shards are read as soon as entries arrive, by one reader at a time.
+
+Real parts throughout: a ``bridge worker`` process with no beat (so no sweep ever runs), drain services and
+drain runs in this process against the session's private Redis and the shared local namespace, fenced
+scripts checked against a lease that really passed to another holder.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from bridge.delivery.context import DeliveryContext
+from bridge.delivery.drainer import ShardDrainer
+from bridge.delivery.service import DrainService
+from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.stack import wait_until
+from bridge.errors import LeaseLostError
+from bridge.outbox import keys as outbox_keys
+from bridge.producer import Producer
+from bridge.settings import Settings
+from bridge.state import keys as state_keys
+from tests.integration.paired_support import namespace_settings
+from tests.integration.worker_support import make_stack, producer, receive_all
+
+__all__ = ["make_stack"]
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _settings(redis_url: str, ns: LocalNamespace, entity: str, shards: int, lease_ttl: float = 5) -> Settings:
+    return Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(ns),
+            "entities": {entity: {"outbox_shards": shards, "replication": "none"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+            "workers": {"lease_ttl": lease_ttl},
+        }
+    )
+
+
+@pytest.fixture
+def contexts() -> Iterator[list[DeliveryContext]]:
+    """Delivery contexts built by a test (each one a separate "process": its own identity); closed after."""
+    built: list[DeliveryContext] = []
+    yield built
+    for ctx in built:
+        ctx.close()
+
+
+def _context(built: list[DeliveryContext], settings: Settings, identity: str) -> DeliveryContext:
+    ctx = DeliveryContext.build(settings)
+    ctx.identity = identity
+    built.append(ctx)
+    return ctx
+
+
+def _consumers(client: redis.Redis, entity: str, shard: int) -> dict[str, int]:
+    infos = client.xinfo_consumers(outbox_keys.outbox(entity, shard), outbox_keys.SENDERS_GROUP)
+    return {info["name"].decode(): int(info["pending"]) for info in infos}
+
+
+def _pending(client: redis.Redis, entity: str) -> int:
+    try:
+        return int(client.xpending(outbox_keys.outbox(entity, 0), outbox_keys.SENDERS_GROUP)["pending"])
+    except redis.ResponseError:  # no group yet
+        return 0
+
+
+def test_a_message_written_while_the_system_is_idle_is_sent_without_any_sweep(make_stack: Any) -> None:
+    # Given a worker and no beat: no sweep, no drain task is ever queued
+    stack = make_stack({"orders": {"outbox_shards": 2}})
+    stack.start_worker()
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        # (the worker's drainers own both shards once they are up)
+        wait_until(
+            lambda: all(client.exists(state_keys.shard_lease("orders", s)) for s in (0, 1)),
+            30,
+            what="both shards owned",
+        )
+        time.sleep(1.0)  # idle: whatever the drainers do while nothing comes in, they are waiting now
+        # When one message is written
+        with producer(stack) as p:
+            message_id = p.send("orders", b"hello", partition_key="k")
+        # Then it reaches the namespace, and the outbox is empty again
+        assert [m.message_id for m in receive_all(stack.primary, "orders", 1, timeout=20)] == [message_id]
+        wait_until(lambda: int(client.hget(outbox_keys.stats("orders"), "messages") or 0) == 0, 10)
+        assert client.llen("bridge") == 0  # nothing went through the Celery queue
+    finally:
+        client.close()
+
+
+def test_one_reader_per_shard_while_drainers_and_drain_runs_compete(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, shards=2)
+    client = redis.Redis.from_url(redis_url)
+    stop = threading.Event()
+    overlaps: list[dict[str, int]] = []
+    samples = [0]
+
+    def watch() -> None:
+        # At any instant at most one consumer of a shard may have entries in flight (pending).
+        while not stop.is_set():
+            for shard in (0, 1):
+                try:
+                    busy = {n: p for n, p in _consumers(client, entity, shard).items() if p}
+                except redis.ResponseError:  # the group does not exist yet
+                    continue
+                samples[0] += 1
+                if len(busy) > 1:
+                    overlaps.append(busy)
+            time.sleep(0.001)
+
+    def compete(index: int) -> None:
+        # The sweeper's fallback path, triggered again and again: a bounded drain run of each shard.
+        ctx = _context(contexts, settings, f"runner-{index}")
+        while not stop.is_set():
+            for shard in (0, 1):
+                ShardDrainer(ctx, entity, shard).run(budget=0.3, idle_reads=1, block_ms=20)
+
+    services = [
+        DrainService(_context(contexts, settings, f"service-{i}"), tick=0.1, block_ms=200).start()
+        for i in range(2)
+    ]
+    threads = [threading.Thread(target=watch)] + [
+        threading.Thread(target=compete, args=(i,)) for i in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    late: DrainService | None = None
+    sent: dict[str, list[int]] = defaultdict(list)
+    try:
+        with Producer(settings=settings) as p:
+            for burst in range(20):
+                if burst == 5:  # a third drainer joins: shards are handed over while traffic flows
+                    late = DrainService(_context(contexts, settings, "service-late"), tick=0.1).start()
+                if burst == 14 and late is not None:
+                    late.stop()
+                for n in range(20):
+                    key = f"k{n % 6}"
+                    i = burst * 20 + n
+                    p.send(entity, f"m{i}".encode(), partition_key=key, application_properties={"i": i})
+                    sent[key].append(i)
+                time.sleep(0.05)
+        got = receive_all(shared_namespace, entity, 400, timeout=60)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        for service in services:
+            service.stop()
+        if late is not None:
+            late.stop()
+        client.close()
+    # Then every message arrived once, in order per key, and no shard ever had two readers at once
+    assert sorted(m.application_properties[b"i"] for m in got) == list(range(400))
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for m in got:
+        by_key[m.partition_key].append(m.application_properties[b"i"])
+    assert by_key == sent
+    assert {zlib.crc32(k.encode()) % 2 for k in sent} == {0, 1}  # both shards carried traffic
+    assert samples[0] > 100
+    assert overlaps == []
+
+
+def test_the_consumer_group_stays_small_over_a_thousand_drains(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, shards=1)
+    # Every drain comes from a different "process" (consumer name), as after 1,000 worker restarts
+    ctx = _context(contexts, settings, "drainer")
+    client = redis.Redis.from_url(redis_url)
+    ids: list[str] = []
+    largest = 0
+    try:
+        with Producer(settings=settings) as p:
+            for run in range(1000):
+                if run % 50 == 0:
+                    ids.append(p.send(entity, f"m{run}".encode()))
+                if run % 100 == 7:
+                    # a drainer that read and died: its entry stays pending under its own name
+                    ids.append(p.send(entity, f"crash{run}".encode()))
+                    assert ctx.reader.read_shard(entity, 0, f"crashed-{run}", count=10)
+                report = ShardDrainer(ctx, entity, 0, consumer=f"process-{run}").run(
+                    budget=5, idle_reads=1, block_ms=1
+                )
+                assert not report.busy
+                largest = max(largest, len(_consumers(client, entity, 0)))
+        consumers = _consumers(client, entity, 0)
+    finally:
+        client.close()
+    # Then everything was delivered and at most the last drainer (or a crashed one, until the next drain
+    # claims its entries) is left in the group
+    got = receive_all(shared_namespace, entity, len(ids), timeout=30)
+    assert sorted(m.message_id for m in got) == sorted(ids)
+    assert largest <= 2
+    assert consumers == {}
+
+
+def test_a_drain_whose_lease_was_taken_over_cannot_read_ack_move_clear_or_back_off(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, shards=1)
+    ctx = _context(contexts, settings, "both")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with Producer(settings=settings) as p:
+            ids = [p.send(entity, f"m{i}".encode()) for i in range(3)]
+        # Given drainer A read the shard under its lease ...
+        first, second = (ShardDrainer(ctx, entity, 0, consumer=c) for c in ("a", "b"))
+        assert ctx.leases.acquire(entity, 0, first.token, 60_000)
+        ctx.reader.ensure_groups(entity)
+        entries = ctx.reader.read_fenced(entity, 0, "a", first.fence, 10).entries
+        assert [e.envelope.message_id for e in entries if e.envelope] == ids
+        # ... and its lease expired and B took the shard and set a backoff
+        client.delete(state_keys.shard_lease(entity, 0))
+        assert ctx.leases.acquire(entity, 0, second.token, 60_000)
+        ctx.retry.schedule(entity, 0, 2e9, fence=second.fence)
+        # When A goes on as if it still held the shard, every write is refused and changes nothing
+        entry_ids = [e.entry_id for e in entries]
+        with pytest.raises(LeaseLostError):
+            ctx.reader.ack(entity, 0, entry_ids, fence=first.fence)
+        with pytest.raises(LeaseLostError):
+            ctx.reader.move(entries[0], to="deadletter", code="x", reason="y", now=1.0, fence=first.fence)
+        with pytest.raises(LeaseLostError):
+            ctx.retry.clear(entity, 0, fence=first.fence)
+        with pytest.raises(LeaseLostError):
+            ctx.retry.schedule(entity, 0, 1.0, fence=first.fence)
+        with pytest.raises(LeaseLostError):
+            ctx.reader.read_fenced(entity, 0, "a", first.fence, 10)
+        with pytest.raises(LeaseLostError):
+            ctx.reader.claim_fenced(entity, 0, "a", first.fence)
+        assert client.xlen(outbox_keys.outbox(entity, 0)) == 3
+        assert client.xlen(outbox_keys.deadletter(entity)) == 0
+        assert (ctx.retry.not_before(entity, 0), ctx.retry.attempts(entity, 0)) == (2e9, 1)
+        # And B, the holder, claims A's pending entries and can acknowledge them
+        claimed = ctx.reader.claim_fenced(entity, 0, "b", second.fence, prune=True)
+        assert [e.entry_id for e in claimed] == entry_ids
+        assert ctx.reader.ack(entity, 0, entry_ids, fence=second.fence)[0] == 3
+        ctx.retry.clear(entity, 0, fence=second.fence)
+        assert ctx.retry.not_before(entity, 0) is None
+        assert _consumers(client, entity, 0) == {"b": 0}
+    finally:
+        client.close()
+
+
+def test_a_drain_that_loses_its_lease_during_a_send_leaves_the_entries_and_the_new_backoff(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, shards=1, lease_ttl=30)
+    ctx = _context(contexts, settings, "slow")
+    client = redis.Redis.from_url(redis_url)
+    shared_namespace.control.stall(delay=2.0, entity=entity)
+    try:
+        with Producer(settings=settings) as p:
+            for i in range(5):
+                p.send(entity, f"m{i}".encode())
+        # Given a drain whose send the namespace holds for 2 s
+        drainer = ShardDrainer(ctx, entity, 0)
+        result: list[Any] = []
+        thread = threading.Thread(target=lambda: result.append(drainer.run(budget=20)))
+        thread.start()
+        wait_until(lambda: _pending(client, entity) == 5, 10, what="a batch in flight")
+        # When its lease passes to another holder mid-send, who backs the shard off
+        client.delete(state_keys.shard_lease(entity, 0))
+        intruder = ShardDrainer(ctx, entity, 0, consumer="intruder")
+        assert ctx.leases.acquire(entity, 0, intruder.token, 60_000)
+        ctx.retry.schedule(entity, 0, 2e9, fence=intruder.fence)
+        thread.join(30)
+        # Then the drain stopped without acknowledging anything or touching the new holder's backoff
+        (report,) = result
+        assert "lease lost" in report.notes and report.sent == 0
+        assert client.xlen(outbox_keys.outbox(entity, 0)) == 5
+        assert (ctx.retry.not_before(entity, 0), ctx.retry.attempts(entity, 0)) == (2e9, 1)
+        assert client.get(state_keys.shard_lease(entity, 0)) == intruder.token.encode()
+    finally:
+        shared_namespace.control.restore(entity=entity)
+        client.close()

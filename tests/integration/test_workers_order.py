@@ -1,0 +1,139 @@
+"""Order per key end to end, counted by the order checker (issue 10): the Redis door under backpressure,
+a change of ``outbox_shards`` under traffic, entities the settings do not name, and active replication
+with ``success_policy = "all"`` remembering where every entry landed.
+
+Real processes: redis-server, two local namespaces, ``bridge worker`` and ``bridge beat``; faults are the
+namespaces' fault control and ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from bridge.embedded.stack import LocalStack, wait_until
+from bridge.outbox import keys
+from bridge.outbox.layout import LayoutStore
+from bridge.redis.connection import sync_client
+from tests.integration.order_checker import check_namespaces
+from tests.integration.paired_support import cost
+from tests.integration.worker_support import make_stack, outbox_depth, producer
+
+__all__ = ["make_stack"]
+pytestmark = pytest.mark.timeout(240)
+
+
+def _client(stack: LocalStack) -> redis.Redis:
+    return redis.Redis.from_url(stack.redis.url)
+
+
+def test_redis_door_under_backpressure_keeps_every_key_in_order(make_stack: Any) -> None:
+    entities = {"tiny": {"replication": "none", "max_pending_messages": 150}}
+    stack = make_stack(entities, settings={"BRIDGE_WORKERS__DISCOVER_INTERVAL": "1"})
+    # A primary that settles each send 0.2 s late keeps the outbox near its bound of 150
+    stack.primary.control.stall(delay=0.2)
+    stack.start_worker()
+    stack.start_beat()
+    client = _client(stack)
+    sent: dict[str, list[str]] = {f"k{k}": [] for k in range(8)}
+    try:
+        # Given applications XADDing 600 entries in bursts, faster than the primary takes them
+        for burst in range(6):
+            pipe = client.pipeline(transaction=False)
+            for i in range(100):
+                key = f"k{i % 8}"
+                message_id = f"{key}-{burst}-{i}-{uuid.uuid4().hex[:6]}"
+                sent[key].append(message_id)
+                pipe.xadd(
+                    keys.ingress("tiny"), {"body": message_id, "message_id": message_id, "partition_key": key}
+                )
+            pipe.execute()
+            time.sleep(0.3)
+        # And an entity nobody configured, written the same way
+        client.xadd(keys.ingress("invoices"), {"body": "inv-1", "message_id": "inv-1"})
+        # Then the door met backpressure (entries waited in the stream) ...
+        wait_until(lambda: client.xlen(keys.ingress("tiny")) == 0, 90, what="the door emptying its stream")
+    finally:
+        client.close()
+    stack.primary.control.restore()
+    # ... and every key's messages reached the primary in the order they were written
+    report = check_namespaces(sent, {"primary": stack.primary}, "tiny", timeout=60)
+    assert report.out_of_sequence == 0 and not report.missing, report
+    # And the unlisted entity's entry was found and delivered (default: passive, to the primary)
+    unlisted = check_namespaces({"inv": ["inv-1"]}, {"primary": stack.primary}, "invoices", timeout=30)
+    assert not unlisted.missing, unlisted
+
+
+def _shards(layouts: LayoutStore) -> int:
+    layout = layouts.get("orders")
+    return 0 if layout is None else layout.shards
+
+
+def _entities(shards: int) -> str:
+    return json.dumps({"orders": {"replication": "none", "outbox_shards": shards}})
+
+
+def test_changing_outbox_shards_under_traffic_keeps_order_and_strands_nothing(make_stack: Any) -> None:
+    stack = make_stack({"orders": {"replication": "none", "outbox_shards": 1}})
+    stack.start_beat()
+    worker = stack.start_worker("worker-1")
+    sessions = [f"s{k}" for k in range(20)]
+    sent: dict[str, list[str]] = {k: [] for k in sessions}
+
+    def produce(p: Any, phase: str, rounds: int = 5) -> None:
+        for i in range(rounds):
+            for k in sessions:
+                sent[k].append(p.send("orders", f"{phase}{i}".encode(), partition_key=k))
+
+    layouts = LayoutStore(sync_client(stack.redis.url))
+    with producer(stack) as p:  # its settings keep saying 1 shard all along: Redis's layout wins
+        produce(p, "a")
+        # Given a primary outage: the outbox holds everything
+        stack.primary.control.outage()
+        produce(p, "b")
+        # When the workers are redeployed with 4 shards under traffic
+        worker.kill()
+        worker = stack.start_worker("worker-4", BRIDGE_ENTITIES=_entities(4))
+        wait_until(lambda: _shards(layouts) == 4, 30, what="the change to 4 shards")
+        produce(p, "c")
+        # And again with 2 while the first change has not drained (it waits for it)
+        worker.kill()
+        worker = stack.start_worker("worker-2", BRIDGE_ENTITIES=_entities(2))
+        produce(p, "d")
+        # When the primary comes back
+        stack.primary.control.restore()
+        produce(p, "e")
+        wait_until(lambda: _shards(layouts) == 2, 60, what="the change to 2 shards")
+        produce(p, "f")
+    wait_until(lambda: outbox_depth(stack, "orders") == 0, 60, what="an empty outbox")
+    # Then nothing was stranded in a shard beyond the count and every key kept its order
+    report = check_namespaces(sent, {"primary": stack.primary}, "orders", timeout=60)
+    assert report.out_of_sequence == 0 and not report.missing, report
+    layout = layouts.get("orders")
+    assert layout is not None and layout.shards == 2 and not layout.migrating
+
+
+def test_active_all_remembers_where_every_entry_of_a_batch_landed(make_stack: Any) -> None:
+    stack = make_stack({"audit": {"replication": "active", "success_policy": "all"}})
+    stack.start_worker()
+    stack.start_beat()
+    # Given the secondary down: every entry of a batch lands on the primary only and must be retried
+    stack.secondary.control.outage()
+    with producer(stack) as p:
+        ids = p.send_batch("audit", [f"m{i}".encode() for i in range(10)])
+    wait_until(lambda: cost(stack, "audit").primary_sends >= 10, 30, what="the primary accepting the batch")
+    time.sleep(3)  # several retries of the batch while the secondary stays down
+    # When the secondary comes back
+    stack.secondary.control.restore()
+    wait_until(lambda: outbox_depth(stack, "audit") == 0, 30, what="an empty outbox")
+    # Then every entry went to each namespace exactly once: the retries went to the secondary only
+    assert cost(stack, "audit").primary_sends == 10
+    assert cost(stack, "audit").backup_sends == 10
+    for ns in (stack.primary, stack.secondary):
+        report = check_namespaces({"all": ids}, {"ns": ns}, "audit", timeout=30)
+        assert not report.missing and report.duplicates == 0, report

@@ -1,0 +1,164 @@
+"""``docker/``: no container engine runs here, so the files are checked against the code they start.
+
+Every service's command must be a ``bridge`` command with options that command has, every ``BRIDGE_*``
+name a settings field, every published or exposed port one the process listens on; and the services are
+the processes ``bridge up`` starts (two namespaces, ingress, worker, two beats, a receiver).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import typer.main
+import yaml
+from pydantic import BaseModel
+
+from bridge.cli.main import app
+from bridge.embedded import up
+from bridge.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker" / "compose.yaml"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+NOT_SETTINGS = {"BRIDGE_EMULATOR_KEY"}  # read by `bridge emulator` itself (the namespace's own key)
+PASS_THROUGH = {"worker", "beat"}  # Celery's own flags are passed on unchanged
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def cli() -> Any:
+    """The click group typer builds (typer ships its own click: checked by duck typing)."""
+    return typer.main.get_command(app)
+
+
+def bridge_services() -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in compose()["services"].items()
+        if str(service.get("image", "")).startswith("servicebus-bridge")
+    }
+
+
+def settings_name_exists(env_name: str) -> bool:
+    """True when ``BRIDGE_A__B`` names the settings field ``a.b`` (any key below a dict field)."""
+    parts = env_name.removeprefix("BRIDGE_").lower().split("__")
+    model: Any = Settings
+    for index, part in enumerate(parts):
+        fields = model.model_fields
+        if part not in fields:
+            return False
+        annotation = fields[part].annotation
+        nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)]
+        models = [a for a in nested if issubclass(a, BaseModel)]
+        if index == len(parts) - 1:
+            return True
+        if getattr(annotation, "__origin__", None) is dict:
+            return True
+        if not models:
+            return False
+        model = models[0]
+    return True
+
+
+def test_the_settings_walk_can_say_no() -> None:
+    assert settings_name_exists("BRIDGE_PRIMARY__CONNECTION_STRING")
+    assert settings_name_exists("BRIDGE_ENTITIES")
+    assert not settings_name_exists("BRIDGE_PRIMARY__CONNECTION_STRNG")
+    assert not settings_name_exists("BRIDGE_METRICS_PROT")
+
+
+def test_every_command_and_option_exists() -> None:
+    commands = cli().commands
+    for name, service in bridge_services().items():
+        command = service["command"]
+        assert command[0] in commands, f"{name}: bridge {command[0]} does not exist"
+        if command[0] in PASS_THROUGH:
+            continue
+        params = commands[command[0]].params
+        options = {opt for p in params for opt in (*p.opts, *p.secondary_opts)}
+        for token in command[1:]:
+            if token.startswith("--"):
+                assert token in options, f"{name}: bridge {command[0]} has no option {token}"
+        arguments = [p for p in params if p.param_type_name == "argument"]
+        positional = [
+            t
+            for i, t in enumerate(command[1:])
+            if not t.startswith("-")
+            and not (i > 0 and command[i].startswith("--") and _takes_value(params, command[i]))
+        ]
+        assert len(positional) <= len(arguments), f"{name}: too many arguments {positional}"
+
+
+def _takes_value(params: list[Any], option: str) -> bool:
+    for param in params:
+        if option in param.opts:
+            return not (param.param_type_name == "option" and param.is_flag)
+    return False
+
+
+def test_every_environment_name_is_a_setting() -> None:
+    for name, service in compose()["services"].items():
+        for env_name in service.get("environment", {}):
+            if env_name.startswith("BRIDGE_") and env_name not in NOT_SETTINGS:
+                assert settings_name_exists(env_name), f"{name}: {env_name} is not a setting"
+
+
+def _option(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+def test_every_port_is_one_the_process_listens_on() -> None:
+    checked = 0
+    for name, service in bridge_services().items():
+        command, env = service["command"], service.get("environment", {})
+        listening = {_option(command, "--port"), env.get("BRIDGE_METRICS_PORT")} - {None}
+        for published in service.get("ports", []):
+            container_port = str(published).rsplit(":", 1)[-1]
+            assert container_port in listening, f"{name}: publishes {container_port}, listens on {listening}"
+            checked += 1
+        for exposed in service.get("expose", []):
+            assert str(exposed) in listening, f"{name}: exposes {exposed}, listens on {listening}"
+            checked += 1
+        if command[0] in ("serve", "emulator"):
+            assert _option(command, "--host") == "0.0.0.0", f"{name}: must listen beyond its loopback"
+        if "BRIDGE_METRICS_PORT" in env:
+            assert env.get("BRIDGE_METRICS_HOST") == "0.0.0.0", f"{name}: metrics only on its loopback"
+    assert checked >= 5
+
+
+def test_the_services_are_the_processes_of_bridge_up() -> None:
+    services = compose()["services"]
+    commands = Counter(
+        s["command"][0]
+        for s in services.values()
+        if "command" in s and s.get("image", "").startswith("servicebus-bridge")
+    )
+    # bridge up: two namespaces, ingress, a worker, two beats, receivers; plus its private redis-server.
+    assert commands["emulator"] == 2
+    assert commands["serve"] == 1
+    assert commands["worker"] >= 1
+    assert commands["beat"] == 2
+    assert commands["receive"] >= 1
+    assert any(str(s.get("image", "")).startswith("redis") for s in services.values())
+    redis_command = next(
+        s["command"] for s in services.values() if str(s.get("image", "")).startswith("redis")
+    )
+    assert redis_command[redis_command.index("--appendonly") + 1] == "yes"
+    handler = _option(services["receiver"]["command"], "--handler")
+    assert handler == up.RECEIVER_HANDLER
+
+
+def test_the_dockerfile_builds_what_the_compose_file_runs() -> None:
+    text = DOCKERFILE.read_text()
+    for package in ("bridge", "workers", "tasks"):
+        assert re.search(rf"^COPY {package} \./{package}$", text, re.M), package
+    assert 'ENTRYPOINT ["bridge"]' in text
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.M))
+    targets = {s["build"]["target"] for s in compose()["services"].values() if "build" in s}
+    assert targets <= stages

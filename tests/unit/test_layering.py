@@ -1,0 +1,196 @@
+"""The import graph of ``bridge``, ``workers`` and ``tasks``: no cycles, and the layers import downwards only.
+
+Read from the source (``ast``), not by importing, so it is fast and sees every module. An edge is an import
+executed when the module is loaded: module level and class bodies, including ``try`` / ``if`` blocks, but
+not imports inside functions (deliberately deferred, e.g. optional extras) or under ``TYPE_CHECKING``.
+Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, so those are edges too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("bridge", "workers", "tasks")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {
+    _module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _load_time_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node):
+                yield from _load_time_imports(node.body)
+            yield from _load_time_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _load_time_imports(block)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _load_time_imports(node.body)
+
+
+def _with_parents(name: str) -> Iterator[str]:
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        yield ".".join(parts[:end])
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """Every module that ``node`` needs loaded: the named modules and their packages, the submodules named.
+
+    A module's own packages are skipped as mere parents: they were entered before it, which is enough
+    unless it imports a *name* from one (``from bridge.x import Thing`` inside ``bridge.x.y``): then that
+    package's ``__init__`` must have finished, and it is an edge.
+    """
+    own = set(_with_parents(module))
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield from (p for p in _with_parents(alias.name) if p not in own)
+        return
+    if node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{node.module}" if node.module else package
+    else:
+        base = str(node.module)
+    yield from (p for p in _with_parents(base) if p not in own)
+    for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        yield submodule if submodule in MODULES else base
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        targets = {t for node in _load_time_imports(tree.body) for t in _imported(module, node)}
+        graph[module] = {t for t in targets if t in MODULES and t != module}
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root, targets in graph.items():
+        if root in index:
+            continue
+        work = [(root, iter(sorted(targets)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _imports_of(prefix: str) -> dict[str, set[str]]:
+    """Every import (also deferred ones inside functions) of the modules under ``prefix``, by module."""
+    out: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        if module == prefix or module.startswith(prefix + "."):
+            tree = ast.parse(path.read_text(), str(path))
+            nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+            out[module] = {t for node in nodes for t in _imported(module, node)}
+    return out
+
+
+def test_the_graph_sees_the_project() -> None:
+    # A parser that missed every import would find no cycle; make sure it sees known edges.
+    assert "bridge.redis.errors" in GRAPH["bridge.outbox.store"]
+    assert "bridge.outbox.keys" in GRAPH["bridge.outbox.store"]  # ``from bridge.outbox import keys``
+    assert "bridge.outbox" in GRAPH["bridge.http.ingress"]  # the package runs before its modules
+    assert len(MODULES) > 50
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(GRAPH) == []
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        ("bridge.state", "bridge.outbox"),  # siblings on top of bridge.redis
+        ("bridge.outbox", "bridge.state"),
+        ("bridge.journal", "bridge.outbox"),
+        ("bridge.journal", "bridge.state"),
+        ("bridge.http", "redis"),  # HTTP reaches Redis only through the outbox
+        ("bridge.redis", "bridge.outbox"),
+        ("bridge.redis", "bridge.state"),
+        ("bridge.core", "bridge.redis"),
+    ],
+)
+def test_layers_import_downwards_only(layer: str, forbidden: str) -> None:
+    offenders = {
+        module: sorted(t for t in targets if t == forbidden or t.startswith(forbidden + "."))
+        for module, targets in _imports_of(layer).items()
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_the_redis_layer_builds_on_the_error_tree_only() -> None:
+    project = {
+        t
+        for targets in _imports_of("bridge.redis").values()
+        for t in targets
+        if t.split(".")[0] in PACKAGES and t in MODULES
+    }
+    assert project <= {"bridge", "bridge.errors"} | {m for m in MODULES if m.startswith("bridge.redis")}

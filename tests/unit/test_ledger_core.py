@@ -1,0 +1,175 @@
+"""The ledger's pure rules (``bridge.core.ledger``): seed 001's billing model, the failover timeline, the
+live tally, as tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.core.ledger import (
+    EventCount,
+    Operations,
+    TimelineEvent,
+    billable_operations,
+    estimate_cost,
+    failover_timeline,
+    nearest_rank,
+    price_table,
+    summarize,
+)
+from bridge.core.live_tally import ACCEPTED, DEAD_LETTERED, DELIVERED, HANDLED, LiveTally
+
+
+def _count(entity: str, kind: str, ns: str | None, path: str | None = None, result: str | None = None,
+           events: int = 1, units: int | None = None) -> EventCount:  # fmt: skip
+    return EventCount(entity, kind, ns, path, result, events, events if units is None else units)
+
+
+def test_a_message_through_a_backlog_queue_costs_four_operations() -> None:
+    # Given one message sent to a backlog queue, syphoned to the primary, no receiver events (implied).
+    counts = [
+        _count("orders", "sent", "ns2", "backlog"),
+        _count("orders", "syphoned", "ns2"),
+        _count("orders", "sent", "ns1", "syphon"),
+    ]
+
+    operations = billable_operations(counts)
+
+    assert operations == [
+        Operations("orders", "ns1", "receive_implied", 1),
+        Operations("orders", "ns1", "syphon_send", 1),
+        Operations("orders", "ns2", "backlog_receive", 1),
+        Operations("orders", "ns2", "backlog_send", 1),
+    ]
+    assert sum(op.operations for op in operations) == 4
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        # direct send, the receiver journaled its receive: measured, not implied
+        (
+            [_count("e", "sent", "ns1", "direct", events=3), _count("e", "received", "ns1", events=3)],
+            [Operations("e", "ns1", "receive", 3), Operations("e", "ns1", "send", 3)],
+        ),
+        # a backup send and no receiver events: one implied receive on the backup
+        (
+            [_count("e", "sent", "ns2", "backup")],
+            [Operations("e", "ns2", "receive_implied", 1), Operations("e", "ns2", "send", 1)],
+        ),
+        # schedule-mode pings count two operations each; failed sends are not billed
+        (
+            [
+                _count("e", "ping", "ns1", result="accepted", events=2, units=4),
+                _count("e", "send_failed", "ns1"),
+            ],
+            [Operations("e", "ns1", "ping", 4)],
+        ),
+        # the syphon's empty long polls are billed; calls that returned messages are the per-message receives
+        (
+            [
+                _count("~backlog:ns1", "syphon_receive", "ns2", result="empty", events=2, units=40),
+                _count("~backlog:ns1", "syphon_receive", "ns2", result="messages", events=1, units=1),
+            ],
+            [Operations("~backlog:ns1", "ns2", "syphon_poll", 40)],
+        ),
+    ],
+)
+def test_billable_operations_follow_seed_001(counts: list[EventCount], expected: list[Operations]) -> None:
+    assert billable_operations(counts) == expected
+
+
+def test_cost_of_resilience_is_the_ratio_to_one_send_and_one_receive_per_message() -> None:
+    prices = price_table({"send": 2.0, "receive": 2.0, "backlog_send": 2.0, "backlog_receive": 2.0,
+                          "syphon_send": 2.0, "receive_implied": 2.0})  # fmt: skip
+    # Given one message delivered through the backlog (4 operations at 2 per million each)
+    operations = [
+        Operations("e", "ns1", "syphon_send", 1),
+        Operations("e", "ns1", "receive_implied", 1),
+        Operations("e", "ns2", "backlog_send", 1),
+        Operations("e", "ns2", "backlog_receive", 1),
+    ]
+
+    estimate = estimate_cost(operations, delivered=1, prices=prices)
+
+    assert estimate.operations == 4
+    assert estimate.cost == pytest.approx(8e-6)
+    assert estimate.baseline_operations == 2
+    assert estimate.resilience_ratio == pytest.approx(2.0)
+    assert estimate_cost([], delivered=0, prices=prices).resilience_ratio is None
+
+
+def test_price_table_refuses_unknown_kinds_and_negative_prices() -> None:
+    assert price_table({"ping": 0.5})["ping"] == 0.5
+    with pytest.raises(ValueError, match="unknown operation kind"):
+        price_table({"sends": 1.0})
+    with pytest.raises(ValueError, match="negative"):
+        price_table({"send": -1.0})
+
+
+def test_failover_timeline_tells_who_was_active_when() -> None:
+    events = [
+        TimelineEvent(10.0, "role_swapped", "primary", "secondary"),
+        TimelineEvent(20.0, "failover_engaged"),
+        TimelineEvent(25.0, "backlog_rotation_changed", queue="1", result="removed"),
+        TimelineEvent(50.0, "failover_ended"),
+        TimelineEvent(60.0, "role_swapped", "secondary", "primary"),
+    ]
+
+    timeline = failover_timeline(events, start=0.0, end=100.0)
+
+    assert [(s.start, s.end, s.active, s.failed_over) for s in timeline.segments] == [
+        (0.0, 10.0, "primary", False),
+        (10.0, 20.0, "secondary", False),
+        (20.0, 50.0, "secondary", True),
+        (50.0, 60.0, "secondary", False),
+        (60.0, 100.0, "primary", False),
+    ]
+    assert (timeline.swaps, timeline.failovers, timeline.rotation_changes) == (2, 1, 1)
+    assert timeline.seconds_on_secondary == 50.0
+    assert timeline.seconds_failed_over == 30.0
+
+
+def test_a_timeline_without_events_is_one_segment_on_the_primary() -> None:
+    timeline = failover_timeline([], start=5.0, end=9.0)
+
+    assert [(s.start, s.end, s.active) for s in timeline.segments] == [(5.0, 9.0, "primary")]
+    # a repeated swap to the role already active changes nothing
+    again = failover_timeline([TimelineEvent(6.0, "role_swapped", "secondary", "primary")], 5.0, 9.0)
+    assert [(s.active, s.seconds) for s in again.segments] == [("secondary", 1.0), ("primary", 3.0)]
+
+
+def test_live_tally_moves_messages_between_classes() -> None:
+    tally = LiveTally()
+    tally.add("e", "m1", ACCEPTED, accepted_at=1.0)
+    tally.add("e", "m2", ACCEPTED, accepted_at=2.0)
+    assert tally.counts["e"]["open"] == 2
+    assert tally.overdue(now=10.0, grace=8.5) == [("e", "m1")]
+
+    tally.add("e", "m1", DELIVERED, copies=1)
+    tally.add("e", "m1", HANDLED, copies=1, suppressed=1)
+    tally.add("e", "m2", DEAD_LETTERED)
+    tally.add("e", "m3", DELIVERED, copies=1)  # delivered, acceptance not seen (yet)
+
+    counts = tally.counts["e"]
+    assert (counts["accepted"], counts["delivered"], counts["handled"], counts["dead_lettered"]) == (
+        2,
+        2,
+        1,
+        1,
+    )
+    assert counts["open"] == 0
+    assert (counts["broker_duplicates"], counts["suppressed_duplicates"]) == (1, 1)
+    assert tally.overdue(now=100.0, grace=1.0) == []
+
+
+def test_summary_sums_every_contract_key() -> None:
+    totals = summarize({"a": {"accepted": 2, "lost": 1}, "b": {"accepted": 3}})
+
+    assert totals["accepted"] == 5
+    assert totals["lost"] == 1
+    assert totals["broker_duplicates"] == 0
+
+
+@pytest.mark.parametrize(("fraction", "expected"), [(0.5, 20.0), (0.95, 50.0), (0.01, 10.0), (1.0, 50.0)])
+def test_nearest_rank_percentile(fraction: float, expected: float) -> None:
+    assert nearest_rank([50.0, 10.0, 20.0], fraction) == expected

@@ -1,0 +1,203 @@
+"""The receiving end's pure decisions (``bridge.core.receiving``, ``received``, ``handler_spec``): tables."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bridge.core.handler_spec import HandlerSpec, parse_handler_spec
+from bridge.core.paired import PING_CONTENT_TYPE
+from bridge.core.received import ReceivedMessage
+from bridge.core.receiving import (
+    MAX_DESCRIPTION_LENGTH,
+    Action,
+    Claim,
+    EventKind,
+    ReceiverCounts,
+    ReceiverEvent,
+    after_claim,
+    after_handler_error,
+    count_events,
+    dead_letter_reason,
+    is_ping,
+    last_delivery,
+    parse_claims,
+)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "ping"),
+    [
+        (PING_CONTENT_TYPE, True),
+        ("application/json", False),
+        (None, False),
+        ("application/vnd.ms-servicebus-ping; charset=utf-8", False),
+    ],
+)
+def test_only_the_ping_content_type_is_a_ping(content_type: str | None, ping: bool) -> None:
+    assert is_ping(content_type) is ping
+
+
+def test_claim_replies_parse_and_malformed_ones_are_refused() -> None:
+    assert parse_claims([0, 1, 2, 3], 4) == [Claim.HANDLE, Claim.DUPLICATE, Claim.BUSY, Claim.FULL]
+    with pytest.raises(ValueError, match="3 codes for 2"):
+        parse_claims([0, 1, 2], 2)
+    with pytest.raises(ValueError, match="not an integer"):
+        parse_claims([b"0"], 1)
+    with pytest.raises(ValueError):
+        parse_claims([7], 1)
+
+
+@pytest.mark.parametrize(
+    ("claim", "waited", "stopping", "action"),
+    [
+        (Claim.HANDLE, 0.0, False, Action.HANDLE),
+        (Claim.HANDLE, 0.0, True, Action.HANDLE),  # claimed already: finish it even while stopping
+        (Claim.DUPLICATE, 0.0, False, Action.COMPLETE),
+        (Claim.DUPLICATE, 0.0, True, Action.COMPLETE),
+        (Claim.BUSY, 0.0, False, Action.WAIT),
+        (Claim.BUSY, 59.9, False, Action.WAIT),
+        (Claim.BUSY, 60.0, False, Action.ABANDON),
+        (Claim.BUSY, 0.0, True, Action.ABANDON),
+        (Claim.FULL, 0.0, False, Action.WAIT),
+        (Claim.FULL, 3600.0, False, Action.WAIT),  # back-pressure waits as long as the receiver runs
+        (Claim.FULL, 0.0, True, Action.ABANDON),
+    ],
+)
+def test_after_claim(claim: Claim, waited: float, stopping: bool, action: Action) -> None:
+    assert after_claim(claim, waited, busy_wait=60.0, stopping=stopping).action is action
+
+
+@pytest.mark.parametrize(
+    ("delivery_count", "max_delivery_count", "last"),
+    [
+        (0, 10, False),
+        (8, 10, False),
+        (9, 10, True),
+        (12, 10, True),
+        (0, 1, True),
+        (1, 3, False),
+        (2, 3, True),
+    ],
+)
+def test_last_delivery_counts_the_sdk_way(delivery_count: int, max_delivery_count: int, last: bool) -> None:
+    # The SDK's delivery_count is 0 on the first delivery; Service Bus dead-letters after max deliveries.
+    assert last_delivery(delivery_count, max_delivery_count) is last
+
+
+def test_a_failure_is_abandoned_until_the_last_delivery_then_dead_lettered_with_the_error() -> None:
+    error = ValueError("order 7 has no customer")
+    assert after_handler_error(error, 0, 3).action is Action.ABANDON
+    assert after_handler_error(error, 1, 3).action is Action.ABANDON
+    last = after_handler_error(error, 2, 3)
+    assert (last.action, last.reason, last.description) == (
+        Action.DEAD_LETTER,
+        "ValueError",
+        "order 7 has no customer",
+    )
+
+
+def test_dead_letter_reason_is_one_line_short_and_secret_free() -> None:
+    error = RuntimeError(
+        "cannot reach Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=abc123==\nsecond line "
+        + "y" * 5000
+    )
+    reason, description = dead_letter_reason(error)
+    assert reason == "RuntimeError"
+    assert "abc123" not in description and "\n" not in description
+    assert len(description) == MAX_DESCRIPTION_LENGTH and description.endswith("...")
+
+
+def test_events_count_into_the_counter_fields() -> None:
+    events = [
+        ReceiverEvent(EventKind.RECEIVED, "primary", "a"),
+        ReceiverEvent(EventKind.RECEIVED, "secondary", "a"),
+        ReceiverEvent(EventKind.RECEIVED, "primary", "p"),
+        ReceiverEvent(EventKind.HANDLED, "primary", "a"),
+        ReceiverEvent(EventKind.DUPLICATE_SUPPRESSED, "secondary", "a"),
+        ReceiverEvent(EventKind.PING_DROPPED, "primary", "p"),
+        ReceiverEvent(EventKind.HANDLER_ERROR, "primary", "b", "ValueError"),
+        ReceiverEvent(EventKind.DEAD_LETTERED, "primary", "b", "ValueError"),
+        ReceiverEvent(EventKind.BACKPRESSURE, "primary", "c"),
+    ]
+    deltas = count_events(events)
+    assert deltas == {
+        "received_primary": 2,
+        "received_secondary": 1,
+        "handled": 1,
+        "duplicates_suppressed": 1,
+        "pings_dropped": 1,
+        "handler_errors": 1,
+        "dead_lettered": 1,
+        "backpressure_waits": 1,
+    }
+    counts = ReceiverCounts.from_fields({k.encode(): str(v).encode() for k, v in deltas.items()})
+    assert counts.as_dict() == deltas
+    assert ReceiverCounts.from_fields({b"unknown": b"5"}) == ReceiverCounts()
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("app.handlers:on_order", HandlerSpec("app.handlers", ("on_order",))),
+        ("handlers:Orders.handle", HandlerSpec("handlers", ("Orders", "handle"))),
+        (" pkg._private.mod:_f ", HandlerSpec("pkg._private.mod", ("_f",))),
+    ],
+)
+def test_handler_specs(text: str, spec: HandlerSpec) -> None:
+    assert parse_handler_spec(text) == spec
+    assert str(spec) == text.strip()
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("app.handlers.on_order", "must be module:function"),
+        (":on_order", "not a dotted module"),
+        ("app-handlers:f", "not a dotted module"),
+        ("app:", "not a (dotted) attribute"),
+        ("app:f(x)", "not a (dotted) attribute"),
+        ("app:1f", "not a (dotted) attribute"),
+    ],
+)
+def test_malformed_handler_specs_say_what_is_wrong(text: str, complaint: str) -> None:
+    with pytest.raises(ValueError, match=complaint.replace("(", r"\(").replace(")", r"\)")):
+        parse_handler_spec(text)
+
+
+def test_received_message_json_keeps_every_type() -> None:
+    when = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    message = ReceivedMessage(
+        message_id="m-1",
+        body=b"\x00\xffbody",
+        entity="orders",
+        namespace="secondary",
+        session_id="s-1",
+        time_to_live=30.0,
+        enqueued_time_utc=when,
+        sequence_number=7,
+        delivery_count=2,
+        application_properties={
+            "s": "text",
+            "n": 2**40,
+            "f": 0.5,
+            "b": True,
+            "raw": b"\x01",
+            "u": uuid.UUID(int=3),
+            "t": when,
+            "d": timedelta(seconds=90),
+        },
+    )
+    out = message.to_json()
+    assert base64.b64decode(out["body_base64"]) == b"\x00\xffbody"
+    assert out["session_id"] == "s-1" and out["enqueued_time_utc"] == when.isoformat()
+    assert out["delivery_count"] == 2 and "subscription" not in out
+    props = out["application_properties"]
+    assert props["n"] == {"type": "int", "value": 2**40} and props["b"] == {"type": "bool", "value": True}
+    assert props["raw"] == {"type": "bytes", "value": "AQ=="}
+    assert props["u"]["value"] == str(uuid.UUID(int=3)) and props["d"] == {"type": "timedelta", "value": 90.0}
+    with pytest.raises(UnicodeDecodeError):  # a binary body has no text
+        _ = message.text
