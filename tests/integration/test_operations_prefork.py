@@ -16,6 +16,15 @@ from bridge.embedded.stack import LocalStack, wait_until
 from tests.integration.operations_support import scrape
 
 MESSAGES = 40
+ROUNDS = 4
+
+
+def pool_children(pid: int) -> set[int]:
+    """The worker's pool processes, from the kernel's own list of its children."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(child) for child in (task / "children").read_text().split())
+    return found
 
 
 def test_counts_survive_recycled_pool_children(tmp_path: Path) -> None:
@@ -41,21 +50,33 @@ def test_counts_survive_recycled_pool_children(tmp_path: Path) -> None:
         stack.start_beat()
         _, url = stack.start_serve()
         url_metrics = f"http://127.0.0.1:{port}/metrics"
+        per_round = MESSAGES // ROUNDS
+        delivered_by: set[int] = set()
         with httpx.Client(base_url=url, timeout=10) as http:
-            for i in range(MESSAGES):
-                assert http.post("/v1/entities/orders/messages", json={"body": str(i)}).status_code == 202
-                if i % 10 == 9:  # in several rounds, so that several children deliver
-                    wait_until(
-                        lambda n=i + 1: (
-                            scrape(url_metrics).value(
-                                "bridge_send_messages_total", entity="orders", result="accepted"
-                            )
-                            == n
-                        ),
-                        60,
-                        0.3,
-                        f"{i + 1} accepted",
-                    )
+            for r in range(ROUNDS):
+                # Each round is delivered by a pool child that did not deliver an earlier one: the beat's
+                # sweeps are tasks, so a child is replaced after two of them (the drain service in it too).
+                wait_until(
+                    lambda seen=frozenset(delivered_by): bool(pool_children(worker.proc.pid) - seen),
+                    60,
+                    0.1,
+                    "a fresh pool child",
+                )
+                delivered_by |= pool_children(worker.proc.pid)
+                for i in range(per_round):
+                    body = str(r * per_round + i)
+                    assert http.post("/v1/entities/orders/messages", json={"body": body}).status_code == 202
+                wait_until(
+                    lambda n=(r + 1) * per_round: (
+                        scrape(url_metrics).value(
+                            "bridge_send_messages_total", entity="orders", result="accepted"
+                        )
+                        == n
+                    ),
+                    60,
+                    0.3,
+                    f"{(r + 1) * per_round} accepted",
+                )
         # Given children that were replaced every two tasks (sweeps and drains), the count is exact.
         files = {p.name for p in metrics_dir.iterdir()}
         pids = {name.rsplit("_", 1)[1].removesuffix(".db") for name in files}
