@@ -16,8 +16,10 @@ Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``ro
 ``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
 and for paired entities ``paired`` (``failed_over``, ``failing_since``, ``failed_over_at``,
-``last_ping_at``, ``last_error``, ``last_error_at``); at the top ``cost`` (totals) and,
-when an entity is paired, ``backlog`` (the rotation of the backlog queues).
+``last_ping_at``, ``last_error``, ``last_error_at``), ``journal`` (``enabled``, ``length``: entries in the
+entity's journal stream not yet rolled, ``max_length``, ``overflow``: events per kind that found the
+stream full since the last roll — non-empty means the roller is behind or down); at the top ``cost``
+(totals) and, when an entity is paired, ``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
 secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
@@ -34,6 +36,7 @@ from typing import Any
 from bridge.core.outcomes import scrub_secrets
 from bridge.core.paired import PairedState
 from bridge.core.roles import ROLES, NamespaceHealth, Role
+from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
@@ -115,6 +118,7 @@ def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str,
         "ingress_depth": depth["ingress"],
         "retry_not_before": {str(k): v for k, v in sorted(RetryStore(client).all_not_before(name).items())},
         "cost": {**asdict(cost), "total": cost.total},
+        "journal": _journal(settings, client, name),
     }
     if options.replication == "paired":
         state = paired.get(name)
@@ -123,6 +127,16 @@ def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str,
             record["active"] = "secondary"
         record["paired"] = _paired_view(state)
     return record
+
+
+def _journal(settings: Settings, client: SyncRedis, name: str) -> dict[str, Any]:
+    store = JournalStore(client, settings.journal)
+    return {
+        "enabled": settings.journal.enabled,
+        "length": store.length(name),
+        "max_length": settings.journal.max_length,
+        "overflow": store.overflow(name),
+    }
 
 
 def backlog_status(settings: Settings, client: SyncRedis, now: float) -> dict[str, Any] | None:

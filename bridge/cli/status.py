@@ -118,4 +118,13 @@ def _print_table(report: dict[str, Any]) -> None:
     if backlog and backlog["removed"]:
         removed = ", ".join(f"{i} ({r['error'] or '?'})" for i, r in backlog["removed"].items())
         console.print(f"backlog queues of {backlog['namespace']} out of rotation: {removed}", markup=False)
+    for entity in report["entities"]:
+        journal = entity.get("journal") or {}
+        if journal.get("overflow"):
+            lost_events = ", ".join(f"{kind} {n}" for kind, n in sorted(journal["overflow"].items()))
+            console.print(
+                f"journal of {entity['name']} is full ({journal['length']}/{journal['max_length']} entries; "
+                f"events counted, not stored: {lost_events}) — is a beat rolling it?",
+                markup=False,
+            )
     console.print(f"billable operations: {report['cost']['total']}", markup=False)

@@ -14,9 +14,11 @@ import redis
 
 from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass
+from bridge.core.journal import EventKind, JournalEvent
 from bridge.core.paired import EngageFailover, RecordError, RemoveFromRotation
 from bridge.core.roles import NamespaceHealth, RoleState, Swap
 from bridge.embedded.ports import free_port
+from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.producer import Producer
 from bridge.settings import Settings
@@ -221,3 +223,22 @@ def test_cli_unparsable_redis_url_never_echoes_the_password() -> None:
     assert proc.returncode == 2
     assert "redis_url cannot be used" in proc.stderr and "Traceback" not in proc.stderr
     assert "TOPSECRET" not in proc.stdout + proc.stderr
+
+
+def test_a_full_journal_shows_its_overflow(redis_client: redis.Redis, redis_url: str) -> None:
+    settings = Settings(
+        redis_url=redis_url,
+        primary={"connection_string": PRIMARY_CS},
+        entities={"orders": {}},
+        journal={"max_length": 2},
+    )
+    store = JournalStore(redis_client, settings.journal)
+    events = [JournalEvent(EventKind.ACCEPTED, 1.0, message_id=f"m{i}") for i in range(5)]
+    assert store.append("orders", events) == 2  # the stream holds two, three are counted
+
+    journal = collect_status(settings, redis_client)["entities"][0]["journal"]
+    assert journal == {"enabled": True, "length": 2, "max_length": 2, "overflow": {"accepted": 3}}
+
+    table = bridge(redis_url=redis_url, entities={"orders": {}})
+    assert table.returncode == 0, table.stderr
+    assert "journal of orders is full" in table.stdout and "accepted 3" in table.stdout
