@@ -15,11 +15,12 @@ Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``ro
 ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
 ``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
-and for paired entities ``paired`` (``failed_over``, ``failing_since``, ``failed_over_at``,
-``last_ping_at``, ``last_error``, ``last_error_at``), ``journal`` (``enabled``, ``length``: entries in the
-entity's journal stream not yet rolled, ``max_length``, ``overflow``: events per kind that found the
-stream full since the last roll — non-empty means the roller is behind or down); at the top ``cost``
-(totals) and, when an entity is paired, ``backlog`` (the rotation of the backlog queues).
+``journal`` (``enabled``, ``length``: entries in the entity's journal stream not yet rolled,
+``max_length``, ``overflow``: events per kind that found the stream full since the last roll — non-empty
+means the roller is behind or down), and for paired entities ``paired`` (``failed_over``,
+``failing_since``, ``failed_over_at``, ``last_failover_at`` (kept after the restore), ``last_ping_at``,
+``last_error``, ``last_error_at``); at the top ``cost`` (totals) and, when an entity is paired,
+``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
 secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
@@ -81,6 +82,7 @@ def _paired_view(state: PairedState) -> dict[str, Any]:
         "failed_over": state.failed_over,
         "failing_since": state.failing_since,
         "failed_over_at": state.failed_over_at,
+        "last_failover_at": state.last_failover_at,
         "last_ping_at": state.last_ping_at,
         "last_error": _scrubbed(state.last_error),
         "last_error_at": state.last_error_at,

@@ -86,6 +86,8 @@ class PairedState:
     last_error: str | None = None
     last_error_at: float | None = None
     last_ping_at: float | None = None
+    last_failover_at: float | None = None
+    """When failover was last engaged; kept after the restore (``failed_over_at`` is cleared), for status."""
 
     @property
     def failed_over(self) -> bool:
@@ -105,6 +107,7 @@ class PairedState:
         put_field(out, "last_error", self.last_error)
         put_field(out, "last_error_at", self.last_error_at)
         put_field(out, "last_ping_at", self.last_ping_at)
+        put_field(out, "last_failover_at", self.last_failover_at)
         return out
 
     @classmethod
@@ -117,6 +120,7 @@ class PairedState:
             last_error=data.get("last_error"),
             last_error_at=opt_float(data, "last_error_at"),
             last_ping_at=opt_float(data, "last_ping_at"),
+            last_failover_at=opt_float(data, "last_failover_at"),
         )
 
 
@@ -179,7 +183,7 @@ def apply_change(state: PairedState, change: PairedChange) -> PairedState:
         if state.failed_over_at is not None:
             return state
         since = change.at if state.failing_since is None else state.failing_since
-        return replace(state, failing_since=since, failed_over_at=change.at)
+        return replace(state, failing_since=since, failed_over_at=change.at, last_failover_at=change.at)
     if isinstance(change, MarkAvailable):
         return replace(state, failing_since=None, failed_over_at=None)
     if isinstance(change, RecordError):

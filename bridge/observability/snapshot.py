@@ -78,6 +78,12 @@ def _last_failover(entity: dict[str, Any]) -> dict[str, Any] | None:
     paired = entity.get("paired")
     if paired and paired.get("failed_over_at") is not None:
         return {"at": paired["failed_over_at"], "kind": "paired", "reason": paired.get("last_error")}
+    if paired and paired.get("last_failover_at") is not None:  # engaged earlier, restored since
+        return {
+            "at": paired["last_failover_at"],
+            "kind": "paired (restored)",
+            "reason": paired.get("last_error"),
+        }
     if entity.get("role_swapped_at") is not None:
         return {"at": entity["role_swapped_at"], "kind": "swap", "reason": entity.get("role_reason")}
     return None

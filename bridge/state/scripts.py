@@ -41,7 +41,8 @@ return out
 #   start <at> | engage <at> | available | error <at> <text> | ping <at>
 # Reply: {before field/value list, after field/value list}.
 # bridge.core.paired.apply_change: StartTimer is HSETNX; EngageFailover does nothing once engaged, else
-# keeps a running timer's start (HSETNX) and sets failed_over_at; MarkAvailable deletes both.
+# keeps a running timer's start (HSETNX) and sets failed_over_at and last_failover_at; MarkAvailable deletes
+# the first two (last_failover_at stays: the status page shows the last failover after the restore).
 PAIRED = LuaScript(
     """#!lua
 local key, set = KEYS[1], KEYS[2]
@@ -56,7 +57,7 @@ while i <= #ARGV do
   elseif op == 'engage' then
     if redis.call('HEXISTS', key, 'failed_over_at') == 0 then
       redis.call('HSETNX', key, 'failing_since', ARGV[i + 1])
-      redis.call('HSET', key, 'failed_over_at', ARGV[i + 1])
+      redis.call('HSET', key, 'failed_over_at', ARGV[i + 1], 'last_failover_at', ARGV[i + 1])
     end
     i = i + 2
   elseif op == 'available' then

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 
+import redis
 from prometheus_client import generate_latest
 
 from bridge import Producer
+from bridge.core.paired import EngageFailover, MarkAvailable, RecordError
 from bridge.embedded.ports import free_port
 from bridge.observability.collector import StateCollector
 from bridge.observability.snapshot import StateReader, collect_snapshot
 from bridge.settings import Settings
+from bridge.state.paired import PairedStore
 from tests.integration.operations_support import Scrape
 
 
@@ -38,3 +41,22 @@ def test_a_scrape_while_redis_is_down_says_so_and_answers() -> None:
     scrape = Scrape(generate_latest(StateCollector(StateReader(settings, backlog=False))).decode())
     assert scrape.value("bridge_state_up") == 0
     assert "bridge_outbox_messages" not in scrape.names()
+
+
+def test_a_paired_failover_stays_on_the_page_after_the_restore(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    settings = Settings(redis_url=redis_url, entities={"orders": {"replication": "paired"}})
+    store = PairedStore(redis_client)
+    store.apply("orders", [EngageFailover(100.0, "primary down"), RecordError(100.0, "primary down")])
+
+    def last_failover() -> dict[str, object] | None:
+        snapshot = collect_snapshot(settings, StateReader(settings, backlog=False).client())
+        found: dict[str, object] | None = next(e for e in snapshot["entities"] if e["name"] == "orders")[
+            "last_failover"
+        ]
+        return found
+
+    assert last_failover() == {"at": 100.0, "kind": "paired", "reason": "primary down"}
+    store.apply("orders", [MarkAvailable(200.0, "ping ok")])
+    assert last_failover() == {"at": 100.0, "kind": "paired (restored)", "reason": "primary down"}

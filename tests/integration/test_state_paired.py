@@ -66,27 +66,27 @@ CASES: list[tuple[str, list[PairedChange], PairedState]] = [
     (
         "engage keeps the running timer's start",
         [StartTimer(10.0), EngageFailover(70.0, "interval")],
-        PairedState(failing_since=10.0, failed_over_at=70.0),
+        PairedState(failing_since=10.0, failed_over_at=70.0, last_failover_at=70.0),
     ),
     (
         "engage without a timer starts both (failover_interval 0)",
         [EngageFailover(5.0, "immediate")],
-        PairedState(failing_since=5.0, failed_over_at=5.0),
+        PairedState(failing_since=5.0, failed_over_at=5.0, last_failover_at=5.0),
     ),
     (
         "a second engage changes nothing",
         [EngageFailover(5.0, "a"), EngageFailover(9.0, "b")],
-        PairedState(failing_since=5.0, failed_over_at=5.0),
+        PairedState(failing_since=5.0, failed_over_at=5.0, last_failover_at=5.0),
     ),
     (
-        "available deletes both timer fields, keeps error and ping",
+        "available deletes both timer fields, keeps error, ping and the last failover's time",
         [EngageFailover(5.0, "a"), RecordError(6.0, "boom"), RecordPing(7.0), MarkAvailable(8.0, "ping ok")],
-        PairedState(last_error="boom", last_error_at=6.0, last_ping_at=7.0),
+        PairedState(last_error="boom", last_error_at=6.0, last_ping_at=7.0, last_failover_at=5.0),
     ),
     (
         "after recovery a new failure starts a new timer",
         [EngageFailover(5.0, "a"), MarkAvailable(8.0, "ok"), StartTimer(100.0)],
-        PairedState(failing_since=100.0),
+        PairedState(failing_since=100.0, last_failover_at=5.0),
     ),
 ]
 

@@ -182,9 +182,12 @@ def test_changes_have_set_if_absent_semantics() -> None:
     engaged = apply_change(TIMING, EngageFailover(T0 + 60, "x"))
     assert apply_change(engaged, EngageFailover(T0 + 70, "y")) == engaged
     # EngageFailover without a timer (route after a restart) also sets failing_since
-    assert apply_change(HEALTHY, EngageFailover(T0, "x")) == PairedState(failing_since=T0, failed_over_at=T0)
+    assert apply_change(HEALTHY, EngageFailover(T0, "x")) == PairedState(
+        failing_since=T0, failed_over_at=T0, last_failover_at=T0
+    )
     back = apply_change(engaged, MarkAvailable(T0 + 99, "ping"))
     assert back.healthy
+    assert back.last_failover_at == T0 + 60  # the status page still shows when it happened
     assert back.last_error == "refused"  # the last error stays visible
     assert apply_change(HEALTHY, RecordPing(T0)).last_ping_at == T0
 
