@@ -159,6 +159,7 @@ class Chaos:
         self.skipped: Counter[str] = Counter()
         self.receiver_kills: list[dict[str, float]] = []
         self.redis_windows: list[list[float]] = []
+        self.fault_windows: list[list[Any]] = []  # [kind, start, end] (epoch seconds), for latency_ms
         self.resets: dict[str, list[float]] = {"primary": [], "secondary": []}
         self.events: list[str] = []
         self.stacks: list[up.Stack] = []
@@ -240,6 +241,7 @@ class Chaos:
                 return
             stopping.wait(gap)
             kind = pending.pop(0)
+            started = time.time()
             try:
                 done = getattr(self, f"fault_{kind}")(hold)
             except Exception as exc:
@@ -247,10 +249,15 @@ class Chaos:
                 done = False
             if done is False:
                 self.skipped[kind] += 1
-                if kind == "secondary_disaster":
-                    pending.append(kind)  # try again later in the cycle, once the secondary is redundant
+                if kind == "secondary_disaster" and pending:
+                    # Try again later in the cycle, once the secondary is redundant. Never as the only kind
+                    # left: retrying it alone would stop every other fault (e.g. while the passive entity
+                    # is on the secondary, only a later secondary outage moves it back); the next cycle
+                    # brings it again.
+                    pending.append(kind)
             else:
                 self.faults[kind] += 1
+                self.fault_windows.append([kind, started, time.time()])
 
     def _kill_and_respawn(self, prefix: str, hold: float, kind: str) -> None:
         proc = self.rng.choice(self.of(prefix))
@@ -526,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             "redis_url": chaos.local.redis.url,
             "receiver_kills": chaos.receiver_kills,
             "redis_windows": chaos.redis_windows,
+            "fault_windows": chaos.fault_windows,
             "resets": chaos.resets,
         }
         with (base / "held.jsonl").open("w") as out:

@@ -22,13 +22,18 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 CRASH_WINDOW = 5.0
+AFTERMATH = 5.0
+"""Seconds after a fault's end during which a delivery still counts as ``with_faults`` in ``latency_ms``
+(backoffs and reconnects outlive the fault itself)."""
 """Seconds: a handler call this close before its receiver process was killed, or inside a Redis fault
 window, may be followed by a second call for the same id (README "Receiving": the done mark is written
 after the handler returned, so a crash or a Redis failure in between hands the id again)."""
@@ -158,6 +163,33 @@ class Verdict:
         return dict(self.__dict__)
 
 
+def fault_windows(run: dict[str, Any], run_dir: Path) -> list[tuple[float, float]]:
+    """When a fault was in force (epoch seconds): ``run.json``'s ``fault_windows``, or for a run folder
+    written before they were recorded, the times and holds ``chaos.log`` states (second resolution, so
+    each window is widened by one second)."""
+    if "fault_windows" in run:
+        return [(float(start), float(end)) for _, start, end in run["fault_windows"]]
+    windows = [(float(start), float(end)) for start, end in run.get("redis_windows", [])]
+    acked = run_dir / "acked.jsonl"
+    log = run_dir / "chaos.log"
+    if not (acked.exists() and log.exists()):
+        return windows
+    with acked.open() as rows:
+        first = next((json.loads(line) for line in rows if line.strip()), None)
+    if first is None:
+        return windows
+    # chaos.log's clock is local time (time.strftime), so is the day's midnight here.
+    day = datetime.fromtimestamp(first["t_ack"]).replace(hour=0, minute=0, second=0, microsecond=0)
+    pattern = re.compile(r"^(\d\d):(\d\d):(\d\d) (?!secondary_disaster skipped|started ).*? (?:for|after) ([\d.]+)s")
+    for line in log.read_text().splitlines():
+        found = pattern.match(line)
+        if found:
+            hours, minutes, seconds, hold = found.groups()
+            start = day.timestamp() + int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+            windows.append((start, start + float(hold) + 1.0))
+    return windows
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -240,6 +272,20 @@ def check(run_dir: Path, held: list[Held] | None = None) -> Verdict:
         "p99": round(_percentile(plain, 0.99) * 1000, 1),
         "max": round(max(latencies, default=0.0) * 1000, 1),
     }
+    windows = fault_windows(run, run_dir)
+    split: dict[str, list[float]] = {"without_faults": [], "with_faults": []}
+    for i, rows in calls.items():
+        if i in acked and i not in sched:
+            start, end = acked[i]["t_ack"], rows[0]["t"]
+            hit = any(s <= end and start <= e + AFTERMATH for s, e in windows)
+            split["with_faults" if hit else "without_faults"].append(end - start)
+    for name, values in split.items():
+        v.latency_ms[name] = {
+            "n": len(values),
+            "p50": round(_percentile(values, 0.5) * 1000, 1),
+            "p99": round(_percentile(values, 0.99) * 1000, 1),
+            "max": round(max(values, default=0.0) * 1000, 1),
+        }
     for name in {e["name"] for e in run["entities"]}:
         mine = {i for i in stored if entity_of.get(i) == name}
         v.per_entity[name] = {

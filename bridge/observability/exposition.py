@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _METRICS_MODULE = "bridge.observability.metrics"
+_OWN_DIR_PREFIX = "bridge-metrics-"
 
 
 def prepare_multiprocess(directory: Path | None) -> Path:
@@ -59,7 +60,8 @@ def prepare_multiprocess(directory: Path | None) -> Path:
     if metrics is not None and metrics.values_created():
         raise RuntimeError(f"{_METRICS_MODULE} recorded values before the multiprocess directory was set")
     if directory is None:
-        path = Path(tempfile.mkdtemp(prefix="bridge-metrics-"))
+        remove_orphaned_dirs(Path(tempfile.gettempdir()))
+        path = Path(tempfile.mkdtemp(prefix=f"{_OWN_DIR_PREFIX}{os.getpid()}-"))
         atexit.register(_remove_own_dir, path, os.getpid())
     else:
         path = Path(directory)
@@ -72,6 +74,31 @@ def prepare_multiprocess(directory: Path | None) -> Path:
     # have happened (a library imported it); choose again now that the directory is set.
     prometheus_values.ValueClass = prometheus_values.get_value_class()  # type: ignore[no-untyped-call]
     return path
+
+
+def remove_orphaned_dirs(parent: Path) -> list[Path]:
+    """Remove the metrics folders of processes that no longer exist; the removed folders.
+
+    A process killed with SIGKILL never runs its ``atexit`` handler, so its own folder would stay in the
+    temp directory forever; the next process to make one sweeps them (the creator's pid is in the name).
+    """
+    removed: list[Path] = []
+    for path in parent.glob(f"{_OWN_DIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(_OWN_DIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _remove_own_dir(path: Path, owner: int) -> None:

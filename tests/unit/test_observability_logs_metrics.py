@@ -6,13 +6,18 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import Counter, Histogram
 
 from bridge.observability import metrics
+from bridge.observability.exposition import remove_orphaned_dirs
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings
 
@@ -77,3 +82,16 @@ def test_every_per_process_series_has_labels_and_a_conventional_name() -> None:
         assert not spec.name.endswith("_total")  # counters get it on exposition
     names = metrics.exposed_names()
     assert len(names) == len(set(names))
+
+
+def test_metrics_folders_of_dead_processes_are_swept(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphan = tmp_path / f"bridge-metrics-{gone.pid}-abc123"
+    mine = tmp_path / f"bridge-metrics-{os.getpid()}-def456"
+    unrelated = tmp_path / "bridge-metrics-notapid-x"
+    for path in (orphan, mine, unrelated):
+        path.mkdir()
+        (path / "counter_1.db").write_bytes(b"x")
+    assert remove_orphaned_dirs(tmp_path) == [orphan]
+    assert not orphan.exists() and mine.exists() and unrelated.exists()
