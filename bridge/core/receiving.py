@@ -105,6 +105,22 @@ def after_claim(claim: Claim, waited: float, busy_wait: float, stopping: bool) -
     return Decision(Action.WAIT)
 
 
+def session_order(sequence_numbers: Sequence[int | None]) -> list[int]:
+    """The positions of one session batch's copies in the order to hand them: by sequence number.
+
+    A session's messages are meant to arrive in sequence-number order, yet a batch can hold a later one
+    first: with ``prefetch_count`` 0 the SDK releases a message that reaches the link between two receive
+    calls, and the broker, which had already sent the session's next message, sends the released one again
+    behind it, into the same receive. Handing the batch by sequence number restores the session's order
+    (the sort is stable; a batch with a copy lacking a sequence number keeps its order).
+    """
+    positions = list(range(len(sequence_numbers)))
+    known = [n for n in sequence_numbers if n is not None]
+    if len(known) < len(sequence_numbers):
+        return positions
+    return sorted(positions, key=known.__getitem__)
+
+
 def last_delivery(delivery_count: int, max_delivery_count: int) -> bool:
     """True when Service Bus dead-letters the message if this delivery fails as well.
 

@@ -96,6 +96,7 @@ class ReceiveEngine:
             window=self.options.window,
             max_remembered=self.options.max_remembered,
             inflight_ttl=self.options.inflight_ttl,
+            journal_max=settings.journal.max_length if settings.journal.enabled else 0,
         )
         self.counters = ReceiverCounterStore(self.redis, self.keys)
         self.renewer = LockRenewer(self.options.max_lock_renewal)
@@ -112,6 +113,7 @@ class ReceiveEngine:
             max_handlers=self.options.concurrency,
             watch=self.watch,
             busy_wait=self.options.busy_wait,
+            max_lock_renewal=self.options.max_lock_renewal,
             clock=clock,
             wait=self._stopping.wait,
             stopping=self._stopping.is_set,

@@ -6,16 +6,20 @@ The decisions are ``bridge.core.receiving``; this module does the I/O in the ord
 2. the other copies are claimed in the window in one script call per batch;
 3. claimed copies go to the handler (contiguous chunks of the batch on the handler pool, so a batch costs
    one thread hand-off per chunk rather than one per message);
-4. the done marks of the copies whose handler returned are written (one script call), the events so far
-   are counted, and only then are those copies completed; a copy whose handler raised has its in-flight
-   mark dropped and is abandoned, or dead-lettered with the error on its last delivery;
+4. the done marks of the copies whose handler returned are written (one script call, which also counts
+   and journals them as ``handled``), the events so far are counted, and only then are those copies
+   completed; a Redis failure there is retried, never skipped (a copy whose done mark could not be stored
+   is not completed: it is abandoned when the receiver gives up, and handed again); a copy whose handler
+   raised has its in-flight mark dropped and is abandoned, or dead-lettered with the error on its last
+   delivery;
 5. duplicates are completed; copies another receiver is handling wait (``parked``) and are claimed again
    with the next batch; under back-pressure (window full) they wait too and the link stops receiving;
-6. the rest of the batch's events are counted (``record``, the one place lifecycle events leave; at most
-   two calls per batch).
+6. the rest of the batch's events are counted (``record``, where every lifecycle event but ``handled``
+   leaves; at most two calls per batch).
 
-Session entities go through ``process_session_batch``: one copy at a time, in order, and a copy given up
-(handler error, waited too long) ends the batch so the session's later messages are not handed before it.
+Session entities go through ``process_session_batch``: one copy at a time, in sequence-number order, and a
+copy given up (handler error, waited too long, done mark not stored) ends the batch so the session's later
+messages are not handed before it.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from bridge.core.receiving import (
     after_handler_error,
     count_events,
     is_ping,
+    session_order,
 )
-from bridge.errors import NamespaceError, StateStoreUnavailableError
+from bridge.errors import BackpressureError, NamespaceError, StateStoreUnavailableError
 from bridge.journal.emit import ReceiverJournal
 from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.renewal import LockWatch
@@ -53,6 +58,10 @@ Handler = Callable[[ReceivedMessage], object]
 
 DEFAULT_MAX_DELIVERY_COUNT = 10
 """Service Bus's default MaxDeliveryCount, used when the entity's cannot be read."""
+REDIS_FAILURES = (StateStoreUnavailableError, BackpressureError)
+"""What the window's calls raise when Redis cannot do it now (unreachable, loading, read-only, full)."""
+RETRY_FIRST, RETRY_MAX = 0.02, 0.5
+"""Seconds between two tries of a window call that must succeed (doubling up to the second figure)."""
 
 
 @dataclass
@@ -82,6 +91,7 @@ class CopyProcessor:
         max_handlers: int,
         watch: LockWatch,
         busy_wait: float,
+        max_lock_renewal: float,
         clock: Callable[[], float],
         wait: Callable[[float], bool],
         stopping: Callable[[], bool],
@@ -95,6 +105,7 @@ class CopyProcessor:
         self.max_handlers = max_handlers
         self.watch = watch
         self.busy_wait = busy_wait
+        self.max_lock_renewal = max_lock_renewal
         self.clock = clock
         self.wait = wait
         self.stopping = stopping
@@ -129,7 +140,7 @@ class CopyProcessor:
         keyed = [c for c in copies if c.message_id]
         try:
             claims = self.window.claim([c.message_id for c in keyed if c.message_id])
-        except StateStoreUnavailableError as error:
+        except REDIS_FAILURES as error:
             logger.warning("cannot claim %d copies in the window, they wait: %s", len(keyed), error)
             self.backpressure = True
             return copies
@@ -181,27 +192,58 @@ class CopyProcessor:
             return exc
         return None
 
-    def _finish(self, results: list[tuple[Copy, BaseException | None]], events: list[ReceiverEvent]) -> None:
+    def _finish(self, results: list[tuple[Copy, BaseException | None]], events: list[ReceiverEvent]) -> bool:
+        """Remember, count and settle the copies whose handler ran; False when the copies whose handler
+        returned could not be remembered (they were given back, not completed)."""
         ok = [c for c, error in results if error is None]
         failed = [(c, error) for c, error in results if error is not None]
-        try:
-            self.window.done([c.message_id for c in ok if c.message_id])
-        except StateStoreUnavailableError as error:
-            # The handler succeeded: completing is right for this copy; a copy from the other namespace may
-            # be handed again since the window could not record it (at-least-once while Redis fails).
-            logger.error("handled %d messages but could not remember them: %s", len(ok), error)
+        remembered = self._remember(ok)
         try:
             self.window.release([c.message_id for c, _ in failed if c.message_id])
-        except StateStoreUnavailableError as error:
+        except REDIS_FAILURES as error:
             logger.warning("could not drop in-flight marks (they expire): %s", error)
-        # Counted with the done marks, before any completion: a crash from here on loses no "handled".
-        events.extend(self._event(EventKind.HANDLED, copy) for copy in ok)
         self.record(events)
         events.clear()
         for copy in ok:
-            self._settle(copy, Decision(Action.COMPLETE))
+            self._settle(copy, Decision(Action.COMPLETE if remembered else Action.ABANDON))
         for copy, exc in failed:
             self._fail(copy, exc, events)
+        return remembered
+
+    def _remember(self, copies: list[Copy]) -> bool:
+        """Store the done marks of ``copies``, whose handler returned, with their ``handled`` count and
+        journal events (one script call); True once stored.
+
+        A Redis failure is retried, never skipped: a copy completed without its done mark would let another
+        copy of it be handed again, and leave the journal without its ``handled`` event. The copies' locks
+        are renewed meanwhile (the lock watch; a session's lock by the SDK). The retries end, and the copies
+        are not completed, when the receiver stops or the locks' renewal runs out (``max_lock_renewal``):
+        Service Bus then delivers them again and the handler is called again (at-least-once).
+        """
+        ids = [c.message_id for c in copies if c.message_id]
+        if not ids:
+            return True
+        give_up_at = min(c.first_seen for c in copies) + self.max_lock_renewal
+        delay, failures = RETRY_FIRST, 0
+        while True:
+            try:
+                self.window.done(ids, time.time())
+            except REDIS_FAILURES as error:
+                if failures == 0:
+                    logger.warning("cannot remember %d handled messages yet, retrying: %s", len(ids), error)
+                failures += 1
+            else:
+                if failures:
+                    logger.warning("remembered %d handled messages after %d retries", len(ids), failures)
+                return True
+            if self.stopping() or self.clock() >= give_up_at:
+                logger.error(
+                    "gave up remembering %d handled messages: they are given back, not completed, and will "
+                    "be handed again", len(ids),
+                )  # fmt: skip
+                return False
+            self.wait(delay)
+            delay = min(RETRY_MAX, delay * 2)
 
     def _fail(self, copy: Copy, exc: BaseException, events: list[ReceiverEvent]) -> None:
         events.append(self._event(EventKind.HANDLER_ERROR, copy, type(exc).__name__))
@@ -212,8 +254,10 @@ class CopyProcessor:
 
     # ---- the session path ----------------------------------------------------------------------------------
     def process_session_batch(self, link: EntityLink, deliveries: Sequence[Delivery]) -> bool:
-        """Hand a session's copies one at a time, in order; False when one was given up (abandoned or
-        failed): the caller then releases the session so the rest come back after it, in order."""
+        """Hand a session's copies one at a time, in sequence-number order (``session_order``); False when
+        one was given up (abandoned, failed, or its done mark not stored): the caller then releases the
+        session so the rest come back after it, in order."""
+        deliveries = [deliveries[i] for i in session_order([d.sequence_number for d in deliveries])]
         events = [ReceiverEvent(EventKind.RECEIVED, link.role, d.message_id) for d in deliveries]
         self.watch.track(link, deliveries)
         try:
@@ -234,7 +278,7 @@ class CopyProcessor:
         while copy.message_id:
             try:
                 (claim,) = self.window.claim([copy.message_id])
-            except StateStoreUnavailableError as error:
+            except REDIS_FAILURES as error:
                 logger.warning("cannot claim %s in the window: %s", copy.message_id, error)
                 claim = Claim.BUSY
             decision = after_claim(claim, self.clock() - copy.first_seen, self.busy_wait, self.stopping())
@@ -256,8 +300,8 @@ class CopyProcessor:
             failure = self._call(copy)
         finally:
             self.watch.handled(ids)
-        self._finish([(copy, failure)], events)
-        return failure is None
+        remembered = self._finish([(copy, failure)], events)
+        return failure is None and remembered
 
     # ---- settling and counting -----------------------------------------------------------------------------
     def _settle(self, copy: Copy, decision: Decision) -> bool:
@@ -286,13 +330,17 @@ class CopyProcessor:
         return ReceiverEvent(kind, copy.link.role, copy.message_id, detail)
 
     def record(self, events: Sequence[ReceiverEvent]) -> None:
-        """Count ``events`` (one Redis round trip); the one place the receiver's lifecycle events leave."""
+        """Count and journal ``events`` (best effort: they settle nothing); the one place the receiver's
+        lifecycle events leave, but for ``handled``, which the done marks' script writes with them."""
         if not events:
             return
         try:
             self.counters.add(count_events(events))
-        except StateStoreUnavailableError as error:
+        except REDIS_FAILURES as error:
             logger.warning("receiver counters not updated (%d events): %s", len(events), error)
         if self.journal is not None:
             # Journal times are epoch seconds (latency against the ingress time); ``clock`` is monotonic.
-            self.journal.record(events, time.time())
+            try:
+                self.journal.record(events, time.time())
+            except REDIS_FAILURES as error:  # a full Redis (the journal logs the other failures itself)
+                logger.warning("receiver journal events not written (%d events): %s", len(events), error)

@@ -42,21 +42,47 @@ return out
 )
 
 DONE = LuaScript(
-    _NOW
+    "#!lua\n"
+    + _NOW
     + """
--- KEYS[1] window, KEYS[2..] in-flight marks; ARGV: window ms, owner, ids...
+-- KEYS[1] window, KEYS[2] counters, KEYS[3] journal stream, KEYS[4] its overflow hash, KEYS[5..] in-flight
+-- marks; ARGV: window ms, owner, journal max length (0: no journal), n, the n field/value items of the
+-- handled event (no MessageId), then the ids. Reply: how many ids were new to the window.
 -- The done mark first, then the in-flight mark goes (only if still ours: an expired one may be another's).
-local window_ms = tonumber(ARGV[1])
-for i = 2, #KEYS do
-  redis.call('ZADD', KEYS[1], now + window_ms, ARGV[i + 1])
-  if redis.call('GET', KEYS[i]) == ARGV[2] then
+-- Ids new to the window are counted (``handled``) and journaled (one batch entry) in the same step, so the
+-- window, the counter and the journal never disagree; an id already there was counted and journaled by
+-- the call that added it (a retry after a lost reply, or another copy's handler), so nothing is twice.
+-- The shebang makes Redis refuse the script before it starts when memory is full (never half-written).
+local window_ms, owner = tonumber(ARGV[1]), ARGV[2]
+local journal_max, n = tonumber(ARGV[3]), tonumber(ARGV[4])
+local first_id = 5 + n
+local new = {}
+for i = 5, #KEYS do
+  local id = ARGV[first_id + i - 5]
+  if redis.call('ZADD', KEYS[1], now + window_ms, id) == 1 then
+    new[#new + 1] = id
+  end
+  if redis.call('GET', KEYS[i]) == owner then
     redis.call('DEL', KEYS[i])
   end
 end
 if redis.call('PTTL', KEYS[1]) < window_ms then
   redis.call('PEXPIRE', KEYS[1], window_ms)  -- an entity nobody receives any more leaves nothing behind
 end
-return #KEYS - 1
+if #new > 0 then
+  redis.call('HINCRBY', KEYS[2], 'handled', #new)
+  if journal_max > 0 then
+    if redis.call('XLEN', KEYS[3]) < journal_max then
+      local entry = {unpack(ARGV, 5, 4 + n)}
+      entry[#entry + 1] = 'M'
+      entry[#entry + 1] = cjson.encode(new)
+      redis.call('XADD', KEYS[3], '*', unpack(entry))
+    else
+      redis.call('HINCRBY', KEYS[4], 'handled', 1)
+    end
+  end
+end
+return #new
 """
 )
 

@@ -10,14 +10,21 @@ only live ids). In-flight marks are short-lived strings with a PX expiry, one pe
 sorted set rather than one key per id: the count that the bound needs is ``ZCARD``, and a member costs
 less memory than a key with its own expiry (README "Receiving" has the measured bytes per id).
 
+Writing the done marks also counts them (``handled`` in the scope's counters) and journals one ``handled``
+event per id new to the window (the entity's journal, ``bridge.journal.keys``; its hash tag is the same),
+in the same script call: a done mark never exists without its count and its event, nor the reverse.
+
 The decisions the replies stand for are ``bridge.core.receiving.Claim``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
+from bridge.core.journal import EventKind, JournalEvent
 from bridge.core.receiving import Claim, parse_claims
+from bridge.journal import keys as journal_keys
 from bridge.receiving import scripts
 from bridge.receiving.keys import ReceiverKeys
 from bridge.redis.errors import driver_errors
@@ -30,7 +37,10 @@ def _ms(seconds: float) -> int:
 
 
 class DedupWindow:
-    """The shared window of one receiving scope; ``owner`` names this process in in-flight marks."""
+    """The shared window of one receiving scope; ``owner`` names this process in in-flight marks.
+
+    ``journal_max`` is the journal's ``max_length`` (0: the journal is disabled, ``done`` journals nothing).
+    """
 
     def __init__(
         self,
@@ -41,6 +51,7 @@ class DedupWindow:
         window: float,
         max_remembered: int,
         inflight_ttl: float,
+        journal_max: int = 0,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -48,6 +59,7 @@ class DedupWindow:
         self.window_ms = _ms(window)
         self.max_remembered = max_remembered
         self.inflight_ttl_ms = _ms(inflight_ttl)
+        self.journal_max = journal_max
 
     def claim(self, message_ids: Sequence[str]) -> list[Claim]:
         """One ``Claim`` per id, in order; ids answered ``HANDLE`` now carry this owner's in-flight mark.
@@ -62,13 +74,34 @@ class DedupWindow:
             reply = run_script(self.client, scripts.CLAIM, keys, args)
         return parse_claims(reply, len(message_ids))
 
-    def done(self, message_ids: Sequence[str]) -> None:
-        """Remember ``message_ids`` as handled for one window and drop this owner's in-flight marks."""
+    def done(self, message_ids: Sequence[str], at: float | None = None) -> int:
+        """Remember ``message_ids`` as handled for one window, drop this owner's in-flight marks, and count
+        and journal (event time ``at``, epoch seconds; default now) the ids new to the window, in one step;
+        how many were new.
+
+        Safe to call again after a failure: an id already remembered is not counted or journaled twice.
+        """
         if not message_ids:
-            return
-        keys = [self.keys.done, *(self.keys.inflight(m) for m in message_ids)]
+            return 0
+        entity = self.keys.entity
+        keys = [
+            self.keys.done,
+            self.keys.counts,
+            journal_keys.journal(entity),
+            journal_keys.overflow(entity),
+            *(self.keys.inflight(m) for m in message_ids),
+        ]
+        event = JournalEvent(EventKind.HANDLED, time.time() if at is None else at).encode()
+        args: list[str | int] = [
+            self.window_ms,
+            self.owner,
+            self.journal_max,
+            len(event),
+            *event,
+            *message_ids,
+        ]
         with driver_errors():
-            run_script(self.client, scripts.DONE, keys, [self.window_ms, self.owner, *message_ids])
+            return int(run_script(self.client, scripts.DONE, keys, args))
 
     def release(self, message_ids: Sequence[str]) -> None:
         """Drop this owner's in-flight marks of ``message_ids`` (their handler failed: let a copy retry)."""

@@ -59,7 +59,7 @@ class Delivery:
     """
 
     __slots__ = ("_message", "content_type", "delivery_count", "entity", "locked_until", "message_id",
-                 "problem", "role", "subscription", "token")  # fmt: skip
+                 "problem", "role", "sequence_number", "subscription", "token")  # fmt: skip
 
     def __init__(
         self,
@@ -78,6 +78,7 @@ class Delivery:
         self.message_id = _text(token.message_id)
         self.content_type = _text(token.content_type)
         self.delivery_count: int = token.delivery_count or 0
+        self.sequence_number: int | None = token.sequence_number
         locked = token.locked_until_utc
         self.locked_until = locked.timestamp() if locked is not None else None
         self._message = message

@@ -9,9 +9,12 @@ import uuid
 import pytest
 import redis
 
+from bridge.core.journal import EventKind
 from bridge.core.receiving import Claim
+from bridge.journal.store import JournalStore
 from bridge.receiving.keys import ReceiverKeys
 from bridge.receiving.window import DedupWindow
+from bridge.settings import JournalSettings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,6 +55,30 @@ def test_a_crashed_owners_in_flight_mark_expires_and_the_id_can_be_handled(redis
     # The crashed owner's late done mark still counts, but it does not delete the new owner's mark
     crashed.done(["m"])
     assert other.in_flight("m") and other.is_done("m")
+
+
+def test_done_marks_count_and_journal_each_id_once_even_when_written_again(redis_client: redis.Redis) -> None:
+    journaled = DedupWindow(
+        redis_client,
+        ReceiverKeys("orders"),
+        owner="a",
+        window=600,
+        max_remembered=1000,
+        inflight_ttl=30,
+        journal_max=1000,
+    )
+    assert journaled.claim(["m1", "m2"]) == [Claim.HANDLE, Claim.HANDLE]
+    # The done marks, the handled counter and the handled events are written in one step
+    assert journaled.done(["m1", "m2"], at=1790000000.5) == 2
+    # Written again (a retry after a reply lost with Redis, or another copy's late handler): nothing twice
+    assert journaled.done(["m2", "m1"], at=1790000001.0) == 0
+    events = JournalStore(redis_client, JournalSettings()).read("orders", 100)
+    assert [(e.kind, e.message_id, e.at) for _, e in events] == [
+        (EventKind.HANDLED, "m1", 1790000000.5),
+        (EventKind.HANDLED, "m2", 1790000000.5),
+    ]
+    assert int(redis_client.hget(ReceiverKeys("orders").counts, "handled") or 0) == 2
+    assert journaled.is_done("m1") and not journaled.in_flight("m1")
 
 
 def test_done_marks_expire_after_the_window(redis_client: redis.Redis) -> None:

@@ -25,6 +25,7 @@ from bridge.core.receiving import (
     is_ping,
     last_delivery,
     parse_claims,
+    session_order,
 )
 
 
@@ -69,6 +70,23 @@ def test_claim_replies_parse_and_malformed_ones_are_refused() -> None:
 )
 def test_after_claim(claim: Claim, waited: float, stopping: bool, action: Action) -> None:
     assert after_claim(claim, waited, busy_wait=60.0, stopping=stopping).action is action
+
+
+@pytest.mark.parametrize(
+    ("sequence_numbers", "order"),
+    [
+        ([], []),
+        ([5, 6, 7], [0, 1, 2]),
+        # the SDK released 7 between two receives; the broker sent it again behind 8, in the same batch
+        ([6, 8, 7, 9], [0, 2, 1, 3]),
+        ([9, 7, 7, 8], [1, 2, 3, 0]),  # a copy delivered twice keeps its place (stable)
+        ([8, None, 7], [0, 1, 2]),  # a copy without a number: the batch is kept as it came
+    ],
+)
+def test_a_session_batch_is_handed_by_sequence_number(
+    sequence_numbers: list[int | None], order: list[int]
+) -> None:
+    assert session_order(sequence_numbers) == order
 
 
 @pytest.mark.parametrize(
