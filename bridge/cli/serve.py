@@ -9,11 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-import uvicorn
 
 from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
 from bridge.errors import ConfigurationError
-from bridge.http.app import create_app, is_loopback
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +26,13 @@ def serve(
     port: int = typer.Option(8080, help="TCP port."),
 ) -> None:
     """Serve until interrupted."""
+    # The HTTP app and uvicorn are imported here, not at the top: every `bridge` process imports this
+    # module to register the command, and the app's import costs about a second of CPU that the emulator,
+    # worker, beat and receiver processes would pay at each start for nothing.
+    import uvicorn
+
+    from bridge.http.app import create_app, is_loopback
+
     settings = settings_or_exit()
     require_auth = settings.ingress.require_api_key or not is_loopback(host)
     from bridge.observability.logs import configure_logging

@@ -66,6 +66,12 @@ class LocalNamespace:
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> LocalNamespace:
         """Start the process (on the previous ports after a restart) and wait for its JSON line."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (``wait_ready`` does): a caller starting several
+        namespaces lets them import and bind at the same time."""
         args = [
             sys.executable,
             "-m",
@@ -96,7 +102,10 @@ class LocalNamespace:
             )
         finally:
             log.close()
-        assert self._proc.stdout is not None
+
+    def wait_ready(self, timeout: float = 30.0) -> LocalNamespace:
+        """Wait for the JSON line of the process ``launch`` started; learn its endpoints and ports."""
+        assert self._proc is not None and self._proc.stdout is not None
         ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
         line = self._proc.stdout.readline() if ready else ""
         if not line:

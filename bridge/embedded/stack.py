@@ -40,6 +40,7 @@ class BridgeProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self._terminated = False
 
     @property
     def running(self) -> bool:
@@ -55,11 +56,20 @@ class BridgeProcess:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the main process (Celery then stops its pool children itself), then SIGKILL the group."""
-        if self.running:
+        self.terminate()
+        self.finish(time.monotonic() + timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM the main process once, without waiting (``finish`` waits)."""
+        if self.running and not self._terminated:
+            self._terminated = True
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout)
+
+    def finish(self, deadline: float) -> None:
+        """Wait for the exit until ``deadline`` (``time.monotonic()``), then SIGKILL whatever is left."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
         self.kill()
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -103,10 +113,12 @@ class LocalStack:
         self.processes: list[BridgeProcess] = []
 
     def start(self) -> LocalStack:
-        """Start Redis and both namespaces."""
+        """Start Redis and both namespaces (the two namespace processes start side by side)."""
         self.redis.start()
-        self.primary.start()
-        self.secondary.start()
+        self.primary.launch()
+        self.secondary.launch()
+        self.primary.wait_ready()
+        self.secondary.wait_ready()
         return self
 
     def env(self, **overrides: str) -> dict[str, str]:
@@ -162,10 +174,17 @@ class LocalStack:
             raise EmulatorError(f"bridge serve did not listen: {proc.log_tail()}")
         return proc, f"http://127.0.0.1:{port}"
 
-    def stop(self) -> None:
-        """Stop every process (bridge processes first), keep the data directories."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every process (bridge processes first), keep the data directories.
+
+        The bridge processes are all asked to stop at once and get ``timeout`` seconds together: a worker
+        finishing its work in hand takes seconds, and stopping them one after another added those up.
+        """
         for proc in reversed(self.processes):
-            proc.stop()
+            proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in reversed(self.processes):
+            proc.finish(deadline)
         self.processes.clear()
         for ns in (self.primary, self.secondary):
             ns.stop()

@@ -53,10 +53,18 @@ def namespace_entities(pace: Pace) -> str:
     """The entities file of both local namespaces: the session queue and the backlog queues.
 
     The backlog queues get the description ``bridge provision`` gives them, except the lock duration in
-    ``--fast``: a backlog message a syphon held when its connection died stays locked that long.
+    ``--fast``: a backlog message a syphon held when its connection died stays locked that long. The same
+    goes for the story's own queues: a copy a receiver held when the outage cut its connection comes back
+    only when its lock ends, so ``--fast`` declares them with ``entity_lock`` (the other entities are
+    created on first use with Service Bus's default minute).
     """
     count = int(pace.settings.get("BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT", "10"))
-    lines = [f"[queues.{PAIRED}]", "requires_session = true", ""]
+    lines = [f"[queues.{PAIRED}]", "requires_session = true"]
+    if pace.entity_lock is not None:
+        lines.append(f"lock_duration = {pace.entity_lock}")
+        for name in (PASSIVE, ACTIVE):
+            lines += ["", f"[queues.{name}]", f"lock_duration = {pace.entity_lock}"]
+    lines.append("")
     for index in range(count):
         lines += [
             f'[queues."{PRIMARY_NAME}/x-servicebus-transfer/{index}"]',
@@ -80,6 +88,8 @@ class Pace:
     settings: dict[str, str]
     timeout: float
     backlog_lock: int = 60
+    entity_lock: int | None = None
+    """Lock duration of the story's queues (None: created on first use, with the default minute)."""
 
 
 FAST = Pace(
@@ -96,6 +106,7 @@ FAST = Pace(
     },
     timeout=90.0,
     backlog_lock=5,
+    entity_lock=10,
 )
 NORMAL = Pace(hold=15.0, rate=10.0, settings={}, timeout=180.0)
 

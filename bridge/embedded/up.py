@@ -14,9 +14,7 @@ namespace is in the file too). Ctrl-C (or SIGTERM) stops everything, bridge proc
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import signal
 import tempfile
@@ -181,11 +179,6 @@ def wait(stack: Stack, say: Say, poll: float = 1.0) -> int:
 
 def stop(stack: Stack) -> None:
     """Stop every process (bridge processes first, all asked at once); the data directory stays."""
-    # Receivers and the worker finish the work in hand on SIGTERM: let them do it in parallel.
-    for proc in reversed(stack.local.processes):
-        if proc.running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.proc.pid, signal.SIGTERM)
     stack.local.stop()
 
 
