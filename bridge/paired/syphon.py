@@ -202,9 +202,17 @@ class BacklogSyphon:
             finished = True
         finally:
             self.journal.flush()
+            self._close_link()
             if finished and self.holds():
                 self.aside.clear_locks(self.queue)
         return self.report
+
+    def _close_link(self) -> None:
+        # No idle backlog link may keep credit between runs (``NamespacePool.close_receiver``).
+        try:
+            self.ctx.pool.close_receiver("secondary", self.queue)
+        except NamespaceError as error:
+            log.debug("closing the receiver of %s failed: %s", self.queue, describe_error(error))
 
     def _state(self, destination: str) -> PairedState:
         state = self._states.get(destination)
@@ -230,7 +238,10 @@ class BacklogSyphon:
         self._note_locks(messages)
         self.report.received += len(messages)
         self.journal.receive_call(len(messages), ctx.clock())
-        return messages
+        # A batch is not always in queue order: with prefetch 0 the SDK releases a message that reaches the
+        # link between two receive calls, and the namespace hands it out again behind its successors. The
+        # queue's sequence number is the order the workers sent them in (one key, one queue).
+        return sorted(messages, key=_number)
 
     def _note_locks(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         expiries = [m.locked_until_utc.timestamp() for m in messages if m.locked_until_utc is not None]
@@ -270,7 +281,7 @@ class BacklogSyphon:
                 self._count_receive()
             if got is not None:
                 self._note_locks(got)
-                return got, False
+                return sorted(got, key=_number), False
             # Some number names no deferred message: go one by one, in order, to find it.
             out: list[ServiceBusReceivedMessage] = []
             for number in numbers:

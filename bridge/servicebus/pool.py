@@ -176,6 +176,24 @@ class NamespacePool:
                 extra=max_wait,
             )
 
+    def close_receiver(self, role: Role, queue: str) -> None:
+        """Close the cached receiver of ``queue`` (the next receive opens a new link).
+
+        With prefetch 0 the SDK leaves credit on an idle link: a message that reaches it after the last
+        receive call stays locked to this process, unseen, until the link is used again or the lock
+        expires — an idle cached backlog link in one worker would hold messages back from the syphon that
+        runs in another, and their successors would be moved first. Closing the link at the end of a run
+        hands such deliveries back to the namespace at once. Errors are ignored: the link is gone anyway.
+        """
+        with self._using(role, f"receive:{queue}") as client:
+            receiver = client.receivers.pop(queue, None)
+            if receiver is None:
+                return
+            try:
+                receiver.close()
+            except Exception as exc:  # a faulted link; the client's own close or retirement follows
+                logger.debug("closing the %s receiver of %s failed: %s", role, queue, type(exc).__name__)
+
     def complete(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
         """Complete a message received from ``queue``; raises ``NamespaceError``."""
         self._settle(role, queue, "complete", lambda r: r.complete_message(message))
