@@ -161,3 +161,21 @@ def test_runtime_counts_scheduled_messages(shared_namespace: LocalNamespace, uni
     with admin_client(shared_namespace) as admin:
         counts = admin.get_queue_runtime_properties(unique_name)
         assert (counts.scheduled_message_count, counts.active_message_count) == (2, 0)
+
+
+def test_cancel_a_message_scheduled_on_a_topic(shared_namespace: LocalNamespace, unique_name: str) -> None:
+    with admin_client(shared_namespace) as admin:
+        admin.create_topic(unique_name)
+        for subscription in ("a", "b"):
+            admin.create_subscription(unique_name, subscription)
+    with sb_client(shared_namespace) as client, client.get_topic_sender(unique_name) as sender:
+        # Given two messages scheduled an hour ahead on a topic with two subscriptions
+        later = utc_now() + dt.timedelta(hours=1)
+        keep, cancel = sender.schedule_messages(
+            [ServiceBusMessage("keep"), ServiceBusMessage("cancel")], later
+        )
+        # When one is cancelled on the topic (as the bridge's namespace probe does), it is gone from both
+        sender.cancel_scheduled_messages(cancel)
+        for subscription in ("a", "b"):
+            with client.get_subscription_receiver(unique_name, subscription) as receiver:
+                assert [m.sequence_number for m in receiver.peek_messages(max_message_count=10)] == [keep]

@@ -24,6 +24,7 @@ from bridge.emulator.amqp.codec import (
     ts,
 )
 from bridge.emulator.errors import ArgumentError, BrokerError, SessionLockLostError
+from bridge.emulator.model.entities import Topic
 from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
 from bridge.emulator.model.store import MessageStore
 
@@ -56,6 +57,14 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     try:
         if operation == "com.microsoft:schedule-message":
             return 200, "OK", _schedule(broker, path, body), None
+        topic = broker.namespace.send_target(path)
+        if operation == "com.microsoft:cancel-scheduled-message" and isinstance(topic, Topic):
+            # A topic numbers a scheduled message once and every subscription holds its copy under that
+            # number (``Namespace.enqueue``): cancelling on the topic removes the copies (as on Azure).
+            numbers = [int(s) for s in _list(body.get("sequence-numbers"))]
+            for subscription in topic.subscriptions.values():
+                subscription.store.cancel_scheduled(numbers)
+            return 200, "OK", {}, None
         store = broker.namespace.store(path, broker.clock())
         result = handler(broker, store, body)
     except BrokerError as exc:
