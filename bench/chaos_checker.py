@@ -19,16 +19,21 @@ Run it alone on a kept run folder: ``python -m bench.chaos_checker RUN_DIR`` (it
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import re
+import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 CRASH_WINDOW = 5.0
 AFTERMATH = 5.0
@@ -481,9 +486,51 @@ def compare_ledger(v: Verdict, ledger: dict[str, Any]) -> list[str]:
     return diffs
 
 
+@contextlib.contextmanager
+def run_redis(run_dir: Path) -> Iterator[None]:
+    """The run's Redis, started again on the run folder's data (``redis/``, AOF) when it no longer runs —
+    a kept run folder is re-checked after its processes stopped — and stopped again afterwards."""
+    import redis
+
+    run = json.loads((run_dir / "run.json").read_text())
+    client = redis.Redis.from_url(run["redis_url"], socket_timeout=5)
+    try:
+        client.ping()
+        yield
+        return
+    except redis.ConnectionError:
+        pass
+    finally:
+        client.close()
+    port = urlsplit(run["redis_url"]).port or 6379
+    data = run_dir / "redis"
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data)]
+    command += ["--appendonly", "yes", "--save", "", "--logfile", str(run_dir / "recheck-redis.log")]
+    server = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                redis.Redis(port=port, socket_timeout=5).ping()  # answers once the AOF is loaded
+                break
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"could not start the run's Redis again (see {data})") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def main(argv: list[str]) -> int:
-    """``python -m bench.chaos_checker RUN_DIR``: print the verdict of a kept run folder."""
-    verdict = check(Path(argv[0]))
+    """``python -m bench.chaos_checker RUN_DIR``: print the verdict of a kept run folder (its Redis is
+    started again from the folder when it no longer runs)."""
+    with run_redis(Path(argv[0])):
+        verdict = check(Path(argv[0]))
     print(json.dumps(verdict.as_dict(), default=str))
     return 0 if verdict.lost == verdict.handed_twice == verdict.order_violations == 0 else 1
 
