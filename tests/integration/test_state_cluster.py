@@ -74,7 +74,8 @@ def test_role_swap_and_health(client: object) -> None:
 def test_paired_apply_keeps_the_failed_over_set(client: object) -> None:
     store = PairedStore(client)
     update = store.apply("orders", [StartTimer(1.0), EngageFailover(2.0, "interval")])
-    assert update.engaged and update.after == PairedState(failing_since=1.0, failed_over_at=2.0)
+    assert update.engaged
+    assert update.after == PairedState(failing_since=1.0, failed_over_at=2.0, last_failover_at=2.0)
     assert store.failed_over_entities() == ["orders"]
     assert store.apply("orders", [MarkAvailable(3.0, "ping ok")]).restored
     assert store.failed_over_entities() == []
