@@ -185,6 +185,15 @@ class RetrySettings(BaseModel):
     retry_backoff_factor: float = Field(default=0.2, ge=0, description="SDK first retry delay (seconds).")
     retry_backoff_max: float = Field(default=2.0, ge=0, description="SDK retry delay cap (seconds).")
     attempt_deadline: float = Field(default=10.0, gt=0, description="Hard limit per send attempt (s).")
+    abandoned_send_wait: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Seconds a shard sends nothing more to a namespace path after a send there timed out (the"
+            " namespace may still commit the abandoned transfer: it must not land behind newer messages of"
+            " its key); None: attempt_deadline; 0: off."
+        ),
+    )
     outbox_backoff_factor: float = Field(default=0.5, ge=0, description="First outbox retry delay (seconds).")
     outbox_backoff_max: float = Field(default=30.0, ge=0, description="Outbox retry delay cap (seconds).")
     transient_failures_to_outage: int = Field(
@@ -193,6 +202,11 @@ class RetrySettings(BaseModel):
     transient_seconds_to_outage: float = Field(
         default=10.0, ge=0, description="Seconds of transient failures in a row that count as an outage."
     )
+
+    @property
+    def abandoned_wait(self) -> float:
+        """``abandoned_send_wait`` in seconds, its default (the attempt deadline) applied."""
+        return self.attempt_deadline if self.abandoned_send_wait is None else self.abandoned_send_wait
 
 
 class PairedSettings(BaseModel):
@@ -225,6 +239,11 @@ class PairedSettings(BaseModel):
     )
     backlog_readmit_after: float | None = Field(
         default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."
+    )
+    backlog_depth_ttl: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a measured backlog queue depth is reused by the status page and /metrics.",
     )
     restore_order: Literal["ordered", "fast"] = Field(
         default="ordered",

@@ -24,10 +24,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from azure.servicebus import ServiceBusMessage
 
+from bridge.core import abandoned
 from bridge.core import journal as journal_events
 from bridge.core.cost import Operation
 from bridge.core.decisions import Ack, Change, DeadLetter, Hold, Retry, Settlement
@@ -98,6 +99,10 @@ class ShardDrainer:
         self.not_before: float | None = None
         self._retry_state = False
         self.dedup = ctx.settings.entity(entity).requires_duplicate_detection
+        self.abandoned: dict[tuple[Role, str], float] = {}
+        """Paths this shard sends nothing to until the time given, after a send there timed out
+        (``bridge.core.abandoned``); loaded from Redis when the tenure starts."""
+        self.abandoned_wait = ctx.settings.retry.abandoned_wait
         self.holds: dict[str, float] = {}
         """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
         self.all_held = False
@@ -252,6 +257,7 @@ class ShardDrainer:
         self.not_before = ctx.retry.not_before(self.entity, self.shard)
         self.attempts = ctx.retry.attempts(self.entity, self.shard)
         self._retry_state = self.not_before is not None or self.attempts > 0
+        self.abandoned = ctx.retry.abandoned_waits(self.entity, self.shard) if self.abandoned_wait else {}
 
     def _wait_for_turn(self, held: HeldLease, stop: threading.Event, wait_on_retry: bool) -> bool:
         """Wait out the shard's backoff and any doubt about the lease; False to stop now."""
@@ -346,7 +352,14 @@ class ShardDrainer:
     def send_messages(
         self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
     ) -> BatchOutcome:
-        """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded."""
+        """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
+
+        Refused at once, with nothing recorded, while a send there that timed out may still be committed
+        (``bridge.core.abandoned``); a send that times out starts such a wait.
+        """
+        left = abandoned.wait_left(self.abandoned, role, path, self.ctx.clock())
+        if left > 0:
+            return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
         started = time.perf_counter()
         result = self.ctx.pool.send(role, path, messages)
         elapsed = time.perf_counter() - started
@@ -368,6 +381,19 @@ class ShardDrainer:
             role, [m.message_id for m in messages], outcome.outcomes, now, backlog_queue=backlog
         )
         self._record_health(role, outcome)
+        if self.abandoned_wait and abandoned.abandoned(outcome.outcomes):
+            self.abandoned[(role, path)] = now + self.abandoned_wait
+            self.ctx.retry.wait_after_abandoned(
+                self.entity, self.shard, role, path, now=now, wait=self.abandoned_wait
+            )
+            log.info(
+                "entity %s shard %d: a send to %s on %s timed out; nothing newer goes there for %.1fs",
+                self.entity,
+                self.shard,
+                path,
+                role,
+                self.abandoned_wait,
+            )
         return outcome
 
     def _record_health(self, role: Role, outcome: BatchOutcome) -> None:
@@ -453,6 +479,9 @@ class ShardDrainer:
         self._ack(to_ack)
         if stop is None:
             return True
+        floor = abandoned.retry_floor(self.abandoned, stop.pending, self.entity, now)
+        if floor > stop.retry_after:
+            stop = replace(stop, retry_after=floor)
         if stop.backoff:
             self.attempts = self.ctx.retry.schedule(
                 self.entity, self.shard, now + stop.retry_after, fence=self.fence

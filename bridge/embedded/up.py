@@ -43,8 +43,11 @@ SETTINGS = {
     "BRIDGE_WORKERS__SWEEP_INTERVAL": "0.5",
     "BRIDGE_PAIRED__FAILOVER_INTERVAL": "5",
     "BRIDGE_PAIRED__PING_PRIMARY_INTERVAL": "5",
-    "BRIDGE_PAIRED__SYPHON_RECEIVE_WAIT": "5",
-    "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "10",
+    # A worker's warm shutdown waits for the syphon run in hand, a receiver's for its long-poll: short ones
+    # let Ctrl-C stop everything within seconds.
+    "BRIDGE_PAIRED__SYPHON_RECEIVE_WAIT": "1",
+    "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "3",
+    "BRIDGE_RECEIVER__MAX_WAIT": "1",
     "BRIDGE_LOG_JSON": "false",
 }
 RECEIVER_HANDLER = "bridge.embedded.handlers:log_message"

@@ -37,7 +37,6 @@ from bridge.settings import Settings
 from bridge.state import keys as state_keys
 from bridge.status import collect_status
 
-BACKLOG_CACHE_SECONDS = 10.0
 BACKLOG_TIMEOUT = 3.0
 
 
@@ -116,16 +115,15 @@ class BacklogDepth:
 class BacklogProbe:
     """Active message counts of the backlog queues through the secondary's management endpoint, cached.
 
-    One probe per process; ``depths`` answers from the cache for ``ttl`` seconds, so a busy status page or
-    scraper costs at most one round of management calls per ``ttl``. Each call is bounded by ``timeout``;
-    after the first failure the remaining queues are not asked (the namespace is probably down).
+    One probe per process; ``depths`` answers from the cache for ``ttl`` seconds (``paired.backlog_depth_ttl``
+    unless given), so a busy status page or scraper costs at most one round of management calls per ``ttl``.
+    Each call is bounded by ``timeout``; after the first failure the remaining queues are not asked (the
+    namespace is probably down).
     """
 
-    def __init__(
-        self, settings: Settings, ttl: float = BACKLOG_CACHE_SECONDS, timeout: float = BACKLOG_TIMEOUT
-    ):
+    def __init__(self, settings: Settings, ttl: float | None = None, timeout: float = BACKLOG_TIMEOUT):
         self.settings = settings
-        self.ttl = ttl
+        self.ttl = settings.paired.backlog_depth_ttl if ttl is None else ttl
         self.timeout = timeout
         self._lock = threading.Lock()
         self._cache: dict[str, BacklogDepth] = {}

@@ -18,6 +18,9 @@ key                                        holds
 ``bridge:{E}:delivered:<i>``               hash entry id -> targets that already accepted it (active
                                            mode, policy ``all``: not sent there again on retry)
 ``bridge:{E}:scheduled:<i>``               string, short PX: a drain of shard i is queued (-1: ingest)
+``bridge:{E}:abandoned``                   hash ``<i>|<role>|<path>`` -> epoch seconds until which shard
+                                           i sends nothing to that path after a send timed out there
+                                           (``bridge.core.abandoned``; PX: gone when the last wait is)
 ``bridge:{E}:lease:<i>``                   string: owner of the drain lease of outbox shard i (PX ttl)
 ``bridge:{backlog:<N>}:rotation``          hash index -> removed_at, ``<index>.error`` -> why, for the
                                            backlog queues ``<N>/x-servicebus-transfer/<i>``
@@ -98,6 +101,11 @@ def scheduled(entity: str, shard: int) -> str:
     return f"{_tag(entity)}scheduled:{shard}"
 
 
+def abandoned(entity: str) -> str:
+    """Waits of the entity's shards after a send timed out (``bridge.core.abandoned``)."""
+    return _tag(entity) + "abandoned"
+
+
 def shard_lease(entity: str, shard: int) -> str:
     """The drain lease of one outbox shard."""
     return f"{_tag(entity)}lease:{shard}"
@@ -123,6 +131,7 @@ def entity_keys(entity: str) -> tuple[str, ...]:
         cost(entity),
         not_before(entity),
         attempts(entity),
+        abandoned(entity),
     )
 
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
+from bridge.core import abandoned
 from bridge.core.decisions import Target
 from bridge.core.hash_fields import decode_fields
-from bridge.core.roles import as_role
+from bridge.core.roles import Role, as_role
 from bridge.errors import LeaseLostError
 from bridge.redis.errors import driver_errors
 from bridge.redis.fence import Fence
@@ -147,6 +148,39 @@ class RetryStore:
         if entry_ids:
             with driver_errors():
                 self.client.hdel(keys.delivered(entity, shard), *entry_ids)
+
+    # ---- waits after abandoned sends (bridge.core.abandoned) ----------------------------------------
+    def wait_after_abandoned(
+        self, entity: str, shard: int, role: Role, path: str, *, now: float, wait: float
+    ) -> None:
+        """Record that shard ``shard`` sends nothing to ``path`` in ``role`` for ``wait`` s from ``now``.
+
+        Not fenced with the lease: a stale holder's wait only makes the next holder wait too. The key
+        expires a second after the latest wait written (every wait is as long as the others), so it never
+        piles up.
+        """
+        key = keys.abandoned(entity)
+        expire_ms = int(wait * 1000) + 1000
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, abandoned.encode_field(shard, role, path), repr(float(now + wait)))
+            pipe.pexpire(key, expire_ms)
+            pipe.execute()
+
+    def abandoned_waits(self, entity: str, shard: int) -> dict[tuple[Role, str], float]:
+        """The waits of shard ``shard`` (``(role, path)`` -> until), past ones included."""
+        with driver_errors():
+            data = decode_fields(self.client.hgetall(keys.abandoned(entity)))
+        waits: dict[tuple[Role, str], float] = {}
+        for field, value in data.items():
+            parsed = abandoned.decode_field(field)
+            if parsed is None or parsed[0] != shard:
+                continue
+            try:
+                waits[(parsed[1], parsed[2])] = float(value)
+            except ValueError:
+                continue
+        return waits
 
     # ---- drain queued ---------------------------------------------------------------------------
     def mark_scheduled(self, entity: str, shard: int, ttl_ms: int) -> bool:

@@ -93,6 +93,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT": str(BACKLOG_QUEUES),
             "BRIDGE_PAIRED__SYPHON_RECEIVE_WAIT": "1",
             "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "2",
+            # The status page's backlog depths are measured at most once per TTL (10 s by default).
+            "BRIDGE_PAIRED__BACKLOG_DEPTH_TTL": "1",
             "BRIDGE_INGRESS__REQUIRE_API_KEY": "true",
             "BRIDGE_INGRESS__API_KEYS": json.dumps(
                 [{"name": "ops-test", "sha256": hashlib.sha256(api_key.encode()).hexdigest()}]
@@ -197,6 +199,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 90,
                 0.5,
                 "payments restored, its backlog syphoned and measured empty",
+            )
+            # A syphon run records its counts when it ends (its budget after the last move): scrape after.
+            worker_metrics = f"http://127.0.0.1:{ports['worker']}/metrics"
+            wait_until(
+                lambda: (
+                    scrape(worker_metrics).value("bridge_syphon_messages_total", result="sent")
+                    >= OUTAGE_PAYMENTS
+                ),
+                30,
+                0.5,
+                "the syphon run's counts in the worker's metrics",
             )
             result.scrapes["ingress"] = scrape(f"{url}/metrics", headers)
             assert http.get("/metrics", headers={"x-api-key": "wrong"}).status_code == 401

@@ -26,7 +26,7 @@ from tests.integration.paired_support import (
     paired_state,
 )
 from tests.integration.receiver_support import FAST_RECEIVER, HANDLERS, counts, namespace, per_id, recorded
-from tests.integration.worker_support import FAST_SETTINGS, count_in, producer
+from tests.integration.worker_support import FAST_SETTINGS, TEARDOWN_GRACE, count_in, producer
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -55,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         local.start_beat()
         yield local
     finally:
-        local.stop()
+        local.stop(timeout=TEARDOWN_GRACE)
 
 
 def receiver(stack: LocalStack, entity: str) -> BridgeProcess:

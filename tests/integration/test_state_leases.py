@@ -211,3 +211,26 @@ def test_concurrent_flushes_lose_nothing(redis_url: str) -> None:
     store = CostStore(redis.Redis.from_url(redis_url))
     assert store.get("orders") == want
     assert store.totals() == want
+
+
+# ---- waits after abandoned sends ----------------------------------------------------------------------
+
+
+def test_waits_after_abandoned_sends_are_per_shard_and_expire(redis_client: redis.Redis) -> None:
+    store = RetryStore(redis_client)
+    now = time.time()
+    # Given shard 0 waiting for the entity on the primary and for a backlog queue path on the secondary
+    store.wait_after_abandoned("orders", 0, "primary", "orders", now=now, wait=2.0)
+    store.wait_after_abandoned("orders", 0, "secondary", "ns/x-servicebus-transfer/1", now=now, wait=2.0)
+    store.wait_after_abandoned("orders", 1, "secondary", "orders", now=now, wait=2.0)
+    # And a field that is not a wait (a hand-written key must not break a drainer)
+    redis_client.hset(keys.abandoned("orders"), "junk", "1")
+    # Then the next holder of each shard reads its own waits only
+    assert store.abandoned_waits("orders", 0) == {
+        ("primary", "orders"): now + 2.0,
+        ("secondary", "ns/x-servicebus-transfer/1"): now + 2.0,
+    }
+    assert store.abandoned_waits("orders", 1) == {("secondary", "orders"): now + 2.0}
+    assert store.abandoned_waits("invoices", 0) == {}
+    # And the record is gone a second after the last wait ended
+    assert 2000 < redis_client.pttl(keys.abandoned("orders")) <= 3000

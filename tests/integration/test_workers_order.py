@@ -137,3 +137,48 @@ def test_active_all_remembers_where_every_entry_of_a_batch_landed(make_stack: An
     for ns in (stack.primary, stack.secondary):
         report = check_namespaces({"all": ids}, {"ns": ns}, "audit", timeout=30)
         assert not report.missing and report.duplicates == 0, report
+
+
+def test_a_send_that_timed_out_and_was_committed_late_never_lands_behind_newer_messages(
+    make_stack: Any,
+) -> None:
+    # Active replication, policy "any": an entry the secondary accepted is acknowledged even when its
+    # primary send timed out, so without the wait newer messages sent to the primary right after the
+    # stall ends would be committed before the abandoned transfers still pending there (the chaos soak's
+    # finding; with the wait off this test fails). The wait must outlast the late commit: the SDK gives up
+    # after 1.5 s (half the 3 s attempt deadline), the namespace commits 4 s after the transfer, so 2.5 s
+    # after the bridge gave up; the wait is 4 s.
+    stack = make_stack(
+        {"ledger": {"replication": "active", "success_policy": "any"}},
+        settings={"BRIDGE_RETRY__ABANDONED_SEND_WAIT": "4"},
+    )
+    stack.start_worker()
+    stack.start_beat()
+    keys_ = [f"k{k}" for k in range(6)]
+    sent: dict[str, list[str]] = {k: [] for k in keys_}
+
+    def produce(p: Any, rounds: range) -> None:
+        for i in rounds:
+            for k in keys_:
+                sent[k].append(p.send("ledger", f"{k}-{i}".encode(), partition_key=k))
+            time.sleep(0.05)
+
+    with producer(stack) as p:
+        produce(p, range(5))
+        wait_until(lambda: outbox_depth(stack, "ledger") == 0, 30, what="the first messages delivered")
+        # Given keyed traffic on open links, and a primary that holds each transfer 4 s before committing
+        # it, on the link the SDK keeps open after its timeout
+        stack.primary.control.stall(delay=4.0)
+        produce(p, range(5, 60))
+        # When the primary settles on time again while abandoned transfers are still pending there
+        stack.primary.control.restore()
+        produce(p, range(60, 100))
+    wait_until(lambda: outbox_depth(stack, "ledger") == 0, 60, what="an empty outbox")
+    # Then the secondary holds every message in order, and so does the primary, for what it holds
+    secondary = check_namespaces(sent, {"secondary": stack.secondary}, "ledger", timeout=60)
+    assert not secondary.missing and secondary.out_of_sequence == 0, secondary
+    time.sleep(4.5)  # longer than the stall: every abandoned transfer has been committed by now
+    primary = check_namespaces(sent, {"primary": stack.primary}, "ledger", timeout=5)
+    assert primary.out_of_sequence == 0, primary
+    # And the primary did time out: it lacks messages the secondary took while the bridge waited
+    assert primary.missing, primary

@@ -30,7 +30,7 @@ FAST_SETTINGS = {
 }
 
 
-TEARDOWN_GRACE = 1.0
+TEARDOWN_GRACE = 0.5
 """Seconds the stack's processes get to exit on SIGTERM after a test before they are killed. The test has
 made its checks by then: a worker's warm shutdown (a syphon run finishing its budget, a drainer's blocked
 ``XREAD``) took 3 to 10 s per test for nothing. Tests about stopping stop the processes themselves."""
