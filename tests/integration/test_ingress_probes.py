@@ -27,9 +27,10 @@ import redis
 
 from bridge.core.auth import sas_signature
 from bridge.embedded.redis_server import RedisServer
+from bridge.embedded.stack import wait_until
 from bridge.errors import InvalidMessageError
 from bridge.outbox import keys
-from bridge.outbox.discovery import door_entities
+from bridge.outbox.discovery import SCAN_MARK, door_entities
 from bridge.outbox.redis_door import move_ingress
 from bridge.outbox.store import SyncOutbox
 from bridge.redis.connection import sync_client
@@ -400,6 +401,8 @@ def test_the_redis_door_ignores_streams_named_to_inject(server: Server):
     try:
         # When the sweeper's discovery scans, and a mover is asked for such a name directly
         found = door_entities(client, interval=0.001)
+        # (its scan mark expires within the millisecond: gone before the snapshot, not during the block)
+        wait_until(lambda: not client.exists(SCAN_MARK), 5, 0.01, "the discovery's scan mark expiring")
         outbox = SyncOutbox(sync_client(server.redis_url), _settings(server.redis_url))
         with nothing_reaches_redis(client):
             for name in names:
