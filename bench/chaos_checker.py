@@ -410,7 +410,9 @@ def _fidelity(calls: dict[str, list[dict[str, Any]]], acked: dict[str, dict[str,
         if want_key is not None and (got.get("session") or got.get("pk")) != want_key:
             out["key"] += 1
         if sent.get("ttl") is not None:
-            ttl, elapsed = got.get("ttl"), got["t"] - sent["t_ack"]
+            # Elapsed from the first try, not the acknowledgement: an answer that came late (a retried
+            # request whose first try was stored) can follow the handler call itself.
+            ttl, elapsed = got.get("ttl"), got["t"] - sent.get("t_sent", sent["t_ack"])
             # Remaining TTL (a backlog copy is restored with what is left): never more, never far less.
             if ttl is None or ttl > sent["ttl"] + 0.01 or ttl < sent["ttl"] - elapsed - 2.0:
                 out["ttl"] += 1
