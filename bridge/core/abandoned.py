@@ -10,20 +10,27 @@ active mode's policy ``any`` acknowledged the entry from the other namespace and
 lands behind them, and a receiver that takes the first copy of each MessageId hands it after its
 successors.
 
-So after a send to (namespace, path) timed out, the shard sends nothing more to that path for
-``retry.abandoned_wait`` seconds (default: the attempt deadline): sends there are refused at once with a
+So after a send to (namespace, path) timed out, the shard sends nothing newer to that path for
+``retry.abandoned_wait`` seconds (default: the attempt deadline): such sends are refused at once with a
 TRANSIENT outcome (not counted towards the outage streak and not towards the namespace's health: nothing
-was tried), and a ``Retry`` that waits for that path waits at least that long. A late commit within the
-wait lands before anything newer. The bound is an assumption about the namespace: one that commits an
-abandoned transfer later than ``abandoned_wait`` after the sender gave up can still reorder a key.
+was tried). A late commit within the wait lands before anything newer. The bound is an assumption about
+the namespace: one that commits an abandoned transfer later than ``abandoned_wait`` after the sender gave
+up can still reorder a key.
 
-Waits are per outbox shard (a key lives in one shard) and kept in Redis, so a shard that changes hands
-keeps its waits. Pure: times are arguments, nothing here reads a clock.
+One send may go at once: the retry that carries every abandoned message again (``resent``), as a passive
+retry to the same namespace or an active retry of the missing copy does (the shard is read in order, so
+they come first in it). Its copies are committed before anything newer it carries, so a late commit is a
+duplicate behind its own first copy; once that send is accepted the wait ends. The drainer knows which
+messages it abandoned during its tenure only; a wait it inherits from Redis (the shard changed hands)
+refuses every send there until it ends, and a ``Retry`` waiting for that path waits at least that long.
+
+Waits are per outbox shard (a key lives in one shard) and kept in Redis. Pure: times are arguments,
+nothing here reads a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from bridge.core.decisions import Target
 from bridge.core.error_classes import ErrorClass
@@ -42,6 +49,25 @@ def abandoned(outcomes: Iterable[Outcome]) -> bool:
 def wait_left(waits: Waits, role: Role, path: str, now: float) -> float:
     """Seconds the shard still waits before sending to ``path`` in ``role`` (0 when it need not)."""
     return max(0.0, waits.get((role, path), 0.0) - now)
+
+
+def resent(abandoned_ids: Collection[str] | None, batch_ids: Sequence[str]) -> bool:
+    """Whether a send carries every abandoned message again (so it may go to the same path during the
+    wait); False when the abandoned messages are not known (a wait inherited from another tenure)."""
+    return abandoned_ids is not None and bool(abandoned_ids) and set(abandoned_ids) <= set(batch_ids)
+
+
+def timed_out(message_ids: Sequence[str], outcomes: Sequence[Outcome]) -> frozenset[str]:
+    """The messages of a send whose fate is unknown (failed with a timeout)."""
+    return frozenset(m for m, o in zip(message_ids, outcomes, strict=True) if not o.ok and o.timeout)
+
+
+def all_accepted(
+    abandoned_ids: Collection[str], message_ids: Sequence[str], outcomes: Sequence[Outcome]
+) -> bool:
+    """Whether this send's accepted messages include every abandoned one (the wait can end)."""
+    accepted = {m for m, o in zip(message_ids, outcomes, strict=True) if o.ok}
+    return bool(abandoned_ids) and set(abandoned_ids) <= accepted
 
 
 def refused(role: Role, path: str, left: float) -> Outcome:

@@ -100,8 +100,10 @@ class ShardDrainer:
         self._retry_state = False
         self.dedup = ctx.settings.entity(entity).requires_duplicate_detection
         self.abandoned: dict[tuple[Role, str], float] = {}
-        """Paths this shard sends nothing to until the time given, after a send there timed out
+        """Paths this shard sends nothing newer to until the time given, after a send there timed out
         (``bridge.core.abandoned``); loaded from Redis when the tenure starts."""
+        self.abandoned_ids: dict[tuple[Role, str], frozenset[str]] = {}
+        """The messages this tenure abandoned per path: a send that carries them all may go at once."""
         self.abandoned_wait = ctx.settings.retry.abandoned_wait
         self.holds: dict[str, float] = {}
         """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
@@ -355,10 +357,13 @@ class ShardDrainer:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
 
         Refused at once, with nothing recorded, while a send there that timed out may still be committed
-        (``bridge.core.abandoned``); a send that times out starts such a wait.
+        (``bridge.core.abandoned``); a send that times out starts such a wait, and one that carries the
+        abandoned messages again may go and, once accepted, ends it.
         """
+        key = (role, path)
+        ids = [str(m.message_id) for m in messages]
         left = abandoned.wait_left(self.abandoned, role, path, self.ctx.clock())
-        if left > 0:
+        if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
             return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
         started = time.perf_counter()
         result = self.ctx.pool.send(role, path, messages)
@@ -381,20 +386,36 @@ class ShardDrainer:
             role, [m.message_id for m in messages], outcome.outcomes, now, backlog_queue=backlog
         )
         self._record_health(role, outcome)
-        if self.abandoned_wait and abandoned.abandoned(outcome.outcomes):
-            self.abandoned[(role, path)] = now + self.abandoned_wait
+        if self.abandoned_wait:
+            self._after_send(role, path, ids, outcome, now)
+        return outcome
+
+    def _after_send(self, role: Role, path: str, ids: list[str], outcome: BatchOutcome, now: float) -> None:
+        """Start a wait after a timeout (``bridge.core.abandoned``), or end one the resent messages ended."""
+        key = (role, path)
+        lost_track = abandoned.timed_out(ids, outcome.outcomes)
+        if lost_track:
+            still = abandoned.wait_left(self.abandoned, role, path, now) > 0
+            before = self.abandoned_ids.get(key, frozenset()) if still else frozenset()
+            self.abandoned[key] = now + self.abandoned_wait
+            self.abandoned_ids[key] = before | lost_track
             self.ctx.retry.wait_after_abandoned(
                 self.entity, self.shard, role, path, now=now, wait=self.abandoned_wait
             )
             log.info(
-                "entity %s shard %d: a send to %s on %s timed out; nothing newer goes there for %.1fs",
+                "entity %s shard %d: %d messages to %s on %s timed out; nothing newer goes there for %.1fs",
                 self.entity,
                 self.shard,
+                len(lost_track),
                 path,
                 role,
                 self.abandoned_wait,
             )
-        return outcome
+        elif key in self.abandoned_ids and abandoned.all_accepted(
+            self.abandoned_ids[key], ids, outcome.outcomes
+        ):
+            del self.abandoned[key], self.abandoned_ids[key]
+            self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
     def _record_health(self, role: Role, outcome: BatchOutcome) -> None:
         # The batch's overall verdict: any accepted message proves the namespace up; otherwise the
@@ -479,7 +500,9 @@ class ShardDrainer:
         self._ack(to_ack)
         if stop is None:
             return True
-        floor = abandoned.retry_floor(self.abandoned, stop.pending, self.entity, now)
+        # Only inherited waits hold a retry back: this tenure's own retry carries its abandoned messages.
+        inherited = {k: v for k, v in self.abandoned.items() if k not in self.abandoned_ids}
+        floor = abandoned.retry_floor(inherited, stop.pending, self.entity, now)
         if floor > stop.retry_after:
             stop = replace(stop, retry_after=floor)
         if stop.backoff:

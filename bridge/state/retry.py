@@ -167,6 +167,11 @@ class RetryStore:
             pipe.pexpire(key, expire_ms)
             pipe.execute()
 
+    def end_wait_after_abandoned(self, entity: str, shard: int, role: Role, path: str) -> None:
+        """The abandoned messages were accepted there again: shard ``shard`` may send to ``path`` at once."""
+        with driver_errors():
+            self.client.hdel(keys.abandoned(entity), abandoned.encode_field(shard, role, path))
+
     def abandoned_waits(self, entity: str, shard: int) -> dict[tuple[Role, str], float]:
         """The waits of shard ``shard`` (``(role, path)`` -> until), past ones included."""
         with driver_errors():

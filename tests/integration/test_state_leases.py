@@ -234,3 +234,7 @@ def test_waits_after_abandoned_sends_are_per_shard_and_expire(redis_client: redi
     assert store.abandoned_waits("invoices", 0) == {}
     # And the record is gone a second after the last wait ended
     assert 2000 < redis_client.pttl(keys.abandoned("orders")) <= 3000
+    # And a wait that the resent messages ended is gone for its shard only
+    store.end_wait_after_abandoned("orders", 0, "primary", "orders")
+    assert store.abandoned_waits("orders", 0) == {("secondary", "ns/x-servicebus-transfer/1"): now + 2.0}
+    assert store.abandoned_waits("orders", 1) == {("secondary", "orders"): now + 2.0}

@@ -182,3 +182,40 @@ def test_a_send_that_timed_out_and_was_committed_late_never_lands_behind_newer_m
     assert primary.out_of_sequence == 0, primary
     # And the primary did time out: it lacks messages the secondary took while the bridge waited
     assert primary.missing, primary
+
+
+def test_a_retry_carrying_the_abandoned_messages_goes_at_once_and_their_late_commit_is_a_duplicate(
+    make_stack: Any,
+) -> None:
+    # Passive: the retry after a timeout goes to the same namespace and carries the abandoned messages
+    # first, so it need not wait (the wait here is 60 s: a retry held back by it would fail this test).
+    stack = make_stack(
+        {"payments": {"replication": "passive"}}, settings={"BRIDGE_RETRY__ABANDONED_SEND_WAIT": "60"}
+    )
+    stack.start_worker()
+    stack.start_beat()
+    keys_ = [f"k{k}" for k in range(4)]
+    sent: dict[str, list[str]] = {k: [] for k in keys_}
+
+    def produce(p: Any, rounds: range) -> None:
+        for i in rounds:
+            for k in keys_:
+                sent[k].append(p.send("payments", f"{k}-{i}".encode(), partition_key=k))
+
+    with producer(stack) as p:
+        produce(p, range(5))
+        wait_until(lambda: outbox_depth(stack, "payments") == 0, 30, what="the first messages delivered")
+        # Given a primary that holds transfers 2 s (the SDK gives up after 1.5 s) for one second only
+        stack.primary.control.stall(delay=2.0)
+        produce(p, range(5, 10))
+        time.sleep(1.0)
+        stack.primary.control.restore()
+        # When more messages follow
+        produce(p, range(10, 30))
+    # Then the retry went at once (well inside the 60 s wait) and everything reached the primary in order
+    wait_until(lambda: outbox_depth(stack, "payments") == 0, 20, what="an empty outbox")
+    time.sleep(2.5)  # every abandoned transfer has been committed by now
+    primary = check_namespaces(sent, {"primary": stack.primary}, "payments", timeout=30)
+    assert not primary.missing and primary.out_of_sequence == 0, primary
+    # And the abandoned transfer was committed late after all: its copies are duplicates behind the retry
+    assert primary.duplicates > 0, primary

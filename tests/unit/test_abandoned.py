@@ -67,3 +67,21 @@ def test_fields_round_trip_and_junk_is_ignored(field: str, expected: object) -> 
     if expected is not None:
         shard, role, path = expected  # type: ignore[misc]
         assert abandoned.encode_field(shard, role, path) == field
+
+
+def test_a_send_may_go_during_the_wait_only_when_it_carries_every_abandoned_message_again() -> None:
+    assert abandoned.resent(frozenset({"m1", "m2"}), ["m1", "m2", "m3"])
+    assert not abandoned.resent(frozenset({"m1", "m2"}), ["m2", "m3"])  # m1 went elsewhere meanwhile
+    assert not abandoned.resent(None, ["m1"])  # a wait inherited from another tenure: nothing known
+    assert not abandoned.resent(frozenset(), ["m1"])
+
+
+def test_which_messages_were_abandoned_and_when_the_wait_can_end() -> None:
+    timeout = Outcome.failure(ErrorClass.TRANSIENT, "t", timeout=True)
+    busy = Outcome.failure(ErrorClass.TRANSIENT, "busy")
+    ok = Outcome.success()
+    assert abandoned.timed_out(["a", "b", "c"], [ok, timeout, busy]) == {"b"}
+    assert abandoned.all_accepted({"b"}, ["b", "c"], [ok, busy])
+    assert not abandoned.all_accepted({"b", "x"}, ["b", "c"], [ok, ok])
+    assert not abandoned.all_accepted({"b"}, ["b"], [timeout])
+    assert not abandoned.all_accepted(set(), ["b"], [ok])
