@@ -212,6 +212,7 @@ class ReceiveEngine:
             entity=queue or self.entity,
             subscription=None if backlog else self.subscription,
             prefetch=self.options.prefetch,
+            session_prefetch=self.options.batch_size,
             sessions=self.sessions and not backlog,
             backlog=backlog,
             renewer=self.renewer,

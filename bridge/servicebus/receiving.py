@@ -6,8 +6,9 @@ Connection string (``NamespaceSettings.connection_string``)::
 
 Options: ``retry_total``, ``retry_backoff_factor``, ``retry_backoff_max`` (``RetrySettings``, to the SDK
 unchanged), ``prefetch`` (the SDK's ``prefetch_count``: prefetched messages are locked while they wait in
-the client, so keep it below what the handlers finish within a lock duration), ``sdk_timeout`` (the SDK's
-``try_timeout``).
+the client, so keep it below what the handlers finish within a lock duration), ``session_prefetch`` (the
+least prefetch of a session receiver, which must not run with 0: see ``_receiver_options``),
+``sdk_timeout`` (the SDK's ``try_timeout``).
 
 An ``EntityLink`` is one SDK receiver (queue, topic subscription or, for a session entity, one accepted
 session) owned by one thread: receive and settlement calls are made by that thread only. Lock renewal for
@@ -128,6 +129,7 @@ class EntityLink:
         entity: str,
         subscription: str | None = None,
         prefetch: int = 0,
+        session_prefetch: int = 0,
         sessions: bool = False,
         backlog: bool = False,
         renewer: LockRenewer | None = None,
@@ -139,6 +141,7 @@ class EntityLink:
         self.entity = entity
         self.subscription = subscription
         self.prefetch = prefetch
+        self.session_prefetch = session_prefetch
         self.sessions = sessions
         self.backlog = backlog
         self.renewer = renewer
@@ -176,6 +179,12 @@ class EntityLink:
             "prefetch_count": self.prefetch,
         }
         if session:
+            # With prefetch 0 the SDK *releases* a message that reaches the link between two receive calls
+            # (credit left over from the last call) while a later one may arrive inside the next call: the
+            # namespace sends the released one again behind its successor, and one receiver hands a session
+            # out of order (seen in the chaos soak). A prefetch buffer keeps what arrives in order instead;
+            # session messages stay locked under the session lock, which the receiver renews.
+            options["prefetch_count"] = max(self.prefetch, self.session_prefetch)
             options["session_id"] = NEXT_AVAILABLE_SESSION
             options["max_wait_time"] = max_wait
             if self.renewer is not None:
