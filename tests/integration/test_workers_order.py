@@ -139,6 +139,17 @@ def test_active_all_remembers_where_every_entry_of_a_batch_landed(make_stack: An
         assert not report.missing and report.duplicates == 0, report
 
 
+def produce_rounds(
+    p: Any, entity: str, sent: dict[str, list[str]], rounds: range, pause: float = 0.0
+) -> None:
+    """One message per key of ``sent`` per round (its MessageId appended there), then ``pause`` s."""
+    for i in rounds:
+        for k, ids in sent.items():
+            ids.append(p.send(entity, f"{k}-{i}".encode(), partition_key=k))
+        if pause:
+            time.sleep(pause)
+
+
 def test_a_send_that_timed_out_and_was_committed_late_never_lands_behind_newer_messages(
     make_stack: Any,
 ) -> None:
@@ -154,14 +165,10 @@ def test_a_send_that_timed_out_and_was_committed_late_never_lands_behind_newer_m
     )
     stack.start_worker()
     stack.start_beat()
-    keys_ = [f"k{k}" for k in range(6)]
-    sent: dict[str, list[str]] = {k: [] for k in keys_}
+    sent: dict[str, list[str]] = {f"k{k}": [] for k in range(6)}
 
     def produce(p: Any, rounds: range) -> None:
-        for i in rounds:
-            for k in keys_:
-                sent[k].append(p.send("ledger", f"{k}-{i}".encode(), partition_key=k))
-            time.sleep(0.05)
+        produce_rounds(p, "ledger", sent, rounds, pause=0.05)
 
     with producer(stack) as p:
         produce(p, range(5))
@@ -194,13 +201,10 @@ def test_a_retry_carrying_the_abandoned_messages_goes_at_once_and_their_late_com
     )
     stack.start_worker()
     stack.start_beat()
-    keys_ = [f"k{k}" for k in range(4)]
-    sent: dict[str, list[str]] = {k: [] for k in keys_}
+    sent: dict[str, list[str]] = {f"k{k}": [] for k in range(4)}
 
     def produce(p: Any, rounds: range) -> None:
-        for i in rounds:
-            for k in keys_:
-                sent[k].append(p.send("payments", f"{k}-{i}".encode(), partition_key=k))
+        produce_rounds(p, "payments", sent, rounds)
 
     with producer(stack) as p:
         produce(p, range(5))
