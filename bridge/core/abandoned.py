@@ -41,11 +41,6 @@ Waits = Mapping[tuple[Role, str], float]
 """(namespace role, path) -> epoch seconds until which the shard sends nothing there."""
 
 
-def abandoned(outcomes: Iterable[Outcome]) -> bool:
-    """Whether a send with these outcomes may still be committed: it failed with a timeout."""
-    return any(not o.ok and o.timeout for o in outcomes)
-
-
 def wait_left(waits: Waits, role: Role, path: str, now: float) -> float:
     """Seconds the shard still waits before sending to ``path`` in ``role`` (0 when it need not)."""
     return max(0.0, waits.get((role, path), 0.0) - now)

@@ -23,7 +23,8 @@ from bridge.core.outcomes import Outcome
     ],
 )
 def test_only_a_timeout_leaves_a_send_whose_fate_is_unknown(outcomes: list[Outcome], expected: bool) -> None:
-    assert abandoned.abandoned(outcomes) is expected
+    ids = [f"m{i}" for i in range(len(outcomes))]
+    assert bool(abandoned.timed_out(ids, outcomes)) is expected
 
 
 def test_wait_left_is_per_namespace_and_path_and_never_negative() -> None:
