@@ -1,0 +1,168 @@
+"""The README and the documentation site stay what a new user is checked against.
+
+- README.md is short (at most 200 lines) and its links to the docs pages resolve.
+- Every page in mkdocs.yml's nav exists, and every page under docs/ is in the nav.
+- The repository cites only itself: no "SPEC", "seed 0..." or "issue N" in the README or the docs.
+- Every field of the settings model (``bridge/settings.py``, walked recursively) is in docs/settings.md.
+
+The build itself (broken links and anchors) is the ``mkdocs build --strict`` gate and
+``tests/integration/test_docs_site.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from bridge.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+MAX_README_LINES = 200
+
+# Documents that are not in the repository must not be cited; outside facts are cited in docs/references.md.
+FOREIGN_CITATION = re.compile(r"SPEC|§|\b[Ss]eed 0\d*|\b[Ss]eeds? \d{3}\b|\b[Ii]ssue \d+")
+MARKDOWN_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _nav_pages(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, list):
+        for item in node:
+            yield from _nav_pages(item)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _nav_pages(value)
+
+
+def nav_pages() -> list[str]:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    return list(_nav_pages(config["nav"]))
+
+
+def doc_files() -> list[Path]:
+    return sorted([README, *DOCS.rglob("*.md")])
+
+
+def local_links(text: str) -> list[str]:
+    """Relative link targets (no scheme, no pure anchor), anchors stripped."""
+    out = []
+    for target in MARKDOWN_LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue
+        out.append(target.split("#", 1)[0])
+    return out
+
+
+def test_readme_is_short() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_mkdocs_config_is_strict_material_with_an_explicit_nav() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["strict"] is True
+    assert config["theme"]["name"] == "material"
+    assert config["docs_dir"] == "docs"
+    assert config["validation"]["anchors"] == "warn"  # strict turns warnings into failures
+
+
+def test_every_nav_page_exists() -> None:
+    pages = nav_pages()
+    missing = [page for page in pages if not (DOCS / page).is_file()]
+    assert missing == []
+    assert len(pages) == len(set(pages)), "a page is in the nav twice"
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    on_disk = {path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md")}
+    assert on_disk - set(nav_pages()) == set()
+
+
+def test_readme_links_to_every_docs_page_and_each_resolves() -> None:
+    targets = local_links(README.read_text())
+    broken = [t for t in targets if not (ROOT / t).exists()]
+    assert broken == []
+    linked = {(ROOT / t).resolve() for t in targets}
+    unlinked = [page for page in nav_pages() if (DOCS / page).resolve() not in linked]
+    assert unlinked == [], "README.md should link to each docs page"
+
+
+def test_links_between_docs_pages_resolve() -> None:
+    broken = []
+    for path in DOCS.rglob("*.md"):
+        for target in local_links(path.read_text()):
+            if not (path.parent / target).is_file():
+                broken.append(f"{path.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_citation_of_documents_outside_the_repository(path: Path) -> None:
+    hits = [
+        f"{number}: {line.strip()}"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if FOREIGN_CITATION.search(line)
+    ]
+    assert hits == []
+
+
+def test_the_citation_pattern_finds_what_it_should() -> None:
+    for bad in ("SPEC §4", "seed 001's model", "seeds 000/001", "see issue 5"):
+        assert FOREIGN_CITATION.search(bad), bad
+    for good in ("the seed-1 run", "--seed 5", "the specification", "Issues"):
+        assert not FOREIGN_CITATION.search(good), good
+
+
+# --- settings -----------------------------------------------------------------------------------------------
+
+
+def _models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
+    """Models inside a field's type, each with the path suffix its values get: "" direct, ".<name>" for a
+    dict's values, "[]" for a list's items."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation, ""
+    elif origin is dict and args:
+        for model, suffix in _models_in(args[1]):
+            yield model, ".<name>" + suffix
+    elif origin is list and args:
+        for model, suffix in _models_in(args[0]):
+            yield model, "[]" + suffix
+    elif origin in (typing.Union, types.UnionType):
+        for arg in args:
+            yield from _models_in(arg)
+
+
+def settings_paths(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator[str]:
+    """Every field of the model, as documented: ``ingress.wait_replicas``, ``entities.<name>.replication``,
+    ``ingress.api_keys[].sha256``, ``journal.prices`` (a dict of plain values stays one entry)."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield path
+        for sub, suffix in _models_in(field.annotation):
+            yield from settings_paths(sub, f"{path}{suffix}.")
+
+
+def test_the_settings_walk_reaches_nested_models() -> None:
+    paths = set(settings_paths())
+    assert {"redis_url", "primary.connection_string", "entities.<name>.replication"} <= paths
+    assert {"ingress.api_keys[].sha256", "receiver.window", "journal.prices"} <= paths
+    assert len(paths) > 80
+
+
+def test_every_setting_is_in_the_settings_page() -> None:
+    page = (DOCS / "settings.md").read_text()
+    missing = [path for path in settings_paths() if f"`{path}" not in page]
+    assert missing == [], f"docs/settings.md lacks: {missing}"
