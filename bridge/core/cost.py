@@ -1,9 +1,10 @@
-"""A tally of billable Service Bus operations, so the cost of replication is visible (seed 001, SPEC §4).
+"""A tally of billable Service Bus operations, so the cost of replication is visible (``docs/paired.md``).
 
-Every send, ping and syphon receive call is a billed operation on Service Bus. A message that goes
-through a backlog queue costs four operations end to end instead of two (send to backlog, receive from
-backlog, send to primary, receive from primary), and an idle syphon still pays for its polls: with 10
-backlog queues and a 15-minute long poll that is 40 receive calls an hour.
+Every send, ping and syphon receive call is a billed operation on Service Bus (Standard tier bills per
+operation; ``docs/references-from-code.md``). A message that goes through a backlog queue costs four
+operations end to end instead of two (send to backlog, receive from backlog, send to primary, receive from
+primary), and an idle syphon still pays for its polls: with 10 backlog queues and a 15-minute long poll
+that is 40 receive calls an hour.
 
 ``CostTally`` is an immutable value: workers add to a local one and the adapter flushes it to a Redis hash
 with HINCRBY per field (``to_fields``); ``bridge status`` and the ledger read it back with ``from_fields``.

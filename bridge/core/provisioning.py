@@ -1,12 +1,12 @@
-"""What ``bridge provision`` should do, decided without touching a namespace (SPEC §4, seeds 000/001/003).
+"""What ``bridge provision`` should do, decided without touching a namespace (``docs/provisioning.md``).
 
 The adapter reads the namespace's queues, hands them here as plain ``{field: value}`` mappings (the
 azure-servicebus ``QueueProperties`` attribute names), and gets back one ``Provision`` per queue:
 
 - ``create``: the queue is missing; the adapter creates it with ``QueueDescription.options()``.
 - ``exists``: it is there and matches every field the bridge cares about.
-- ``differs``: it is there but some fields do not match. It is reported, never changed: the seeds say an
-  operator who changed a backlog queue did so on purpose, and the bridge cannot know why.
+- ``differs``: it is there but some fields do not match. It is reported, never changed: an operator who
+  changed a backlog queue did so on purpose, and the bridge cannot know why.
 - ``extra``: a backlog queue of this primary namespace that the configured count does not use (e.g.
   ``contoso/x-servicebus-transfer/7`` with count 5). Reported, never deleted: cleaning up is the owner's job.
 
@@ -56,7 +56,8 @@ class QueueDescription:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-# SPEC §4: every field set explicitly by the original PairNamespaceAsync; the rest are the defaults.
+# Every field the .NET SDK's PairNamespaceAsync set explicitly on the backlog queues it created; the rest are
+# the namespace's defaults (docs/references-from-code.md).
 BACKLOG_QUEUE = QueueDescription(
     max_size_in_megabytes=5120,
     max_delivery_count=INT_MAX,

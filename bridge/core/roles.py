@@ -1,11 +1,11 @@
 """Passive replication: which namespace is active for an entity, and when that changes.
 
-SPEC §3: in passive mode a worker sends to the active namespace; on an outage-class failure it sends the
-same message to the backup, and if the backup accepts, the two swap roles for *all* workers. The role state
-lives in Redis; this module decides, the Redis adapter applies. Every swap carries the epoch the worker
-observed and the Redis script applies it only if that is still the current epoch (compare-and-swap, mirrored
-by ``apply_swap``), so two workers that both saw the primary fail produce one swap, and a worker acting on a
-stale view cannot swap back.
+In passive mode (``docs/replication.md``) a worker sends to the active namespace; on an outage-class failure
+it sends the same message to the backup, and if the backup accepts, the two swap roles for *all* workers. The
+role state lives in Redis; this module decides, the Redis adapter applies. Every swap carries the epoch the
+worker observed and the Redis script applies it only if that is still the current epoch (compare-and-swap,
+mirrored by ``apply_swap``), so two workers that both saw the primary fail produce one swap, and a worker
+acting on a stale view cannot swap back.
 
 ``NamespaceHealth`` is what ``bridge status`` shows per namespace: available or not, since when, and the last
 error (already secret-free, see ``outcomes.describe_error``).

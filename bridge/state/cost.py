@@ -1,4 +1,4 @@
-"""Billable-operation counters in Redis, per entity and in total (seed 001 "cost implications", SPEC §4).
+"""Billable-operation counters in Redis, per entity and in total (``docs/paired.md``).
 
 Workers count locally in a ``CostTally`` (or one ``Operation`` at a time) and flush with ``HINCRBY`` per
 non-zero field, into the entity's hash and the totals hash. On one server both increments run in one

@@ -70,7 +70,7 @@ def test_only_present_fields_are_aliased(fields: MessageFields, expected_aliases
     assert set(alias_properties(fields, "q").application_properties) == expected_aliases
 
 
-def test_the_seed_error_is_fixed_schedule_is_not_stored_in_x_ms_path() -> None:
+def test_the_schedule_has_its_own_alias_and_x_ms_path_holds_only_the_destination() -> None:
     aliased = alias_properties(MessageFields("a", scheduled_enqueue_time_utc=WHEN), "q")
     assert aliased.application_properties["x-ms-path"] == "q"
     assert aliased.application_properties["x-ms-scheduledenqueuetimeutc"] == WHEN

@@ -50,11 +50,13 @@ def test_tallies_add_and_round_trip() -> None:
 @pytest.mark.parametrize(
     ("queues", "wait", "seconds", "receives"),
     [
-        (10, 900.0, 3600.0, 40),
+        (10, 900.0, 3600.0, 40),  # the .NET syphon: 10 queues, 15-minute long polls
         (10, 900.0, 86400.0, 960),
         (10, 900.0, 30 * 86400.0, 28800),
         (10, 60.0, 3600.0, 600),
     ],
 )
-def test_idle_syphon_polls_match_the_seed(queues: int, wait: float, seconds: float, receives: int) -> None:
+def test_idle_syphon_polls_are_one_per_queue_per_long_poll(
+    queues: int, wait: float, seconds: float, receives: int
+) -> None:
     assert idle_syphon_receives(queues, wait, seconds) == receives

@@ -1,5 +1,5 @@
-"""The ledger's pure rules (``bridge.core.ledger``): seed 001's billing model, the failover timeline, the
-live tally, as tables."""
+"""The ledger's pure rules (``bridge.core.ledger``): the billing model (billable operations per kind), the
+failover timeline, the live tally, as tables."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_a_message_through_a_backlog_queue_costs_four_operations() -> None:
         ),
     ],
 )
-def test_billable_operations_follow_seed_001(counts: list[EventCount], expected: list[Operations]) -> None:
+def test_billable_operations_per_kind(counts: list[EventCount], expected: list[Operations]) -> None:
     assert billable_operations(counts) == expected
 
 

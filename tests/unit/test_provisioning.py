@@ -46,7 +46,7 @@ def backlog_as_read(**changes: object) -> dict[str, object]:
     return fields
 
 
-def test_backlog_description_is_the_spec_table() -> None:
+def test_backlog_description_is_what_the_dotnet_pairing_created() -> None:
     assert BACKLOG_QUEUE.options() == {
         "max_size_in_megabytes": 5120,
         "max_delivery_count": 2_147_483_647,

@@ -73,7 +73,7 @@ EXPECTED = {
     },
 }
 
-# (entity, namespace, kind) -> operations, by seed 001's model
+# (entity, namespace, kind) -> operations, by the billing model of ``bridge.core.ledger``
 EXPECTED_BILLING = {
     ("orders", P, "send"): 1,  # m1
     ("orders", S, "send"): 3,  # m2 (backup), m3 twice
