@@ -119,11 +119,6 @@ def alias_properties(fields: MessageFields, destination: str) -> MessageFields:
     )
 
 
-def alias_overhead(fields: MessageFields, destination: str) -> int:
-    """Bytes aliasing adds to the estimated encoded size (can be slightly negative for tiny messages)."""
-    return encoded_size(alias_properties(fields, destination)) - encoded_size(fields)
-
-
 def alias_for_backlog(fields: MessageFields, destination: str, max_message_size: int) -> AliasDecision:
     """Alias ``fields`` for a backlog queue whose size limit is ``max_message_size`` bytes, or say why not."""
     clash = tuple(sorted(ALIAS_NAMES.intersection(fields.application_properties)))

@@ -14,7 +14,6 @@ is two operations (send, receive) per delivered message.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -290,12 +289,3 @@ def summarize(entities: Mapping[str, Mapping[str, object]]) -> dict[str, int]:
     for key in (*SUMMARY_KEYS, *EXTRA_KEYS):
         totals[key] = sum(int(str(entity.get(key) or 0)) for entity in entities.values())
     return totals
-
-
-def nearest_rank(values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile (the smallest value with at least ``fraction`` of all at or below it)."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    rank = min(max(1, math.ceil(len(ordered) * fraction)), len(ordered))
-    return ordered[rank - 1]

@@ -15,7 +15,7 @@ Names are matched case-insensitively, as Service Bus entity paths are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Literal
@@ -176,14 +176,6 @@ def is_backlog_queue_of(primary_namespace: str, name: str) -> bool:
 def _backlog_order(name: str) -> tuple[int, str]:
     index = backlog_queue_index(name)
     return (index if index is not None else -1, name)
-
-
-def count_actions(decisions: Iterable[Provision]) -> dict[str, int]:
-    """How many decisions of each action (every action present, zeros included)."""
-    counts = dict.fromkeys(("exists", "create", "differs", "extra"), 0)
-    for decision in decisions:
-        counts[decision.action] += 1
-    return counts
 
 
 def format_value(value: object) -> object:

@@ -12,7 +12,6 @@ from bridge.core.ledger import (
     billable_operations,
     estimate_cost,
     failover_timeline,
-    nearest_rank,
     price_table,
     summarize,
 )
@@ -168,8 +167,3 @@ def test_summary_sums_every_contract_key() -> None:
     assert totals["accepted"] == 5
     assert totals["lost"] == 1
     assert totals["broker_duplicates"] == 0
-
-
-@pytest.mark.parametrize(("fraction", "expected"), [(0.5, 20.0), (0.95, 50.0), (0.01, 10.0), (1.0, 50.0)])
-def test_nearest_rank_percentile(fraction: float, expected: float) -> None:
-    assert nearest_rank([50.0, 10.0, 20.0], fraction) == expected
