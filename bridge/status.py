@@ -1,6 +1,6 @@
 """What ``bridge status --json`` prints: one JSON object, a PUBLIC CONTRACT for scripts and dashboards.
 
-Keys are only ever added, never renamed or retyped. The contract (issue 4)::
+Keys are only ever added, never renamed or retyped (``docs/operations.md``). The contract::
 
     {"entities": [{"name": str,
                    "replication": "passive" | "active" | "paired" | "none",

@@ -1,6 +1,6 @@
 """``OncePerIntervalScheduler``: Celery beat that sends each schedule once per interval across beat processes.
 
-Beat HA (SPEC §4, issue 5): two ``bridge beat`` processes may run. Before sending a due task, a beat claims
+Beat HA (``docs/paired.md``): two ``bridge beat`` processes may run. Before sending a due task, a beat claims
 the schedule's marker in Redis (``bridge.state.beat``; timing in ``bridge.core.beat``); the loser skips
 that firing. Every task is safe even when both send: the sweeper's per-shard "scheduled" markers and drain
 leases stop duplicate drains, a ping is sent only when ``ping_due`` says so, and each backlog queue is

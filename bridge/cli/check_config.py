@@ -1,7 +1,7 @@
 """``bridge check-config``: validate the settings and print them with secrets masked.
 
-Hidden from ``bridge --help`` (the listed surface is the one SPEC §8 names); operators and scripts use it
-to find a bad setting before starting a process.
+Hidden from ``bridge --help`` (the listed commands are the documented surface, ``docs/operations.md``);
+operators and scripts use it to find a bad setting before starting a process.
 """
 
 from __future__ import annotations

@@ -10,10 +10,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from bridge.embedded.story import Outcome, Phase, Story
 
 INTERRUPTED = 130
 
@@ -76,6 +80,129 @@ def _plain(status: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class _Screen:
+    """Where the story is told: a live table under a progress bar on a terminal, else one line per step."""
+
+    console: Any
+    progress: Any
+    interactive: bool
+    live: Any = None
+    """The ``rich.live.Live`` view while the phases run on a terminal; None for line-by-line output."""
+
+    def say(self, line: str) -> None:
+        self.console.print(f"[bold cyan]demo[/] {line}", highlight=False, markup=True)
+
+    def show(self, story: Story, status: dict[str, Any]) -> None:
+        """Redraw the live view (progress and the entity table) from ``status``."""
+        from rich.console import Group
+
+        self.live.update(Group(self.progress, _table(story, status)))
+
+    def ask(self, next_phase: str) -> None:
+        """Wait for Enter before ``next_phase`` when interactive (the live view pauses meanwhile)."""
+        if not self.interactive:
+            return
+        if self.live is not None:
+            self.live.stop()
+        self.console.input(f"[bold]next:[/] {next_phase} — press Enter ")
+        if self.live is not None:
+            self.live.start()
+
+
+def _start(screen: _Screen, story: Story) -> None:
+    from bridge.embedded.story import env_file_hint
+
+    screen.say(
+        "starting Redis, two local Service Bus namespaces, ingress, worker, two beats and receivers ..."
+    )
+    story.start()
+    stack = story.stack
+    screen.say(f"ingress {stack.ingress_url}; status page {stack.ingress_url}/status")
+    screen.say(f"settings for your own shell: {env_file_hint(stack)}")
+
+
+def _run_phase(screen: _Screen, story: Story, phase: Phase, timeout: float, outcome: Outcome) -> bool:
+    """Run ``phase`` until it is done (after its hold) or times out; False when it timed out."""
+    screen.ask(phase.name)
+    task = screen.progress.add_task(phase.name, total=None)
+    if screen.live is None:
+        screen.say(f"phase: {phase.name}")
+    phase.action()
+    started = time.monotonic()
+    while True:
+        status = story.read_status()
+        if screen.live is not None:
+            screen.show(story, status)
+        held = time.monotonic() - started >= phase.hold
+        if held and phase.done(status):
+            break
+        if time.monotonic() - started > timeout + phase.hold:
+            outcome.failed_phase = phase.name
+            break
+        time.sleep(0.5)
+    screen.progress.update(task, total=1, completed=1)
+    if screen.live is None:
+        screen.say(f"  {_plain(story.status)} ({time.monotonic() - started:.1f} s)")
+    if outcome.failed_phase:
+        screen.say(f"[bold red]timed out[/] in phase: {phase.name}")
+        return False
+    return True
+
+
+def _run_ledger(screen: _Screen, story: Story, outcome: Outcome) -> None:
+    """``bridge report`` over the story's journal; its summary goes to ``outcome.ledger``."""
+    task = screen.progress.add_task("ledger: bridge report (PySpark) reconciles the journal", total=None)
+    if screen.live is not None:
+        screen.show(story, story.read_status())
+    else:
+        screen.say("phase: ledger (bridge report)")
+    started = time.monotonic()
+    outcome.ledger = story.ledger()
+    screen.progress.update(task, total=1, completed=1)
+    if screen.live is not None:
+        screen.show(story, story.read_status())
+    else:
+        screen.say(f"  ledger done in {time.monotonic() - started:.1f} s")
+
+
+def _tell(screen: _Screen, story: Story, timeout: float, outcome: Outcome) -> None:
+    """Every phase in turn, the verdict, then (when no phase timed out) the ledger."""
+    from rich.live import Live
+
+    live_view = screen.console.is_terminal
+    view = Live(console=screen.console, refresh_per_second=4) if live_view else contextlib.nullcontext()
+    with view as live:
+        screen.live = live
+        for phase in story.phases():
+            if not _run_phase(screen, story, phase, timeout, outcome):
+                break
+        story.verdict(outcome)
+        if outcome.failed_phase is None:
+            _run_ledger(screen, story, outcome)
+    screen.live = None
+
+
+def _conclude(screen: _Screen, story: Story, outcome: Outcome, keep: bool) -> tuple[str, int]:
+    """The final line still to print (empty once printed) and the exit status; with ``keep``, wait."""
+    from bridge.embedded import up
+
+    if outcome.ledger and not outcome.ledger_complete:
+        ledger = outcome.ledger
+        screen.say(
+            "[bold red]the ledger does not account for every message[/]: it saw "
+            f"{ledger.get('accepted')} accepted of {outcome.accepted}, lost {ledger.get('lost')}"
+        )
+    final = outcome.final_line(f"{story.stack.ingress_url}/status")
+    status_code = 0 if outcome.passed else 1
+    if keep:
+        screen.console.print(final, markup=False, highlight=False, soft_wrap=True)
+        screen.say("--keep: everything stays up (Ctrl-C stops)")
+        up.wait(story.stack, screen.say)
+        final = ""
+    return final, status_code
+
+
 def demo(
     fast: Annotated[bool, typer.Option(help="Short intervals: the whole story in a minute or two.")] = False,
     no_input: Annotated[bool, typer.Option("--no-input", help="Never ask before the next phase.")] = False,
@@ -83,102 +210,32 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option(help="Where Redis, the namespaces and logs live.")] = None,
 ) -> None:
     """Start the whole bridge and tell its story live: outages, failover per mode, recovery, the ledger."""
-    from rich.console import Console, Group
-    from rich.live import Live
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from bridge.embedded import up
-    from bridge.embedded.story import FAST, NORMAL, Outcome, Story, env_file_hint
+    from bridge.embedded.story import FAST, NORMAL, Outcome, Story
 
     console = Console()
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
+    )
     interactive = console.is_terminal and sys.stdin.isatty() and not no_input
-
-    def say(line: str) -> None:
-        console.print(f"[bold cyan]demo[/] {line}", highlight=False, markup=True)
-
+    screen = _Screen(console, progress, interactive)
     pace = FAST if fast else NORMAL
     story = Story(data_dir, pace)
     outcome = Outcome()
     final = ""
     status_code = 1
     try:
-        say("starting Redis, two local Service Bus namespaces, ingress, worker, two beats and receivers ...")
-        story.start()
-        stack = story.stack
-        say(f"ingress {stack.ingress_url}; status page {stack.ingress_url}/status")
-        say(f"settings for your own shell: {env_file_hint(stack)}")
-        progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        live_view = console.is_terminal
-        view = Live(console=console, refresh_per_second=4) if live_view else contextlib.nullcontext()
-        with view as live:
-            for phase in story.phases():
-                if interactive:
-                    if live is not None:
-                        live.stop()
-                    console.input(f"[bold]next:[/] {phase.name} — press Enter ")
-                    if live is not None:
-                        live.start()
-                task = progress.add_task(phase.name, total=None)
-                if not live_view:
-                    say(f"phase: {phase.name}")
-                phase.action()
-                started = time.monotonic()
-                while True:
-                    status = story.read_status()
-                    if live is not None:
-                        live.update(Group(progress, _table(story, status)))
-                    held = time.monotonic() - started >= phase.hold
-                    if held and phase.done(status):
-                        break
-                    if time.monotonic() - started > pace.timeout + phase.hold:
-                        outcome.failed_phase = phase.name
-                        break
-                    time.sleep(0.5)
-                progress.update(task, total=1, completed=1)
-                if not live_view:
-                    say(f"  {_plain(story.status)} ({time.monotonic() - started:.1f} s)")
-                if outcome.failed_phase:
-                    say(f"[bold red]timed out[/] in phase: {phase.name}")
-                    break
-            story.verdict(outcome)
-            if outcome.failed_phase is None:
-                task = progress.add_task("ledger: bridge report (PySpark) reconciles the journal", total=None)
-                if live is not None:
-                    live.update(Group(progress, _table(story, story.read_status())))
-                else:
-                    say("phase: ledger (bridge report)")
-                started = time.monotonic()
-                outcome.ledger = story.ledger()
-                progress.update(task, total=1, completed=1)
-                if live is not None:
-                    live.update(Group(progress, _table(story, story.read_status())))
-                else:
-                    say(f"  ledger done in {time.monotonic() - started:.1f} s")
-        if outcome.ledger and not outcome.ledger_complete:
-            ledger = outcome.ledger
-            say(
-                "[bold red]the ledger does not account for every message[/]: it saw "
-                f"{ledger.get('accepted')} accepted of {outcome.accepted}, lost {ledger.get('lost')}"
-            )
-        final = outcome.final_line(f"{story.stack.ingress_url}/status")
-        status_code = 0 if outcome.passed else 1
-        if keep:
-            console.print(final, markup=False, highlight=False, soft_wrap=True)
-            say("--keep: everything stays up (Ctrl-C stops)")
-            up.wait(story.stack, say)
-            final = ""
+        _start(screen, story)
+        _tell(screen, story, pace.timeout, outcome)
+        final, status_code = _conclude(screen, story, outcome, keep)
     except KeyboardInterrupt:
         final = ""
         status_code = INTERRUPTED
-        say("interrupted")
+        screen.say("interrupted")
     finally:
-        say("stopping ...")
+        screen.say("stopping ...")
         story.stop()
     if final:
         console.print(final, markup=False, highlight=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""Property aliasing for backlog queues (paired mode, SPEC §4) and its exact inverse for the syphon.
+"""Property aliasing for backlog queues (paired mode, ``docs/paired.md``) and its inverse for the syphon.
 
 A backlog queue holds messages for many entities and is neither session-enabled nor partitioned, so the
 broker-level fields that would change how Service Bus treats the message move into application properties
@@ -14,9 +14,9 @@ PartitionKey                ``x-ms-partitionkey``               str
 (destination entity)        ``x-ms-path``                       str
 ==========================  ==================================  ==========================================
 
-The seeds map ScheduledEnqueueTimeUtc to ``x-ms-path``; SPEC §4 **[fix]** corrects that to the .NET
-constant ``x-ms-scheduledenqueuetimeutc``. Body, MessageId and every other application property are
-untouched.
+The names are the .NET SDK's aliasing constants (``docs/references-from-code.md``); ScheduledEnqueueTimeUtc
+has its own, ``x-ms-scheduledenqueuetimeutc``, and never shares ``x-ms-path`` with the destination. Body,
+MessageId and every other application property are untouched.
 
 Size: aliasing adds bytes (the property names, the path). ``alias_for_backlog`` estimates the aliased size
 and answers ``TooLargeForBacklog`` when it would exceed the backlog entity's limit. The caller keeps such a
@@ -117,11 +117,6 @@ def alias_properties(fields: MessageFields, destination: str) -> MessageFields:
         body_size=fields.body_size,
         application_properties=properties,
     )
-
-
-def alias_overhead(fields: MessageFields, destination: str) -> int:
-    """Bytes aliasing adds to the estimated encoded size (can be slightly negative for tiny messages)."""
-    return encoded_size(alias_properties(fields, destination)) - encoded_size(fields)
 
 
 def alias_for_backlog(fields: MessageFields, destination: str, max_message_size: int) -> AliasDecision:

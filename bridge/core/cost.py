@@ -1,9 +1,11 @@
-"""A tally of billable Service Bus operations, so the cost of replication is visible (seed 001, SPEC §4).
+"""A tally of billable Service Bus operations, so the cost of replication is visible (``docs/paired.md``).
 
-Every send, ping and syphon receive call is a billed operation on Service Bus. A message that goes
-through a backlog queue costs four operations end to end instead of two (send to backlog, receive from
-backlog, send to primary, receive from primary), and an idle syphon still pays for its polls: with 10
-backlog queues and a 15-minute long poll that is 40 receive calls an hour.
+Every send, ping and syphon receive call is a billed operation on Service Bus (Standard tier bills per
+operation; ``docs/references-from-code.md``). A message that goes through a backlog queue costs four
+operations end to end instead of two (send to backlog, receive from backlog, send to primary, receive from
+primary), and an idle syphon still pays for its polls: with 10 backlog queues and a 15-minute long poll
+that is 40 receive calls an hour. The end-to-end model over journaled events, the implied receives
+included, is ``bridge.core.ledger.billable_operations``.
 
 ``CostTally`` is an immutable value: workers add to a local one and the adapter flushes it to a Redis hash
 with HINCRBY per field (``to_fields``); ``bridge status`` and the ledger read it back with ``from_fields``.
@@ -13,14 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
-from typing import Literal
 
 from bridge.core.hash_fields import FieldMap, decode_fields
-
-DeliveryPath = Literal["direct", "backup", "backlog"]
-
-OPERATIONS_PER_MESSAGE: dict[DeliveryPath, int] = {"direct": 2, "backup": 2, "backlog": 4}
-"""Billable operations for one message from first send to the application's receive, by path."""
 
 
 class Operation(StrEnum):
@@ -72,29 +68,6 @@ class CostTally:
         """All billable operations the bridge itself performed."""
         return sum(getattr(self, f.name) for f in fields(self))
 
-    @property
-    def failed_over_messages(self) -> int:
-        """Messages that went through a backlog queue (each one backlog send)."""
-        return self.backlog_sends
-
-    def end_to_end_operations(self) -> int:
-        """Billable operations end to end for the messages counted, including the receives they imply.
-
-        Two per message sent straight to the primary or the backup (send, the application's receive); four
-        per failed-over message (backlog send, syphon receive, syphon send to the primary, the application's
-        receive); plus every ping and probe, and two per restore barrier (its send, the syphon's receive
-        of it). The syphon counters are not added again: they are the middle
-        two of the four, and ``syphon_receives`` counts calls, several messages each or none.
-        """
-        return (
-            OPERATIONS_PER_MESSAGE["direct"] * self.primary_sends
-            + OPERATIONS_PER_MESSAGE["backup"] * self.backup_sends
-            + OPERATIONS_PER_MESSAGE["backlog"] * self.backlog_sends
-            + self.pings
-            + self.probes
-            + 2 * self.barrier_sends
-        )
-
     def to_fields(self) -> dict[str, str]:
         """Every counter as a string (HINCRBY deltas or a full HSET)."""
         return {f.name: str(getattr(self, f.name)) for f in fields(self)}
@@ -104,15 +77,3 @@ class CostTally:
         """Inverse of ``to_fields``; unknown fields are ignored, missing ones are 0."""
         decoded = decode_fields(data)
         return cls(**{f.name: int(decoded.get(f.name, "0")) for f in fields(cls)})
-
-
-def operations_per_message(path: DeliveryPath) -> int:
-    """Billable operations one message costs end to end on ``path`` (a failed-over one: four)."""
-    return OPERATIONS_PER_MESSAGE[path]
-
-
-def idle_syphon_receives(backlog_queue_count: int, receive_wait: float, seconds: float) -> int:
-    """Receive calls an idle syphon makes in ``seconds``: one per queue per long poll (seed: 40 per hour)."""
-    if receive_wait <= 0:
-        raise ValueError("receive_wait must be positive")
-    return int(backlog_queue_count * (seconds // receive_wait))

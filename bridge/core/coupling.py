@@ -1,9 +1,10 @@
-"""Close/fault coupling of the two namespace clients (SPEC §3, seed 001 "Close/fault behavior").
+"""Close/fault coupling of the two namespace clients (``docs/replication.md``).
 
-In the original paired-namespace client, once the primary or secondary ``MessagingFactory`` faulted or was
-closed without its partner also being faulted/closed, the partner was faulted too if it had not closed by
-itself within 5 seconds. The bridge keeps that rule for its per-process client pool: the pair is reopened
-as a whole, so no client that lived through its partner's failure outlives it.
+In the .NET SDK's paired-namespace client, once the primary or secondary ``MessagingFactory`` faulted or
+was closed without its partner also being faulted/closed, the partner was faulted too if it had not closed
+by itself within 5 seconds (``docs/references-from-code.md``). The bridge keeps that rule for its
+per-process client pool: the pair is reopened as a whole, so no client that lived through its partner's
+failure outlives it.
 
 The rule is about client *instances*. Each client the pool opens gets a generation number; a close or
 fault of one role creates an obligation to close the partner generation that was open at that moment,
@@ -25,7 +26,7 @@ from types import MappingProxyType
 from bridge.core.roles import Role, partner
 
 COUPLING_GRACE = 5.0
-"""Seconds a partner may stay open after its pair faulted or closed (seed 001)."""
+"""Seconds a partner may stay open after its pair faulted or closed (the .NET paired client's 5 s)."""
 
 
 class CloseCause(StrEnum):

@@ -1,6 +1,6 @@
 """The one place that decides what a failure means: transient, outage, message-permanent or configuration.
 
-SPEC §3 names four classes and wants them decided in one place. Every worker, ping, syphon and the
+There are four classes, decided in one place (``docs/replication.md``). Every worker, ping, syphon and the
 adapters' exception translation ask ``classify`` here; nothing else inspects SDK exceptions.
 
 The table is keyed by exception *class names* so the pure core needs no ``azure`` import; ``classify``
@@ -15,8 +15,8 @@ Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own r
   connection (``shutdown_handler=False``): the broker was reachable but did not settle in time, which
   happens under load. One slow settlement must not swap roles for every worker, so the same namespace is
   retried briefly and ``escalate`` promotes timeouts that keep coming to OUTAGE. Paired mode still starts
-  its FailoverInterval timer on the first timeout (``timeout=True``), as the seeds' TimeoutException rule
-  and SPEC §4 ("or timeout") require.
+  its FailoverInterval timer on the first timeout (``timeout=True``): the .NET paired client started it
+  on a non-transient error *or* a TimeoutException (``docs/references-from-code.md``).
 - ``AttemptDeadlineExceeded`` (the bridge's hard deadline, e.g. a blackholed endpoint) is OUTAGE: the SDK's
   own retries were already inside that deadline, and a hung client is discarded.
 - ``ServiceBusQuotaExceededError`` is OUTAGE: the entity is full (or out of connections); the message is
@@ -38,7 +38,7 @@ from types import MappingProxyType
 
 
 class ErrorClass(StrEnum):
-    """The four failure classes of SPEC §3."""
+    """The four failure classes (``docs/replication.md``)."""
 
     TRANSIENT = "transient"
     """Retry the same namespace, briefly."""

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -209,10 +209,6 @@ class JournalEvent:
                     one[short] = str(values[index])
             events.append(cls.decode(one))
         return events
-
-    def with_time(self, at: float) -> JournalEvent:
-        """The same event at another time."""
-        return replace(self, at=at)
 
 
 BATCH_FIELDS = {"Z": "z", "S": "s", "Y": "y"}

@@ -1,4 +1,4 @@
-"""An entity's outbox layout while its shard count changes (SPEC §5; pure, no I/O).
+"""An entity's outbox layout while its shard count changes (``docs/architecture.md``; pure, no I/O).
 
 The shard of a keyed message is CRC-32 of its key modulo the shard count, so a new count moves most keys to
 another shard. Done naively, entries in shards at or above a lower count would never be read again, and a

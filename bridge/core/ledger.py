@@ -3,18 +3,17 @@
 The Spark job (``bridge.ledger``) reduces millions of events to small tables; what it then does with
 those small tables lives here, pure and tested as tables.
 
-Billing follows seed 001's model ("paired namespace implementation details and cost implications"):
-every copy Service Bus accepts is one send and, when an application receives it, one receive; a message
-that goes through a backlog queue costs four operations (send to the backlog, the syphon's receive from
-the backlog, the syphon's send to the destination, the application's receive there); every ping is an
-operation (two in ``schedule`` mode); and an idle syphon still pays for its receive calls (a long poll that
-returns nothing). The baseline "without replication" is two operations (send, receive) per delivered
-message.
+Billing follows the operation model of Microsoft's "Paired namespace implementation details and cost
+implications" (``docs/references-from-code.md``): every copy Service Bus accepts is one send and, when an
+application receives it, one receive; a message that goes through a backlog queue costs four operations
+(send to the backlog, the syphon's receive from the backlog, the syphon's send to the destination, the
+application's receive there); every ping is an operation (two in ``schedule`` mode); and an idle syphon
+still pays for its receive calls (a long poll that returns nothing). The baseline "without replication"
+is two operations (send, receive) per delivered message.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -97,7 +96,7 @@ class Operations:
 
 
 def billable_operations(counts: Iterable[EventCount]) -> list[Operations]:
-    """Seed 001's model applied to the journal's event counts, one row per entity, namespace and kind.
+    """The billing model (module docstring) applied to event counts, one row per entity, namespace and kind.
 
     Application receives are what receivers journaled (``received``); an entity with no receiver events
     gets one implied receive per copy that reached its destination (``receive_implied``), so the model
@@ -290,12 +289,3 @@ def summarize(entities: Mapping[str, Mapping[str, object]]) -> dict[str, int]:
     for key in (*SUMMARY_KEYS, *EXTRA_KEYS):
         totals[key] = sum(int(str(entity.get(key) or 0)) for entity in entities.values())
     return totals
-
-
-def nearest_rank(values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile (the smallest value with at least ``fraction`` of all at or below it)."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    rank = min(max(1, math.ceil(len(ordered) * fraction)), len(ordered))
-    return ordered[rank - 1]

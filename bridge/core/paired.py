@@ -1,11 +1,12 @@
-"""Paired-namespace mode (SPEC §4, seeds 000/001/003): the failover timer, backlog rotation, ping, syphon.
+"""Paired-namespace mode (``docs/paired.md``): the failover timer, backlog rotation, ping, syphon.
 
 Per entity, state shared by all workers (in Redis, applied by an adapter):
 
 - The FailoverInterval timer starts at the first non-transient failure or timeout on the primary
-  (``StartTimer``). When ``failover_interval`` has passed with no successful send, failover engages for the
-  entity (``EngageFailover``): primary sends stop and messages go to backlog queues in the secondary
-  namespace. 0 means immediately.
+  (``StartTimer``), as in the .NET SDK's paired namespaces (``docs/references-from-code.md``). When
+  ``failover_interval`` has passed with no successful send, failover engages for the entity
+  (``EngageFailover``): primary sends stop and messages go to backlog queues in the secondary namespace.
+  0 means immediately.
 - A successful primary send or ping ends it all (``MarkAvailable``): every worker sends to the primary again.
 - While failed over, a ping is due every ``ping_primary_interval``.
 
@@ -66,7 +67,7 @@ def backlog_queue_index(path: str) -> int | None:
 
 @dataclass(frozen=True)
 class FailoverPolicy:
-    """The timing options of the original ``SendAvailabilityPairedNamespaceOptions`` (seconds)."""
+    """Timing options of the .NET SDK's ``SendAvailabilityPairedNamespaceOptions``, its defaults (seconds)."""
 
     failover_interval: float = 60.0
     ping_primary_interval: float = 60.0
@@ -274,7 +275,8 @@ class PingMessage:
     """The ping to send: empty body, ping content type, TTL 1 s, a random SessionId.
 
     In ``schedule`` mode it is scheduled ``PING_SCHEDULE_AHEAD`` in the future and cancelled at once, so no
-    receiver ever sees it (SPEC §4 [fix]: today's Service Bus delivers plain pings).
+    receiver ever sees it: to Service Bus and today's SDKs a plain ping is an ordinary message, handed to any
+    receiver that does not drop it itself (the bridge's receiver does, ``bridge.core.receiving``).
     """
 
     session_id: str

@@ -1,4 +1,4 @@
-"""Which outbox shard a message goes to (SPEC §5, after Service Bus's partitioned entities, seed 002).
+"""Which outbox shard a message goes to (``docs/architecture.md``), keyed like a partitioned entity.
 
 The outbox of an entity is split into ``shards`` streams so several send workers can drain it in parallel
 while order is kept where it matters: every message with the same key lands in the same shard. The key is

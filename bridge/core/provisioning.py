@@ -1,12 +1,12 @@
-"""What ``bridge provision`` should do, decided without touching a namespace (SPEC §4, seeds 000/001/003).
+"""What ``bridge provision`` should do, decided without touching a namespace (``docs/provisioning.md``).
 
 The adapter reads the namespace's queues, hands them here as plain ``{field: value}`` mappings (the
 azure-servicebus ``QueueProperties`` attribute names), and gets back one ``Provision`` per queue:
 
 - ``create``: the queue is missing; the adapter creates it with ``QueueDescription.options()``.
 - ``exists``: it is there and matches every field the bridge cares about.
-- ``differs``: it is there but some fields do not match. It is reported, never changed: the seeds say an
-  operator who changed a backlog queue did so on purpose, and the bridge cannot know why.
+- ``differs``: it is there but some fields do not match. It is reported, never changed: an operator who
+  changed a backlog queue did so on purpose, and the bridge cannot know why.
 - ``extra``: a backlog queue of this primary namespace that the configured count does not use (e.g.
   ``contoso/x-servicebus-transfer/7`` with count 5). Reported, never deleted: cleaning up is the owner's job.
 
@@ -15,7 +15,7 @@ Names are matched case-insensitively, as Service Bus entity paths are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Literal
@@ -56,7 +56,8 @@ class QueueDescription:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-# SPEC §4: every field set explicitly by the original PairNamespaceAsync; the rest are the defaults.
+# Every field the .NET SDK's PairNamespaceAsync set explicitly on the backlog queues it created; the rest are
+# the namespace's defaults (docs/references-from-code.md).
 BACKLOG_QUEUE = QueueDescription(
     max_size_in_megabytes=5120,
     max_delivery_count=INT_MAX,
@@ -175,14 +176,6 @@ def is_backlog_queue_of(primary_namespace: str, name: str) -> bool:
 def _backlog_order(name: str) -> tuple[int, str]:
     index = backlog_queue_index(name)
     return (index if index is not None else -1, name)
-
-
-def count_actions(decisions: Iterable[Provision]) -> dict[str, int]:
-    """How many decisions of each action (every action present, zeros included)."""
-    counts = dict.fromkeys(("exists", "create", "differs", "extra"), 0)
-    for decision in decisions:
-        counts[decision.action] += 1
-    return counts
 
 
 def format_value(value: object) -> object:

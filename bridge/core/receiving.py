@@ -1,4 +1,4 @@
-"""The receiving end's decisions (SPEC §6): pings, duplicate claims, settlement after a handler, counters.
+"""The receiving end's decisions (``docs/receiving.md``): pings, duplicate claims, settlement, counters.
 
 A receiver reads an entity from both namespaces, so with active replication every message arrives twice,
 and with passive or paired replication a retried send may arrive twice too; every copy carries the same

@@ -1,4 +1,4 @@
-"""Replication per entity (SPEC §3, §4): where a message goes and what its outcomes mean for the outbox.
+"""Replication per entity (docs/replication.md): where a message goes, what its outcomes mean for the outbox.
 
 A worker loop for one outbox entry, whatever the mode::
 

@@ -1,11 +1,11 @@
 """Passive replication: which namespace is active for an entity, and when that changes.
 
-SPEC §3: in passive mode a worker sends to the active namespace; on an outage-class failure it sends the
-same message to the backup, and if the backup accepts, the two swap roles for *all* workers. The role state
-lives in Redis; this module decides, the Redis adapter applies. Every swap carries the epoch the worker
-observed and the Redis script applies it only if that is still the current epoch (compare-and-swap, mirrored
-by ``apply_swap``), so two workers that both saw the primary fail produce one swap, and a worker acting on a
-stale view cannot swap back.
+In passive mode (``docs/replication.md``) a worker sends to the active namespace; on an outage-class failure
+it sends the same message to the backup, and if the backup accepts, the two swap roles for *all* workers. The
+role state lives in Redis; this module decides, the Redis adapter applies. Every swap carries the epoch the
+worker observed and the Redis script applies it only if that is still the current epoch and active role
+(compare-and-swap, ``bridge.state.scripts.SWAP``), so two workers that both saw the primary fail produce
+one swap, and a worker acting on a stale view cannot swap back.
 
 ``NamespaceHealth`` is what ``bridge status`` shows per namespace: available or not, since when, and the last
 error (already secret-free, see ``outcomes.describe_error``).
@@ -151,17 +151,6 @@ def decide_roles(
     )
 
 
-def apply_swap(current: RoleState, swap: Swap) -> tuple[bool, RoleState]:
-    """Compare-and-swap, as the Redis script does it: ``(applied, state after)``.
-
-    Applied only when the stored state is still the one the swap was decided on (same epoch and active
-    role); otherwise the stored state is returned unchanged.
-    """
-    if current.epoch != swap.expected_epoch or current.active != swap.from_role:
-        return False, current
-    return True, swap.state()
-
-
 @dataclass(frozen=True)
 class NamespaceHealth:
     """Availability of one namespace (for one entity) as ``bridge status`` reports it.
@@ -224,8 +213,3 @@ def next_health(health: NamespaceHealth, outcome: Outcome, now: float) -> Namesp
         last_error_at=now,
         error_class=error_class,
     )
-
-
-def availability_changed(before: NamespaceHealth, after: NamespaceHealth) -> bool:
-    """True when ``available`` flipped: the transition to log at WARNING and journal."""
-    return before.available != after.available

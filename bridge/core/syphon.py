@@ -1,4 +1,4 @@
-"""The syphon's per-message decisions (paired mode, SPEC §4): send, complete, dead-letter or set aside.
+"""The syphon's per-message decisions (``docs/paired.md``): send, complete, dead-letter or set aside.
 
 The syphon beat task peek-locks batches from a backlog queue, restores each message (``aliasing.unalias``),
 sends it to its original entity on the primary and completes the backlog message only after the primary

@@ -1,4 +1,4 @@
-"""When the syphon polls, renews and waits (paired mode, SPEC §4): pure timing decisions, no I/O.
+"""When the syphon polls, renews and waits (paired mode, ``docs/paired.md``): pure timing decisions, no I/O.
 
 A syphon run holds the leases of some backlog queues for ``syphon_run_budget`` seconds. Each queue is
 long-polled (``syphon_receive_wait``, cut to what is left of the budget), the leases are renewed every

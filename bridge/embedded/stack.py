@@ -20,9 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from bridge.embedded.namespaces import LocalNamespace
-from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.redis_server import RedisServer
-from bridge.errors import EmulatorError
 
 
 class BridgeProcess:
@@ -165,14 +163,6 @@ class LocalStack:
     def start_beat(self, name: str = "beat", **env: str) -> BridgeProcess:
         """A beat scheduler with its own schedule file."""
         return self.start_bridge(name, "beat", "--schedule", str(self.base_dir / f"{name}-schedule"), **env)
-
-    def start_serve(self, name: str = "serve", **env: str) -> tuple[BridgeProcess, str]:
-        """The HTTP ingress on a free loopback port; returns the process and its base URL."""
-        port = free_port()
-        proc = self.start_bridge(name, "serve", "--host", "127.0.0.1", "--port", str(port), **env)
-        if not wait_listening("127.0.0.1", port, 30):
-            raise EmulatorError(f"bridge serve did not listen: {proc.log_tail()}")
-        return proc, f"http://127.0.0.1:{port}"
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every process (bridge processes first), keep the data directories.

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from bridge.embedded.ports import free_port, wait_listening
-from bridge.embedded.stack import BridgeProcess, LocalStack
+from bridge.embedded.stack import LocalStack
 from bridge.errors import EmulatorError
 
 Say = Callable[[str], None]
@@ -183,8 +183,3 @@ def wait(stack: Stack, say: Say, poll: float = 1.0) -> int:
 def stop(stack: Stack) -> None:
     """Stop every process (bridge processes first, all asked at once); the data directory stays."""
     stack.local.stop()
-
-
-def processes(stack: Stack) -> list[BridgeProcess]:
-    """The bridge processes (worker, beats, receivers, ingress)."""
-    return list(stack.local.processes)

@@ -1,4 +1,4 @@
-"""Shared Access Signature tokens: create them and check them the way Service Bus does.
+"""Shared Access Signature tokens: check them the way Service Bus does (the SDK creates them).
 
 A token reads ``SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<key name>`` with every
 value URL-encoded. The signature is ``base64(HMAC-SHA256(key, "<url-encoded resource>\\n<expiry>"))``.
@@ -27,19 +27,13 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
-from urllib.parse import quote_plus, unquote_plus, urlencode
+from urllib.parse import quote_plus, unquote_plus
 
 from bridge.emulator.errors import UnauthorizedError
 
 PREFIX = "SharedAccessSignature "
 _SCHEMES = ("sb://", "amqps://", "amqp://", "https://", "http://")
 _FIELDS = frozenset({"sr", "sig", "se", "skn"})
-
-
-def generate(resource: str, key_name: str, key: str, expiry: int) -> str:
-    """A token for ``resource`` valid until ``expiry`` (epoch seconds), encoded as the SDK encodes it."""
-    signature = _sign(key, quote_plus(resource), expiry)
-    return PREFIX + urlencode({"sr": resource, "sig": signature, "se": str(expiry), "skn": key_name})
 
 
 def covers(audience: str, resource: str) -> bool:

@@ -218,7 +218,7 @@ def _cost(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
         f"<p>{operations:,} billable operations, estimated {cost.get('estimated_cost', 0):.6g} {currency}; "
         f"the same messages without replication: {baseline:,} operations, "
         f"{cost.get('baseline_cost', 0):.6g} {currency}. Cost of resilience: <b>{shown}</b>.</p>"
-        "<p>Seed 001's model: a copy sent is one operation and its receive another; a message through a "
+        "<p>Billable operations: a copy sent is one operation and its receive another; a message through a "
         "backlog queue costs four (backlog send, syphon receive, syphon send, receive); pings and the "
         "syphon's empty receive calls count too. Prices per million operations: "
         "<code>journal.prices</code>.</p>"

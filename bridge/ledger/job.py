@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bridge.core.ledger import (
+    CostEstimate,
     EventCount,
     TimelineEvent,
     billable_operations,
@@ -87,6 +88,10 @@ def run_report(spark: SparkSession, inputs: ReportInputs, progress: Progress | N
         events.unpersist()
 
 
+Rows = list[dict[str, Any]]
+Entities = dict[str, dict[str, Any]]
+
+
 def _report(
     spark: SparkSession, inputs: ReportInputs, events: DataFrame, table_dir: Path, step: Progress
 ) -> dict[str, Any]:
@@ -101,33 +106,7 @@ def _report(
     messages = messages.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         step("reconciliation")
-        rec_frame = tables.reconciliation(messages, events)
-        rec_rows = [
-            row.asDict()
-            for row in rec_frame.select(
-                *[c for c in rec_frame.columns if c not in ("first_event_at", "last_event_at")],
-                _seconds("first_event_at"),
-                _seconds("last_event_at"),
-            ).collect()
-        ]
-        overflowed = {
-            row["entity"]: int(row["journal_overflow"])
-            for row in tables.overflow(read_rolled(spark, inputs.journal)).collect()
-        }
-        for row in rec_rows:
-            row["journal_overflow"] = overflowed.get(row["entity"], 0)
-        entities: dict[str, dict[str, Any]] = {row["entity"]: dict(row) for row in rec_rows}
-        for name, record in entities.items():
-            record.pop("entity")
-            record["live_outbox_depth"] = inputs.live_depths.get(name)
-            record["outbox_checked"] = checked and name not in inputs.unchecked
-            record["lost_ids"] = []
-        if any(record["lost"] for record in entities.values()):
-            lost_rows = tables.lost(messages).orderBy("entity", "accepted_at").select("entity", "message_id")
-            for lost_row in lost_rows.limit(LOST_IDS_IN_JSON * max(1, len(entities))).collect():
-                ids = entities[lost_row["entity"]]["lost_ids"]
-                if len(ids) < LOST_IDS_IN_JSON:
-                    ids.append(lost_row["message_id"])
+        rec_rows, entities = _reconciliation(spark, inputs, messages, events, checked)
         step("lost and duplicated messages")
         _write_frame(tables.lost(messages), table_dir / "lost")
         _write_frame(tables.duplicates(messages), table_dir / "duplicates")
@@ -136,6 +115,67 @@ def _report(
     finally:
         messages.unpersist()
     step("billable operations")
+    count_rows, billing_rows, cost = _billing(events, entities, inputs)
+    step("failover timeline")
+    timeline_rows, failover_rows = _failover(events, entities)
+    for row in latency_rows:
+        if row["entity"] in entities:
+            entities[row["entity"]].setdefault("latency", []).append(
+                {k: v for k, v in row.items() if k != "entity"}
+            )
+    step("writing tables")
+    _write_rows(rec_rows, table_dir / "reconciliation")
+    _write_rows(latency_rows, table_dir / "latency", _LATENCY_SCHEMA)
+    _write_rows(count_rows, table_dir / "event_counts")
+    _write_rows(billing_rows, table_dir / "billing", _BILLING_SCHEMA)
+    _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
+    _write_rows(timeline_rows, table_dir / "timeline_events")
+    summary = _summary(inputs, entities, count_rows, billing_rows, cost)
+    summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
+    step("writing the HTML report")
+    report_path = inputs.out / "report.html"
+    report_path.write_text(html.render(summary, latency_rows, billing_rows, failover_rows))
+    summary["html"] = str(report_path)
+    (inputs.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _reconciliation(
+    spark: SparkSession, inputs: ReportInputs, messages: DataFrame, events: DataFrame, checked: bool
+) -> tuple[Rows, Entities]:
+    """The ``reconciliation`` rows, and per entity its record for the summary (lost ids included)."""
+    rec_frame = tables.reconciliation(messages, events)
+    rec_rows = [
+        row.asDict()
+        for row in rec_frame.select(
+            *[c for c in rec_frame.columns if c not in ("first_event_at", "last_event_at")],
+            _seconds("first_event_at"),
+            _seconds("last_event_at"),
+        ).collect()
+    ]
+    overflowed = {
+        row["entity"]: int(row["journal_overflow"])
+        for row in tables.overflow(read_rolled(spark, inputs.journal)).collect()
+    }
+    for row in rec_rows:
+        row["journal_overflow"] = overflowed.get(row["entity"], 0)
+    entities: Entities = {row["entity"]: dict(row) for row in rec_rows}
+    for name, record in entities.items():
+        record.pop("entity")
+        record["live_outbox_depth"] = inputs.live_depths.get(name)
+        record["outbox_checked"] = checked and name not in inputs.unchecked
+        record["lost_ids"] = []
+    if any(record["lost"] for record in entities.values()):
+        lost_rows = tables.lost(messages).orderBy("entity", "accepted_at").select("entity", "message_id")
+        for lost_row in lost_rows.limit(LOST_IDS_IN_JSON * max(1, len(entities))).collect():
+            ids = entities[lost_row["entity"]]["lost_ids"]
+            if len(ids) < LOST_IDS_IN_JSON:
+                ids.append(lost_row["message_id"])
+    return rec_rows, entities
+
+
+def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tuple[Rows, Rows, CostEstimate]:
+    """The ``event_counts`` rows, the ``billing`` rows and the cost estimate over the delivered messages."""
     count_rows = [row.asDict() for row in tables.event_counts(events).collect()]
     counts = [
         EventCount(
@@ -158,7 +198,11 @@ def _report(
         }
         for op in operations
     ]
-    step("failover timeline")
+    return count_rows, billing_rows, cost
+
+
+def _failover(events: DataFrame, entities: Entities) -> tuple[Rows, Rows]:
+    """The ``timeline_events`` and ``failover`` rows; each entity's record gets its ``failover``."""
     timeline_frame = tables.timeline_events(events)
     timeline_rows = [
         row.asDict()
@@ -168,7 +212,7 @@ def _report(
         .orderBy("entity", "time")
         .collect()
     ]
-    failover_rows: list[dict[str, Any]] = []
+    failover_rows: Rows = []
     for name, record in entities.items():
         story = [
             TimelineEvent(
@@ -192,18 +236,17 @@ def _report(
                     "failed_over": segment.failed_over,
                 }
             )
-    for row in latency_rows:
-        if row["entity"] in entities:
-            entities[row["entity"]].setdefault("latency", []).append(
-                {k: v for k, v in row.items() if k != "entity"}
-            )
-    step("writing tables")
-    _write_rows(rec_rows, table_dir / "reconciliation")
-    _write_rows(latency_rows, table_dir / "latency", _LATENCY_SCHEMA)
-    _write_rows(count_rows, table_dir / "event_counts")
-    _write_rows(billing_rows, table_dir / "billing", _BILLING_SCHEMA)
-    _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
-    _write_rows(timeline_rows, table_dir / "timeline_events")
+    return timeline_rows, failover_rows
+
+
+def _summary(
+    inputs: ReportInputs,
+    entities: Entities,
+    count_rows: Rows,
+    billing_rows: Rows,
+    cost: CostEstimate,
+) -> dict[str, Any]:
+    """What ``--json`` prints (and ``summary.json`` holds), before the tables' and the HTML's paths."""
     entities = {name: record for name, record in sorted(entities.items()) if is_entity(name)}
     summary: dict[str, Any] = dict(summarize(entities))
     summary["outbox_checked"] = (inputs.snapshot is not None or inputs.drained) and not inputs.unchecked
@@ -215,12 +258,6 @@ def _report(
     summary["notes"] = _notes(summary, inputs)
     summary["roll"] = dict(inputs.roll)
     summary["master"] = inputs.master
-    summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
-    step("writing the HTML report")
-    report_path = inputs.out / "report.html"
-    report_path.write_text(html.render(summary, latency_rows, billing_rows, failover_rows))
-    summary["html"] = str(report_path)
-    (inputs.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 

@@ -66,11 +66,6 @@ class JsonFormatter(logging.Formatter):
 _component = {"name": "bridge"}
 
 
-def current_component() -> str:
-    """The component named by the last ``configure_logging`` of this process."""
-    return _component["name"]
-
-
 def configure_logging(
     settings: Settings, component: str | None = None, *, level: str | int | None = None, stream: Any = None
 ) -> logging.Handler:

@@ -213,13 +213,6 @@ memory or in a multiprocess file) is created by the first ``labels(...)`` call, 
 storage (``exposition.prepare_multiprocess``)."""
 
 
-def exposed_names() -> list[str]:
-    """Every series name a scrape can contain (counters with their ``_total``; histogram bases)."""
-    names = [m._name + ("_total" if isinstance(m, Counter) else "") for m in PROCESS_METRICS]
-    names += [m.name + ("_total" if m.kind == "counter" else "") for m in STATE_METRICS]
-    return names
-
-
 def values_created() -> bool:
     """True once any per-process series has a labelled child (its value storage is then fixed)."""
     return any(metric._metrics for metric in PROCESS_METRICS)

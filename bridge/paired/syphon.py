@@ -1,4 +1,4 @@
-"""Moving one backlog queue's messages back to their entities on the primary (paired mode, SPEC §4).
+"""Moving one backlog queue's messages back to their entities on the primary (``docs/paired.md``).
 
 ``BacklogSyphon`` works one backlog queue while its caller holds the queue's lease: it peek-locks batches
 of ``syphon_batch_size``, restores each message (``from_backlog_message``: SessionId, remaining TTL,

@@ -1,4 +1,4 @@
-"""The receiving end (SPEC §6): both namespaces in, each message handed once, every copy settled.
+"""The receiving end (``docs/receiving.md``): both namespaces in, each message handed once, all settled.
 
 =====================  ====================================================================================
 module                 holds

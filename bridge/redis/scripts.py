@@ -9,9 +9,9 @@ may evict scripts that arrived by ``EVAL``. A second ``NOSCRIPT`` in a row is a 
 propagates.
 
 Pipelines follow the same rule with ``is_noscript`` (which replies to re-send) and ``load`` /
-``load_async``. The one exception is a script queued in a ``MULTI`` (or a pipeline) beside commands that must
-not run without it: there a refused call cannot be sent again on its own, so ``queue_script`` sends the
-text (``EVAL``), which cannot fail with ``NOSCRIPT``.
+``load_async``. A script that must run together with other commands does all of it itself (as
+``bridge.outbox.scripts.MOVE`` does) rather than being queued in a ``MULTI`` beside them, where a refused
+call could not be sent again on its own.
 
 Driver errors propagate from here; callers wrap the calls in ``bridge.redis.errors.driver_errors``.
 """
@@ -78,12 +78,3 @@ async def run_script_async(
     except redis.exceptions.NoScriptError:
         await load_async(client, script)
     return await client.evalsha(script.sha, len(keys), *keys, *args)
-
-
-def queue_script(pipe: Any, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> None:
-    """Queue ``script`` on a pipeline or ``MULTI`` whose other commands must not run without it (``EVAL``).
-
-    Prefer ``run_script``, or one script that does all of it (as ``bridge.outbox.scripts.MOVE`` does):
-    every call of this one sends the whole text.
-    """
-    pipe.eval(script.text, len(keys), *keys, *args)

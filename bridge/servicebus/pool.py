@@ -18,9 +18,9 @@ PEEK_LOCK receiver per (role, queue). A fault of the outage class (lost connecti
 deadline overrun) retires the role's whole client: calls in flight finish on it, the next call opens a
 fresh one. An overrun closes the stuck client at once on a background thread.
 
-Close/fault coupling (SPEC §3, seed 001; the decision is ``bridge.core.coupling``): when one role's client
-faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the partner is closed
-too, by a timer thread; both reopen cleanly on next use.
+Close/fault coupling (after the .NET paired client; the decision is ``bridge.core.coupling``): when one
+role's client faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the
+partner is closed too, by a timer thread; both reopen cleanly on next use.
 
 Per process: a pool must not cross a fork (its sockets and threads belong to the parent). Celery workers
 create one pool per worker process after fork (``worker_process_init``). As a safety net a pool used in a

@@ -1,10 +1,9 @@
-"""Billable-operation counters in Redis, per entity and in total (seed 001 "cost implications", SPEC §4).
+"""Billable-operation counters in Redis, per entity and in total (``docs/paired.md``).
 
 Workers count locally in a ``CostTally`` (or one ``Operation`` at a time) and flush with ``HINCRBY`` per
 non-zero field, into the entity's hash and the totals hash. On one server both increments run in one
 ``MULTI``; on a Cluster the totals live in another slot, so the two are separate commands and the totals
-may miss a flush whose second half failed — the per-entity counters are the authoritative ones and
-``totals_from`` recomputes the sum from them.
+may miss a flush whose second half failed — the per-entity counters (``get``) are the authoritative ones.
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
 ``StateStoreUnavailableError``.
@@ -12,7 +11,6 @@ Connection: any blocking client from ``bridge.redis.connection.sync_client``; dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import fields
 
 from bridge.core.cost import CostTally, Operation
@@ -67,10 +65,3 @@ class CostStore:
         """The counters summed over every entity, as flushed."""
         with driver_errors():
             return CostTally.from_fields(self.client.hgetall(keys.COST_TOTALS))
-
-    def totals_from(self, entities: Iterable[str]) -> CostTally:
-        """The sum of the named entities' counters (exact even when a Cluster flush was half done)."""
-        total = CostTally()
-        for entity in entities:
-            total = total + self.get(entity)
-        return total

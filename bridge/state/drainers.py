@@ -48,11 +48,3 @@ class DrainerRegistry:
         """``member`` stops: the others take over its share at their next heartbeat."""
         with driver_errors():
             self.client.zrem(keys.drainers(), member)
-
-    def alive(self) -> list[str]:
-        """Members whose TTL has not passed (for status and tests)."""
-        with driver_errors():
-            seconds, micros = self.client.time()
-            now = int(seconds) * 1000 + int(micros) // 1000
-            members = self.client.zrangebyscore(keys.drainers(), now, "+inf")
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)

@@ -121,20 +121,6 @@ def lease(name: str) -> str:
     return tagged("lease:" + name)
 
 
-def entity_keys(entity: str) -> tuple[str, ...]:
-    """Every per-entity state key except the per-shard ones (for slot checks and clean-up)."""
-    return (
-        role(entity),
-        health(entity, "primary"),
-        health(entity, "secondary"),
-        paired(entity),
-        cost(entity),
-        not_before(entity),
-        attempts(entity),
-        abandoned(entity),
-    )
-
-
 def probe(entity: str, which: Role) -> str:
     """The last probe of one namespace for the entity (when, and what it found)."""
     return f"{_tag(entity)}probe:{which}"

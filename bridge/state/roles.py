@@ -1,7 +1,7 @@
 """Passive replication's shared role state in Redis: which namespace is active per entity, and their health.
 
-``RoleStore`` applies what ``bridge.core.roles`` decides. The swap is one Lua script (``scripts.SWAP``)
-that copies ``apply_swap``: it applies only while the stored epoch and active role are still those the
+``RoleStore`` applies what ``bridge.core.roles`` decides. The swap is one Lua script (``scripts.SWAP``), a
+compare-and-swap: it applies only while the stored epoch and active role are still those the
 worker observed, so of two workers that saw the active namespace fail only one swaps, and a worker acting
 on a stale epoch can never swap back. Health is a plain hash per namespace, replaced as a whole (absent
 fields mean None); skipping a write when ``next_health`` returned the same object is the caller's job.
@@ -38,7 +38,7 @@ class RoleStore:
             return RoleState.from_fields(self.client.hgetall(keys.role(entity)))
 
     def swap(self, entity: str, swap: Swap) -> tuple[bool, RoleState]:
-        """Compare-and-swap: ``(applied, state after)``, with the semantics of ``core.roles.apply_swap``.
+        """Compare-and-swap: ``(applied, state after)``; applied only on the epoch and role it was decided on.
 
         When not applied, the state returned is the one another worker stored; the caller re-reads nothing.
         """

@@ -15,8 +15,8 @@ from bridge.redis.scripts import LuaScript
 
 # KEYS: role hash. ARGV: expected_epoch, from_role, then the new state's field/value pairs.
 # Reply: {applied (1/0), field, value, ...} with the hash as it is after the call.
-# bridge.core.roles.apply_swap: applied only while the stored epoch AND active role are those the swap was
-# decided on; an absent hash is the initial state (primary, epoch 0).
+# Compare-and-swap: applied only while the stored epoch AND active role are those the swap was decided on;
+# an absent hash is the initial state (primary, epoch 0).
 SWAP = LuaScript(
     """#!lua
 local key = KEYS[1]

@@ -9,7 +9,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
+
+from bridge.embedded.ports import free_port, wait_listening
+from bridge.embedded.stack import LocalStack
+from bridge.observability import metrics
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -78,3 +83,18 @@ def chromium(url: str, *, screenshot: Path | None = None, budget_ms: int = 6000)
                 check=True,
             )
     return dom
+
+
+def start_serve(stack: LocalStack, name: str = "serve", **env: str) -> str:
+    """``bridge serve`` of ``stack`` on a free loopback port; returns its base URL."""
+    port = free_port()
+    proc = stack.start_bridge(name, "serve", "--host", "127.0.0.1", "--port", str(port), **env)
+    assert wait_listening("127.0.0.1", port, 30), f"bridge serve did not listen: {proc.log_tail()}"
+    return f"http://127.0.0.1:{port}"
+
+
+def exposed_names() -> list[str]:
+    """Every series name a scrape can contain (counters with their ``_total``; histogram bases)."""
+    names = [m._name + ("_total" if isinstance(m, Counter) else "") for m in metrics.PROCESS_METRICS]
+    names += [m.name + ("_total" if m.kind == "counter" else "") for m in metrics.STATE_METRICS]
+    return names

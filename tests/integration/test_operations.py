@@ -31,9 +31,15 @@ import redis
 
 from bridge.embedded.ports import free_port
 from bridge.embedded.stack import LocalStack, wait_until
-from bridge.observability.metrics import exposed_names
 from bridge.settings import parse_connection_string
-from tests.integration.operations_support import Scrape, chromium, chromium_binary, scrape
+from tests.integration.operations_support import (
+    Scrape,
+    chromium,
+    chromium_binary,
+    exposed_names,
+    scrape,
+    start_serve,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDERS, PAYMENTS = "orders", "payments"
@@ -122,7 +128,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stack.start_worker(BRIDGE_METRICS_PORT=str(ports["worker"]))
         stack.start_beat("beat", BRIDGE_METRICS_PORT=str(ports["beat"]))
         stack.start_beat("beat2", BRIDGE_METRICS_PORT=str(ports["beat2"]))
-        _, url = stack.start_serve()
+        url = start_serve(stack)
         with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
 
             def status() -> dict[str, Any]:

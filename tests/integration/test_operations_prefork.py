@@ -13,7 +13,7 @@ import httpx
 
 from bridge.embedded.ports import free_port
 from bridge.embedded.stack import LocalStack, wait_until
-from tests.integration.operations_support import scrape
+from tests.integration.operations_support import scrape, start_serve
 
 MESSAGES = 40
 ROUNDS = 4
@@ -48,7 +48,7 @@ def test_counts_survive_recycled_pool_children(tmp_path: Path) -> None:
             BRIDGE_METRICS_DIR=str(metrics_dir),
         )
         stack.start_beat()
-        _, url = stack.start_serve()
+        url = start_serve(stack)
         url_metrics = f"http://127.0.0.1:{port}/metrics"
         per_round = MESSAGES // ROUNDS
         delivered_by: set[int] = set()

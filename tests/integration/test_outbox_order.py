@@ -1,4 +1,4 @@
-"""Order per key through the Redis door and through a change of ``outbox_shards`` (issue 10, cases 3, 5).
+"""Order per key through the Redis door and through a change of ``outbox_shards``.
 
 Real Redis (the session's private server); the outbox is read the way the drainers read it. No Service
 Bus here: ``test_workers_order.py`` checks the same cases end to end with the order checker.

@@ -1,4 +1,4 @@
-"""Order per key through a paired failover and restore, counted by the order checker (issue 10, cases 1, 2).
+"""Order per key through a paired failover and restore, counted by the order checker.
 
 Real processes: redis-server, two local namespaces, three ``bridge worker`` processes and ``bridge beat``.
 Faults are the namespaces' fault control: the primary's outage, one backlog queue's outage in the middle.

@@ -1,4 +1,4 @@
-"""The ping, the whole paired round trip, and beat HA (issue 5 tests 3, 8, 9; SPEC §4).
+"""The ping, the whole paired round trip, and beat HA (``docs/paired.md``).
 
 Real processes: redis-server, two local namespaces, ``bridge worker`` and one or two ``bridge beat``. The
 primary's outage is the namespace's fault control; a killed beat is ``kill -9``.

@@ -1,4 +1,4 @@
-"""The syphon (paired mode, SPEC §4; issue 5 tests 4, 6, 7, 8): backlog queues back to the primary.
+"""The syphon (paired mode, ``docs/paired.md``): backlog queues back to the primary.
 
 Real processes throughout: redis-server, two local namespaces, ``bridge worker`` and ``bridge beat``. The
 backlog is filled the way a failed-over worker fills it (``to_backlog_message`` into

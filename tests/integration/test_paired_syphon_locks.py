@@ -1,5 +1,6 @@
 """The syphon in this process (``run_syphon``) against real Redis and two local namespaces: lock renewal
-on a slow batch, and the lease that keeps a second syphon off a queue (issue 5 tests 4 and 6, finer grain).
+on a slow batch, and the lease that keeps a second syphon off a queue (finer grain than
+``test_paired_syphon.py``).
 """
 
 from __future__ import annotations

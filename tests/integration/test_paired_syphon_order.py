@@ -1,4 +1,4 @@
-"""The syphon keeps order per destination and is not blocked by a failed-over entity (issue 10, case 7).
+"""The syphon keeps order per destination and is not blocked by a failed-over entity.
 
 In-process syphon runs (``BacklogSyphon``) against a real Redis and two real local namespaces, through the
 real SDK. One fault is injected by wrapping the real call at the pool's seam: a deferral that fails for

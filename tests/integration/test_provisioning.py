@@ -1,4 +1,4 @@
-"""``bridge provision`` against real local namespaces through the real SDK (SPEC §4, issue 5 test 1).
+"""``bridge provision`` against real local namespaces through the real SDK (``docs/provisioning.md``).
 
 Everything is read back with a plain ``ServiceBusAdministrationClient``, not with the code under test.
 """
@@ -87,7 +87,7 @@ def test_fresh_secondary_gets_exactly_count_backlog_queues_and_a_rerun_creates_n
     assert name == f"127-0-0-1-{primary.port}"
     # When provisioning runs
     report = provision(settings)
-    # Then exactly the ten backlog queues exist, each with the spec's description
+    # Then exactly the ten backlog queues exist, each with the backlog queue description
     expected = [f"{name}/x-servicebus-transfer/{i}" for i in range(10)]
     found = queues(secondary)
     assert sorted(found) == sorted(expected)

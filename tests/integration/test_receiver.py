@@ -1,5 +1,6 @@
-"""The receiving end (issue 11, SPEC §6): each MessageId handed once, from both namespaces, across processes,
-crashes and restarts; failures abandoned, then dead-lettered with the handler's error; the window's expiry.
+"""The receiving end (``docs/receiving.md``): each MessageId handed once, from both namespaces, across
+processes, crashes and restarts; failures abandoned, then dead-lettered with the handler's error; the
+window's expiry.
 
 Real parts throughout: two local namespaces (each its own process, shared by this module's tests with
 entity names of their own), a private redis-server, ``bridge receive`` processes with the handlers of

@@ -1,4 +1,4 @@
-"""The receiving end behind the real send path (issue 11): active, passive with a failover in the middle,
+"""The receiving end behind the real send path: active, passive with a failover in the middle,
 paired with backlog, ping and syphon — every message handed once, pings never handed.
 
 One stack for the module (its tests run in order and each restores what it broke): a private redis-server,

@@ -1,4 +1,4 @@
-"""The receiving end on session entities (per-session order) and the backlog operator tool (issue 11).
+"""The receiving end on session entities (per-session order) and the backlog operator tool.
 
 Real parts: two local namespaces for the module, a private redis-server, ``bridge receive`` processes.
 Backlog queues are filled the way a failed-over paired worker fills them (``to_backlog_message``).

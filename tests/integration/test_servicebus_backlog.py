@@ -1,4 +1,4 @@
-"""Backlog aliasing round trip (paired mode, SPEC §4) through a real backlog queue and the real SDK.
+"""Backlog aliasing round trip (``docs/paired.md``) through a real backlog queue and the real SDK.
 
 ``to_backlog_message`` → send to ``<ns>/x-servicebus-transfer/0`` on the secondary → peek-lock →
 ``from_backlog_message`` → send to the destination on the primary → complete in the backlog.

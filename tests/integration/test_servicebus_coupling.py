@@ -1,4 +1,4 @@
-"""Close/fault coupling (SPEC §3, seed 001) with two real namespace processes.
+"""Close/fault coupling of the two namespace clients with two real namespace processes.
 
 When the primary's client faults and the secondary's is not closed within 5 s, the pool closes the
 secondary's too; both reopen cleanly on next use.

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.core.error_classes import ErrorClass
-from bridge.core.roles import NamespaceHealth, Role, RoleState, Swap, apply_swap, partner
+from bridge.core.roles import NamespaceHealth, Role, RoleState, Swap, partner
 from bridge.errors import OutboxUnavailableError, StateStoreUnavailableError
 from bridge.redis.connection import sync_client
 from bridge.state import keys
@@ -116,14 +116,21 @@ swaps = st.builds(
 )
 
 
+def _compare_and_swap(current: RoleState, swap: Swap) -> tuple[bool, RoleState]:
+    """The model: applied only when the stored state is still the one the swap was decided on."""
+    if current.epoch != swap.expected_epoch or current.active != swap.from_role:
+        return False, current
+    return True, swap.state()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sequence=st.lists(swaps, max_size=8))
-def test_swap_script_matches_apply_swap(redis_client: redis.Redis, sequence: list[Swap]) -> None:
+def test_swap_script_is_a_compare_and_swap(redis_client: redis.Redis, sequence: list[Swap]) -> None:
     store = RoleStore(redis_client)
     entity = f"e-{uuid.uuid4().hex}"
     expected = RoleState()
     for swap in sequence:
-        want = apply_swap(expected, swap)
+        want = _compare_and_swap(expected, swap)
         assert store.swap(entity, swap) == want
         expected = want[1]
     assert store.get(entity) == expected

@@ -1,4 +1,4 @@
-"""Event-driven drainers (issue 9): shards are read as soon as entries arrive, by one reader at a time.
+"""Event-driven drainers: shards are read as soon as entries arrive, by one reader at a time.
 
 Real parts throughout: a ``bridge worker`` process with no beat (so no sweep ever runs), drain services and
 drain runs in this process against the session's private Redis and the shared local namespace, fenced

@@ -15,6 +15,7 @@ import redis
 
 from bridge.embedded.stack import wait_until
 from bridge.outbox.keys import outbox
+from tests.integration.operations_support import start_serve
 from tests.integration.worker_support import (
     count_in,
     entity_status,
@@ -65,7 +66,7 @@ def test_both_namespaces_down_producers_still_get_202_and_nothing_is_lost(make_s
     stack = make_stack({"orders": {"replication": "passive"}})
     stack.start_worker()
     stack.start_beat()
-    _, base_url = stack.start_serve()
+    base_url = start_serve(stack)
     # Given both namespaces down
     stack.primary.control.outage()
     stack.secondary.control.outage()

@@ -1,4 +1,4 @@
-"""Order per key end to end, counted by the order checker (issue 10): the Redis door under backpressure,
+"""Order per key end to end, counted by the order checker: the Redis door under backpressure,
 a change of ``outbox_shards`` under traffic, entities the settings do not name, and active replication
 with ``success_policy = "all"`` remembering where every entry landed.
 

@@ -1,4 +1,4 @@
-"""``bridge status`` shows what it measured (issue 10, case 8): the probe of namespaces without traffic.
+"""``bridge status`` shows what it measured: the probe of namespaces without traffic.
 
 Real processes: redis-server, two local namespaces, ``bridge worker`` and ``bridge beat``; the outage is
 the namespace's fault control.

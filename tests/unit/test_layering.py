@@ -4,6 +4,9 @@ Read from the source (``ast``), not by importing, so it is fast and sees every m
 executed when the module is loaded: module level and class bodies, including ``try`` / ``if`` blocks, but
 not imports inside functions (deliberately deferred, e.g. optional extras) or under ``TYPE_CHECKING``.
 Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, so those are edges too.
+
+The Azure SDK boundary is stricter: only the adapter (``bridge.servicebus``) may import ``azure.servicebus``
+or ``azure.identity`` at all — types too, under ``TYPE_CHECKING`` and inside functions as well.
 """
 
 from __future__ import annotations
@@ -194,3 +197,62 @@ def test_the_redis_layer_builds_on_the_error_tree_only() -> None:
         if t.split(".")[0] in PACKAGES and t in MODULES
     }
     assert project <= {"bridge", "bridge.errors"} | {m for m in MODULES if m.startswith("bridge.redis")}
+
+
+ADAPTER = "bridge.servicebus"
+SDK_PACKAGES = ("azure.servicebus", "azure.identity")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _absolute_imports(tree: ast.AST) -> set[str]:
+    """Every absolute module name imported anywhere in ``tree``: at load time, in functions, under
+    ``TYPE_CHECKING``; ``from a import b`` counts as ``a.b`` too, and so does ``import_module("a.b")``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value)
+    return found
+
+
+TREES = {module: ast.parse(path.read_text(), str(path)) for module, path in MODULES.items()}
+SDK_IMPORTERS: dict[str, dict[str, list[str]]] = {
+    sdk: {m: sorted(n for n in _absolute_imports(tree) if _within(n, sdk)) for m, tree in TREES.items()}
+    for sdk in SDK_PACKAGES
+}
+
+
+def test_the_sdk_import_finder_sees_the_adapter() -> None:
+    assert "azure.servicebus" in SDK_IMPORTERS["azure.servicebus"]["bridge.servicebus.clients"]
+    assert _absolute_imports(ast.parse("def f():\n    from azure import identity\n")) >= {"azure.identity"}
+    assert "azure.servicebus.amqp" in _absolute_imports(ast.parse("import_module('azure.servicebus.amqp')"))
+
+
+@pytest.mark.parametrize("sdk", SDK_PACKAGES)
+def test_only_the_servicebus_adapter_imports_the_azure_sdk(sdk: str) -> None:
+    outside = {m: names for m, names in SDK_IMPORTERS[sdk].items() if names and not _within(m, ADAPTER)}
+    assert sorted(outside) == [], outside
+
+
+def _load_time_edges(source: str, target: str) -> dict[str, list[str]]:
+    """The load-time imports of ``target``'s modules by ``source``'s modules, by importing module."""
+    edges = {m: sorted(t for t in GRAPH[m] if _within(t, target)) for m in GRAPH if _within(m, source)}
+    return {m: targets for m, targets in edges.items() if targets}
+
+
+def test_delivery_and_paired_do_not_import_each_other_at_load_time() -> None:
+    # The package-cycle rule: one of the two may build on the other, never both ways round.
+    both_ways = {
+        "bridge.delivery -> bridge.paired": _load_time_edges("bridge.delivery", "bridge.paired"),
+        "bridge.paired -> bridge.delivery": _load_time_edges("bridge.paired", "bridge.delivery"),
+    }
+    assert not all(both_ways.values()), both_ways

@@ -1,5 +1,5 @@
-"""The ledger's pure rules (``bridge.core.ledger``): seed 001's billing model, the failover timeline, the
-live tally, as tables."""
+"""The ledger's pure rules (``bridge.core.ledger``): the billing model (billable operations per kind), the
+failover timeline, the live tally, as tables."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from bridge.core.ledger import (
     billable_operations,
     estimate_cost,
     failover_timeline,
-    nearest_rank,
     price_table,
     summarize,
 )
@@ -74,7 +73,7 @@ def test_a_message_through_a_backlog_queue_costs_four_operations() -> None:
         ),
     ],
 )
-def test_billable_operations_follow_seed_001(counts: list[EventCount], expected: list[Operations]) -> None:
+def test_billable_operations_per_kind(counts: list[EventCount], expected: list[Operations]) -> None:
     assert billable_operations(counts) == expected
 
 
@@ -168,8 +167,3 @@ def test_summary_sums_every_contract_key() -> None:
     assert totals["accepted"] == 5
     assert totals["lost"] == 1
     assert totals["broker_duplicates"] == 0
-
-
-@pytest.mark.parametrize(("fraction", "expected"), [(0.5, 20.0), (0.95, 50.0), (0.01, 10.0), (1.0, 50.0)])
-def test_nearest_rank_percentile(fraction: float, expected: float) -> None:
-    assert nearest_rank([50.0, 10.0, 20.0], fraction) == expected

@@ -80,7 +80,7 @@ def test_every_per_process_series_has_labels_and_a_conventional_name() -> None:
     for spec in metrics.STATE_METRICS:
         assert re.fullmatch(r"bridge_[a-z_]+", spec.name)
         assert not spec.name.endswith("_total")  # counters get it on exposition
-    names = metrics.exposed_names()
+    names = [m._name for m in metrics.PROCESS_METRICS] + [s.name for s in metrics.STATE_METRICS]
     assert len(names) == len(set(names))
 
 

@@ -13,9 +13,7 @@ from bridge.core.roles import (
     Stale,
     Stay,
     Swap,
-    apply_swap,
     as_role,
-    availability_changed,
     decide_roles,
     next_health,
     partner,
@@ -79,28 +77,17 @@ def test_a_worker_with_a_stale_epoch_does_not_swap() -> None:
     assert decision == Stale(current)
 
 
-def test_compare_and_swap_lets_exactly_one_of_two_racing_workers_swap() -> None:
+def test_two_racing_workers_decide_the_same_compare_and_swap() -> None:
     # Given two workers that both observed epoch 4 and both saw the primary fail and the secondary accept
     first = decide_roles(STATE, 4, OUTAGE, OK, now=NOW, retry_after=1.0)
     second = decide_roles(STATE, 4, OUTAGE, OK, now=NOW + 0.1, retry_after=1.0)
     assert isinstance(first, Swap)
     assert isinstance(second, Swap)
-    # When both apply their swap to the stored state in turn
-    applied_first, stored = apply_swap(STATE, first)
-    applied_second, stored_after = apply_swap(stored, second)
-    # Then only the first applies; the roles do not flip back
-    assert applied_first
-    assert not applied_second
-    assert stored_after == stored == RoleState("secondary", 5, NOW, first.reason)
-
-
-def test_a_stale_swap_back_is_refused() -> None:
-    # Given the secondary active at epoch 6
-    stored = RoleState(active="secondary", epoch=6)
-    # When a slow worker applies a swap decided at epoch 5 (secondary -> primary)
-    stale = Swap("secondary", "primary", expected_epoch=5, new_epoch=6, at=NOW, reason="old")
-    # Then nothing changes
-    assert apply_swap(stored, stale) == (False, stored)
+    # Then both swaps expect epoch 4 with the primary active, so the store applies only the first one
+    # (test_state_roles.py: racing workers swap exactly once, a stale epoch never swaps back)
+    assert (first.expected_epoch, first.from_role) == (4, "primary")
+    assert (second.expected_epoch, second.from_role) == (4, "primary")
+    assert first.state() == RoleState("secondary", 5, NOW, first.reason)
 
 
 @pytest.mark.parametrize(
@@ -158,8 +145,8 @@ def test_health_transitions(before: NamespaceHealth, outcome: Outcome, after: Na
 
 def test_unchanged_health_is_the_same_object_and_flips_are_reported() -> None:
     assert next_health(UP, OK, NOW) is UP
-    assert availability_changed(UP, next_health(UP, OUTAGE, NOW))
-    assert not availability_changed(UP, next_health(UP, TRANSIENT, NOW))
+    assert not next_health(UP, OUTAGE, NOW).available
+    assert next_health(UP, TRANSIENT, NOW).available
 
 
 @pytest.mark.parametrize("health", [UP, DOWN, NamespaceHealth(True, 3.25, "x", 2.0, ErrorClass.TRANSIENT)])

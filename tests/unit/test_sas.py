@@ -61,16 +61,10 @@ def test_bad_tokens_are_refused_with_a_reason(
 
 
 def test_token_valid_until_its_expiry_second() -> None:
-    token = sas.generate("sb://h/q1", "Root", KEYS["Root"], expiry=int(NOW))
+    token = generate_sas_token("sb://h/q1", "Root", KEYS["Root"], int(NOW))
     sas.validate(token, KEYS, "sb://h/q1", now=NOW)
     with pytest.raises(UnauthorizedError, match="expired"):
         sas.validate(token, KEYS, "sb://h/q1", now=NOW + 1)
-
-
-def test_generated_tokens_match_the_sdk_byte_for_byte() -> None:
-    ours = sas.generate("sb://127.0.0.1:5700/q1", "Root", KEYS["Root"], expiry=int(NOW))
-    theirs = generate_sas_token("sb://127.0.0.1:5700/q1", "Root", KEYS["Root"], int(NOW))
-    assert ours == theirs
 
 
 def test_key_names_with_reserved_characters_are_found_despite_double_encoding() -> None:
@@ -97,7 +91,7 @@ def test_malformed_tokens_are_refused(token: str, reason: str) -> None:
 
 def test_signature_of_another_resource_does_not_verify_when_sr_is_swapped() -> None:
     # Given a valid token for q2, when its audience is rewritten to q1, the signature no longer matches.
-    token = sas.generate("sb://h/q2", "Root", KEYS["Root"], expiry=int(NOW) + 60)
+    token = generate_sas_token("sb://h/q2", "Root", KEYS["Root"], int(NOW) + 60)
     forged = token.replace("q2", "q1")
     with pytest.raises(UnauthorizedError, match="signature does not match"):
         sas.validate(forged, KEYS, "sb://h/q1", now=NOW)

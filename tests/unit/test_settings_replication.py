@@ -28,7 +28,7 @@ def test_retry_defaults(field: str, default: object) -> None:
 @pytest.mark.parametrize(
     ("field", "default"),
     [
-        # the original .NET defaults (SPEC §4)
+        # the .NET SDK's SendAvailabilityPairedNamespaceOptions defaults
         ("backlog_queue_count", 10),
         ("failover_interval", 60.0),
         ("ping_primary_interval", 60.0),

@@ -1,4 +1,4 @@
-"""Replication mode ``paired`` (SPEC §4): the primary, or — failover engaged — an aliased send to a backlog
+"""Replication mode ``paired`` (docs/paired.md): the primary, or — failed over — an aliased send to a backlog
 queue in the secondary; the ping and the syphon bring the messages back (``bridge.paired``).
 
 The shared state machine is ``bridge.core.paired``: the FailoverInterval timer, engagement, rotation

@@ -156,11 +156,6 @@ class MessageStore:
         heapq.heappush(self._lock_expiry, (msg.locked_until, msg.seq))
         return Delivery(msg, token, msg.locked_until, msg.delivery_count)
 
-    def has_ready(self, session_id: str | None = None) -> bool:
-        """True if a take() could return something now (cheap, may be optimistic)."""
-        heap = self._session_ready.get(session_id, []) if session_id is not None else self._ready
-        return bool(heap)
-
     # ---- settlement ----------------------------------------------------------------------------
     def _locked(self, token: uuid.UUID, now: float) -> StoredMessage:
         seq = self._locks.get(token)

@@ -9,6 +9,7 @@ the roll, then the Spark job — one shared ``local[2]`` session — computes th
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import struct
@@ -24,7 +25,7 @@ import pytest
 
 from bridge.core import journal as J
 from bridge.core.journal_files import to_row
-from bridge.core.ledger import nearest_rank, price_table
+from bridge.core.ledger import price_table
 from bridge.core.live_tally import LiveTally
 from bridge.embedded.redis_server import RedisServer
 from bridge.journal.roll import file_path, table_of, write_durably
@@ -73,7 +74,7 @@ EXPECTED = {
     },
 }
 
-# (entity, namespace, kind) -> operations, by seed 001's model
+# (entity, namespace, kind) -> operations, by the billing model of ``bridge.core.ledger``
 EXPECTED_BILLING = {
     ("orders", P, "send"): 1,  # m1
     ("orders", S, "send"): 3,  # m2 (backup), m3 twice
@@ -204,6 +205,12 @@ def scenario(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         server.close()
 
 
+def _nearest_rank(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least ``fraction`` of all at or below it."""
+    ordered = sorted(values)
+    return ordered[min(max(1, math.ceil(len(ordered) * fraction)), len(ordered)) - 1]
+
+
 def _table(folder: Path) -> list[dict[str, Any]]:
     return pq.read_table(folder).to_pylist()
 
@@ -247,7 +254,7 @@ def test_latency_percentiles_per_entity_and_path(scenario: Scenario) -> None:
         row = rows[(entity, "service_bus", path)]
         assert row["count"] == len(values)
         for name, fraction in (("p50_ms", 0.5), ("p95_ms", 0.95), ("p99_ms", 0.99)):
-            assert row[name] == pytest.approx(nearest_rank(values, fraction), abs=0.01), (entity, path, name)
+            assert row[name] == pytest.approx(_nearest_rank(values, fraction), abs=0.01), (entity, path, name)
         assert row["max_ms"] == pytest.approx(max(values), abs=0.01)
     handler = rows[("orders", "handler", "all")]
     assert (handler["count"], handler["max_ms"]) == (3, pytest.approx(300.0, abs=0.01))
