@@ -14,7 +14,7 @@ PartitionKey                ``x-ms-partitionkey``               str
 (destination entity)        ``x-ms-path``                       str
 ==========================  ==================================  ==========================================
 
-The names are the .NET SDK's aliasing constants (``docs/references-from-code.md``); ScheduledEnqueueTimeUtc
+The names are the .NET SDK's aliasing constants (``docs/references.md``); ScheduledEnqueueTimeUtc
 has its own, ``x-ms-scheduledenqueuetimeutc``, and never shares ``x-ms-path`` with the destination. Body,
 MessageId and every other application property are untouched.
 

@@ -1,7 +1,7 @@
 """A tally of billable Service Bus operations, so the cost of replication is visible (``docs/paired.md``).
 
 Every send, ping and syphon receive call is a billed operation on Service Bus (Standard tier bills per
-operation; ``docs/references-from-code.md``). A message that goes through a backlog queue costs four
+operation; ``docs/references.md``). A message that goes through a backlog queue costs four
 operations end to end instead of two (send to backlog, receive from backlog, send to primary, receive from
 primary), and an idle syphon still pays for its polls: with 10 backlog queues and a 15-minute long poll
 that is 40 receive calls an hour. The end-to-end model over journaled events, the implied receives

@@ -2,7 +2,7 @@
 
 In the .NET SDK's paired-namespace client, once the primary or secondary ``MessagingFactory`` faulted or
 was closed without its partner also being faulted/closed, the partner was faulted too if it had not closed
-by itself within 5 seconds (``docs/references-from-code.md``). The bridge keeps that rule for its
+by itself within 5 seconds (``docs/references.md``). The bridge keeps that rule for its
 per-process client pool: the pair is reopened as a whole, so no client that lived through its partner's
 failure outlives it.
 

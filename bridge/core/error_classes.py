@@ -16,7 +16,7 @@ Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own r
   happens under load. One slow settlement must not swap roles for every worker, so the same namespace is
   retried briefly and ``escalate`` promotes timeouts that keep coming to OUTAGE. Paired mode still starts
   its FailoverInterval timer on the first timeout (``timeout=True``): the .NET paired client started it
-  on a non-transient error *or* a TimeoutException (``docs/references-from-code.md``).
+  on a non-transient error *or* a TimeoutException (``docs/references.md``).
 - ``AttemptDeadlineExceeded`` (the bridge's hard deadline, e.g. a blackholed endpoint) is OUTAGE: the SDK's
   own retries were already inside that deadline, and a hung client is discarded.
 - ``ServiceBusQuotaExceededError`` is OUTAGE: the entity is full (or out of connections); the message is

@@ -4,7 +4,7 @@ The Spark job (``bridge.ledger``) reduces millions of events to small tables; wh
 those small tables lives here, pure and tested as tables.
 
 Billing follows the operation model of Microsoft's "Paired namespace implementation details and cost
-implications" (``docs/references-from-code.md``): every copy Service Bus accepts is one send and, when an
+implications" (``docs/references.md``): every copy Service Bus accepts is one send and, when an
 application receives it, one receive; a message that goes through a backlog queue costs four operations
 (send to the backlog, the syphon's receive from the backlog, the syphon's send to the destination, the
 application's receive there); every ping is an operation (two in ``schedule`` mode); and an idle syphon

@@ -3,7 +3,7 @@
 Per entity, state shared by all workers (in Redis, applied by an adapter):
 
 - The FailoverInterval timer starts at the first non-transient failure or timeout on the primary
-  (``StartTimer``), as in the .NET SDK's paired namespaces (``docs/references-from-code.md``). When
+  (``StartTimer``), as in the .NET SDK's paired namespaces (``docs/references.md``). When
   ``failover_interval`` has passed with no successful send, failover engages for the entity
   (``EngageFailover``): primary sends stop and messages go to backlog queues in the secondary namespace.
   0 means immediately.

@@ -56,8 +56,8 @@ class QueueDescription:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-# Every field the .NET SDK's PairNamespaceAsync set explicitly on the backlog queues it created; the rest are
-# the namespace's defaults (docs/references-from-code.md).
+# Every field the .NET SDK's PairNamespaceAsync set explicitly on the backlog queues it created; the rest were
+# QueueDescription's defaults (docs/references.md, ".NET paired namespaces").
 BACKLOG_QUEUE = QueueDescription(
     max_size_in_megabytes=5120,
     max_delivery_count=INT_MAX,
