@@ -12,7 +12,7 @@ run folder that ``bench/chaos.py`` writes:
 - ``records/recv-*.jsonl``: one line per handler call (``bench/chaos_handler.py``);
 - ``ledger.json``: the last line of ``bridge report --json``.
 
-What it reports (``check``): see the README section "Chaos and soak" for the precise definitions.
+What it reports (``check``): see ``docs/chaos.md``, "What is checked", for the precise definitions.
 Run it alone on a kept run folder: ``python -m bench.chaos_checker RUN_DIR`` (it uses the peek saved in
 ``held.jsonl``, or peeks again when the namespaces still run).
 """
@@ -40,8 +40,8 @@ AFTERMATH = 5.0
 """Seconds after a fault's end during which a delivery still counts as ``with_faults`` in ``latency_ms``
 (backoffs and reconnects outlive the fault itself)."""
 """Seconds: a handler call this close before its receiver process was killed, or inside a Redis fault
-window, may be followed by a second call for the same id (README "Receiving": the done mark is written
-after the handler returned, so a crash or a Redis failure in between hands the id again)."""
+window, may be followed by a second call for the same id (``docs/receiving.md``, "Guarantees": the done
+mark is written after the handler returned, so a crash or a Redis failure in between hands the id again)."""
 
 SCHEDULE_SLACK = 1.0
 """Seconds a scheduled message may be handed before its due time (clocks of one machine; AMQP rounding)."""
@@ -251,7 +251,7 @@ def check(run_dir: Path, held: list[Held] | None = None) -> Verdict:
     v.lost, v.lost_ids = len(lost), lost[:20]
 
     # Handed twice: a second handler call for one id, unless the first call's process was killed (or Redis
-    # was failing) right after it, the window README "Receiving" documents as at-least-once.
+    # was failing) right after it, the window docs/receiving.md ("Guarantees") documents as at-least-once.
     kills = run.get("receiver_kills", [])
     redis_windows = run.get("redis_windows", [])
     twice: list[str] = []
@@ -372,9 +372,9 @@ def _series(
     not from a time the harness took: a boundary placed even a second early (``chaos.log`` has whole
     seconds and is written before the outage is switched on) puts the old namespace's last copies, with
     their large numbers, into the new series, where they sort after the re-created namespace's first
-    copies — order violations that never happened (README "Chaos and soak"). The keyed copies judged here
-    are never scheduled (``chaos_load``: a scheduled message is keyless), so each one was enqueued when it
-    was numbered.
+    copies — order violations that never happened (``docs/findings.md``, "Findings and fixes"). The keyed
+    copies judged here are never scheduled (``chaos_load``: a scheduled message is keyless), so each one
+    was enqueued when it was numbered.
     """
     by_entity: dict[tuple[str, str], list[tuple[float, int, str]]] = defaultdict(list)
     for message_id, first in firsts:

@@ -95,7 +95,7 @@ class Producer:
         self._outbox = SyncOutbox(client if client is not None else sync_client(url), self.settings)
 
     def send(self, entity: str, body: bytes | str, **props: Any) -> str:
-        """Store one message; return its MessageId. Properties as in the HTTP envelope (README)."""
+        """Store one message; return its MessageId. Properties as in the envelope (``docs/doors/http.md``)."""
         return self.send_batch(entity, [{"body": body, **props}])[0]
 
     def send_batch(

@@ -145,7 +145,8 @@ class ApiKeySettings(BaseModel):
 
 
 class IngressSettings(BaseModel):
-    """The three ingress doors and the outbox they write to (README: HTTP API, Durability, Auth)."""
+    """The three ingress doors and the outbox they write to (``docs/doors/http.md``,
+    ``docs/durability.md``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -286,7 +287,7 @@ class WorkerSettings(BaseModel):
 
 class ReceiverSettings(BaseModel):
     """``bridge receive`` / ``Receiver``: the duplicate-suppression window and how copies are received
-    (README: Receiving)."""
+    (``docs/receiving.md``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -327,8 +328,8 @@ class ReceiverSettings(BaseModel):
 
 
 class JournalSettings(BaseModel):
-    """The lifecycle journal (Redis streams), its roll into Parquet and the ledger report (README: Journal
-    and ledger).
+    """The lifecycle journal (Redis streams), its roll into Parquet and the ledger report
+    (``docs/journal-ledger.md``).
 
     Each entity's journal stream holds at most ``max_length`` entries (an entry is one event, or a batch of
     events that differ only by MessageId); an entry that finds it full is not written but counted
@@ -379,7 +380,7 @@ class Settings(BaseSettings):
     celery_broker_url: SecretStr | None = Field(
         default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
     )
-    # Operations (README "Operations"): Sentry, the Prometheus endpoint of the non-HTTP processes.
+    # Operations (docs/operations.md): Sentry, the Prometheus endpoint of the non-HTTP processes.
     sentry_dsn: SecretStr | None = Field(default=None, description="Report errors and failovers to Sentry.")
     sentry_environment: str | None = None
     sentry_traces_sample_rate: float = Field(default=0.0, ge=0, le=1)

@@ -1,4 +1,4 @@
-"""``bridge report``: the PySpark ledger over the journal (README, "Journal and ledger").
+"""``bridge report``: the PySpark ledger over the journal (``docs/journal-ledger.md``).
 
 ``bridge report --out DIR [--json]`` first rolls the live journal (so a report right after a run is
 complete) and snapshots the outbox, then runs the Spark job (``local[*]`` unless ``--master`` or

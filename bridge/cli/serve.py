@@ -1,7 +1,8 @@
 """``bridge serve``: the HTTP ingress (``/v1`` envelope API and the Service Bus REST door) under uvicorn.
 
 Binding to an address other than loopback requires API keys: the command refuses to start when none are
-configured (``ingress.api_keys``, README "Auth"), so an unauthenticated door is never exposed by accident.
+configured (``ingress.api_keys``; ``docs/doors/http.md``, "Auth"), so an unauthenticated door is never
+exposed by accident.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Waiting after an abandoned send: a transfer the bridge gave up on may still be committed later.
 
 A send that timed out (the SDK's operation timeout or the bridge's attempt deadline) has no known fate:
-the namespace may hold the transfer and commit it after the sender stopped waiting (README "Delivery":
-"abandoned sends"; the chaos soak saw a stalled namespace commit such a transfer 2 s later). The entry
+the namespace may hold the transfer and commit it after the sender stopped waiting (``docs/replication.md``,
+"Send workers"; the chaos soak saw a stalled namespace commit such a transfer 2 s later). The entry
 stays in the outbox and is sent again, so nothing is lost, and the retry carries the same MessageId, so a
 late copy is a duplicate. What can break is *order*: if newer messages of the same key reach that
 namespace path before the late commit — the retry went to the other namespace (passive failover), or

@@ -1,12 +1,12 @@
 """Who may send through the HTTP ingress: API keys (stored as SHA-256 digests) and Service Bus SAS tokens.
 
 API keys arrive as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``; the bridge keeps only the
-SHA-256 hex digest of each key (README, "Auth"), so a leaked settings file does not leak a key. A key may be
-limited to some entities. The Service Bus REST door also accepts the header a REST client already sends,
-``Authorization: SharedAccessSignature sr=...&sig=...&se=...&skn=...``, checked like Service Bus checks it:
-HMAC-SHA256 of ``<url-encoded resource>\\n<expiry>`` with the configured key, not expired, and scoped: the
-path of the token's resource (``sr``) must be the requested path or one of its parent paths, so a token
-signed for ``/orders`` does not open ``/payments``.
+SHA-256 hex digest of each key (``docs/doors/http.md``, "Auth"), so a leaked settings file does not leak a
+key. A key may be limited to some entities. The Service Bus REST door also accepts the header a REST client
+already sends, ``Authorization: SharedAccessSignature sr=...&sig=...&se=...&skn=...``, checked like Service
+Bus checks it: HMAC-SHA256 of ``<url-encoded resource>\\n<expiry>`` with the configured key, not expired,
+and scoped: the path of the token's resource (``sr``) must be the requested path or one of its parent
+paths, so a token signed for ``/orders`` does not open ``/payments``.
 
 Pure: no I/O, ``now`` passed in. Errors never echo what the caller presented.
 """

@@ -1,9 +1,10 @@
 """How each ingress door's wire format maps onto envelope fields (pure; the rules live in ``validation``).
 
-Three formats reach the same ``build_envelope``: the JSON envelope of ``/v1`` (public contract in the
-README, "HTTP API"), the Service Bus REST send protocol (``BrokerProperties`` header, custom properties as
-headers, the ``application/vnd.microsoft.servicebus.json`` batch), and the Redis door's stream fields
-(README, "Redis door"). A malformed input raises ``InvalidMessageError`` with the field at fault.
+Three formats reach the same ``build_envelope``: the JSON envelope of ``/v1`` (public contract in
+``docs/doors/http.md``, "The envelope"), the Service Bus REST send protocol (``BrokerProperties`` header,
+custom properties as headers, the ``application/vnd.microsoft.servicebus.json`` batch), and the Redis door's
+stream fields (``docs/doors/redis-stream.md``). A malformed input raises ``InvalidMessageError`` with the
+field at fault.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ REDIS_DOOR_TEXT = (
 
 
 def redis_door_message(fields: Mapping[bytes, bytes], default_id: str) -> tuple[bytes, dict[str, Any]]:
-    """Body and envelope properties from a Redis door entry (layout: README, "Redis door").
+    """Body and envelope properties from a Redis door entry (layout: ``docs/doors/redis-stream.md``).
 
     ``default_id`` becomes the MessageId when the entry has none; the door derives it from the entry id so
     that moving the same entry twice (after a crash) is idempotent.

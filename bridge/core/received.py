@@ -1,8 +1,9 @@
 """``ReceivedMessage``: what a receiver's handler is given, independent of the Service Bus SDK.
 
-The handler contract (README "Receiving"): a handler is called with one ``ReceivedMessage`` and succeeds by
-returning; raising anything means "not handled" (the copy is abandoned and retried). The value is plain
-data, so handlers can be tested without Service Bus, and ``to_json`` gives the form handed to a Celery task.
+The handler contract (``docs/receiving.md``, "Handler contract"): a handler is called with one
+``ReceivedMessage`` and succeeds by returning; raising anything means "not handled" (the copy is abandoned
+and retried). The value is plain data, so handlers can be tested without Service Bus, and ``to_json`` gives
+the form handed to a Celery task.
 
 Application property values come back with the Python types Service Bus carries (``str``, ``int``,
 ``float``, ``bool``, ``bytes``, ``uuid.UUID``, aware ``datetime``, ``timedelta``). Messages read from a

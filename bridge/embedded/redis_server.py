@@ -33,7 +33,7 @@ class RedisServer:
     """One redis-server child process.
 
     ``appendfsync`` is ``always`` by default here so a test's acknowledged write is on disk before the
-    process can be killed; production deployments choose their own policy (see README, Durability).
+    process can be killed; production deployments choose their own policy (see ``docs/durability.md``).
     """
 
     def __init__(

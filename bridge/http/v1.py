@@ -1,4 +1,4 @@
-"""The ``/v1`` JSON envelope API (public contract: README, "HTTP API"; schema: ``/v1/openapi.json``).
+"""The ``/v1`` JSON envelope API (public contract: ``docs/doors/http.md``; schema: ``/v1/openapi.json``).
 
 ``POST /v1/entities/{entity}/messages``        one envelope -> 202 ``{"message_id", "entity", "duplicate"}``
 ``POST /v1/entities/{entity}/messages:batch``  ``{"messages": [...]}`` -> 202 ``{"message_ids": [...]}``,

@@ -6,7 +6,7 @@ that runs Spark imports these lazily, so no other command pays for the JVM.
 Master: ``local[*]`` (every core of this machine) unless ``--master`` or ``SPARK_MASTER`` names another,
 e.g. ``spark://host:7077`` for a standalone cluster. The driver runs here (client mode); executors read
 the journal and write the tables themselves, so on a cluster both folders must be on storage every
-executor sees at the same path (README, "Journal and ledger").
+executor sees at the same path (``docs/journal-ledger.md``, "On a cluster").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of the bridge, in one place (README "Metrics" lists them for operators).
+"""Every Prometheus metric of the bridge, in one place (``docs/operations.md``, "Metrics", lists them).
 
 Two kinds of series:
 

@@ -1,6 +1,6 @@
 """The Redis door: applications ``XADD`` to ``bridge:{<entity>}:in``; ``move_ingress`` validates and moves.
 
-Layout of an ingress entry (README, "Redis door"): ``body`` (required, raw bytes), optional
+Layout of an ingress entry (``docs/doors/redis-stream.md``): ``body`` (required, raw bytes), optional
 ``body_encoding`` (``text`` or ``base64``), ``message_id``, ``content_type``, ``correlation_id``,
 ``subject``, ``reply_to``, ``to``, ``session_id``, ``partition_key``, ``time_to_live`` (seconds, decimal),
 ``scheduled_enqueue_time_utc`` (ISO-8601 with offset), ``application_properties`` (JSON object).

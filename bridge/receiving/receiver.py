@@ -1,4 +1,4 @@
-"""``Receiver`` and ``AsyncReceiver``: the receiving end's Python API (README "Receiving").
+"""``Receiver`` and ``AsyncReceiver``: the receiving end's Python API (``docs/receiving.md``).
 
 Both receive an entity (a queue, or a subscription of a topic) from both namespaces and hand each message
 to the handler once (``bridge.receiving.engine``). ``Receiver`` takes a plain function and blocks in

@@ -8,7 +8,7 @@ Layout (``bridge.receiving.keys``): one sorted set per scope, member = MessageId
 millisecond at which it is forgotten; expired members are removed by the next claim (so the bound counts
 only live ids). In-flight marks are short-lived strings with a PX expiry, one per id being handled. A
 sorted set rather than one key per id: the count that the bound needs is ``ZCARD``, and a member costs
-less memory than a key with its own expiry (README "Receiving" has the measured bytes per id).
+less memory than a key with its own expiry (``docs/receiving.md``, "Window", has the measured bytes per id).
 
 Writing the done marks also counts them (``handled`` in the scope's counters) and journals one ``handled``
 event per id new to the window (the entity's journal, ``bridge.journal.keys``; its hash tag is the same),

@@ -4,7 +4,7 @@ It runs the script as a subprocess, exactly as an operator would, and asserts it
 acknowledged was lost, nothing was handed twice, no key was reordered, TTL / schedule / properties arrived
 as sent, and the ledger (``bridge report --json``) agrees with the checker. About two minutes on 2 cores,
 a fifth of it the PySpark ledger. Part of the default suite since the findings that made its verdict
-depend on where the faults fell were fixed (README, "Chaos and soak"); the long soak is its own command.
+depend on where the faults fell were fixed (``docs/findings.md``); the long soak is its own command.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ enqueued-time order (``bench/chaos_checker._series``). This checks what that rel
 emulator and the unmodified SDK: one namespace numbers a topic's messages in the order it enqueues them,
 the re-created one numbers from 1 again, and the old namespace's last copies — handed after a boundary
 taken from ``chaos.log`` (whole seconds, written before the outage) — are not judged against the new ones,
-the seed-1 finding of README "Chaos and soak".
+the seed-1 finding of ``docs/findings.md``.
 """
 
 from __future__ import annotations

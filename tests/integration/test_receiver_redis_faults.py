@@ -1,5 +1,5 @@
-"""The receiver while its Redis fails (README "Receiving"): a copy is completed only after its done mark and
-its ``handled`` event are stored, and a session's messages reach the handler in order.
+"""The receiver while its Redis fails (``docs/receiving.md``, "Guarantees"): a copy is completed only after
+its done mark and its ``handled`` event are stored, and a session's messages reach the handler in order.
 
 Real parts: a private redis-server per test (AOF ``always``), killed with SIGKILL while the receiver runs and
 started again on the same port and data directory; a local namespace (one process for the module); the

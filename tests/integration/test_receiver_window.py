@@ -110,7 +110,7 @@ def test_memory_per_remembered_id_is_about_a_sorted_set_member(redis_client: red
         big.claim(ids[start : start + 500])
         big.done(ids[start : start + 500])
     per_id = int(redis_client.memory_usage(ReceiverKeys("orders").done, samples=0) or 0) / len(ids)
-    # README "Receiving" documents ~136 bytes for 32-hex-digit ids (bench.receiver measures it)
+    # docs/receiving.md ("Window") documents ~136 bytes for 32-hex-digit ids (bench.receiver measures it)
     assert 60 < per_id < 200, per_id
     assert big.remembered() == len(ids)
     assert redis_client.pttl(ReceiverKeys("orders").done) > 0  # the window key itself expires when unused

@@ -4,7 +4,7 @@ disaster.
 A re-created namespace numbers its messages from 1 again, so its copies are judged as a series of their own.
 Where that series begins is read from the copies themselves (sequence numbers fall back in enqueued-time
 order), not from a time taken by the harness: the seed-1 finding "old active-mode messages on the
-re-created secondary after newer ones" (README "Chaos and soak") was the old namespace's last copies put
+re-created secondary after newer ones" (``docs/findings.md``) was the old namespace's last copies put
 into the new series by a boundary one second early. The rule must still catch a copy that really came late.
 """
 

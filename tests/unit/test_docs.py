@@ -4,6 +4,9 @@
 - Every page in mkdocs.yml's nav exists, and every page under docs/ is in the nav.
 - The repository cites only itself: no "SPEC", "seed 0..." or "issue N" in the README or the docs.
 - Every field of the settings model (``bridge/settings.py``, walked recursively) is in docs/settings.md.
+- Code that points at the documentation points at something that exists: every ``docs/<page>.md`` named in
+  bridge/, workers/, tasks/, tests/, bench/ or docker/ is a file, and every README section cited by name
+  (``README "X"``, ``README, "X"``, ``README: X``) is a heading of README.md.
 
 The build itself (broken links and anchors) is the ``mkdocs build --strict`` gate and
 ``tests/integration/test_docs_site.py``.
@@ -32,6 +35,18 @@ MAX_README_LINES = 200
 # Documents that are not in the repository must not be cited; outside facts are cited in docs/references.md.
 FOREIGN_CITATION = re.compile(r"SPEC|§|\b[Ss]eed 0\d*|\b[Ss]eeds? \d{3}\b|\b[Ii]ssue \d+")
 MARKDOWN_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+# Where code cites the documentation. Code files are read with their line breaks (and a comment's leading
+# "#") folded into spaces, so a citation wrapped over two comment or docstring lines is still one match.
+CODE_DIRS = ("bridge", "workers", "tasks", "tests", "bench", "docker")
+CODE_SUFFIXES = {".py", ".json", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".txt", ".md", ""}
+# docs/<page>.md, not part of a longer path or a URL.
+DOCS_PAGE_CITATION = re.compile(r"(?<![\w/.-])docs/([\w./-]*?\.md)\b")
+# README "X", README, "X", README: "X", README section "X" (README.md too) ...
+README_QUOTED_CITATION = re.compile(r'\bREADME(?:\.md)?(?:\s+section)?(?:\s*[,:]\s*|\s+)"([^"]+)"')
+# ... and README: X / README, X up to the closing bracket or the sentence's end; "X, Y" names several.
+README_BARE_CITATION = re.compile(r"\bREADME(?:\.md)?\s*[,:]\s+([A-Z][^\"()\n;.]*?)\s*(?=[);.]|$)")
+FOLDED_LINE_BREAK = re.compile(r"[ \t]*\n\s*(?:#+[ \t]*)?")
 
 
 def _nav_pages(node: Any) -> Iterator[str]:
@@ -122,6 +137,95 @@ def test_the_citation_pattern_finds_what_it_should() -> None:
         assert FOREIGN_CITATION.search(bad), bad
     for good in ("the seed-1 run", "--seed 5", "the specification", "Issues"):
         assert not FOREIGN_CITATION.search(good), good
+
+
+# --- code that cites the documentation ----------------------------------------------------------------------
+
+
+def markdown_headings(text: str) -> set[str]:
+    """The ATX headings of a Markdown text, outside fenced code blocks."""
+    headings: set[str] = set()
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := re.match(r"#{1,6}\s+(.+?)\s*#*\s*$", line)):
+            headings.add(match.group(1))
+    return headings
+
+
+def readme_citations(text: str) -> list[tuple[str, list[str]]]:
+    """Each README section citation in a text: the cited words and the section names they stand for."""
+    found = [(m.group(0), [m.group(1)]) for m in README_QUOTED_CITATION.finditer(text)]
+    for match in README_BARE_CITATION.finditer(text):
+        names = match.group(1)
+        found.append((match.group(0), [names, *names.split(", ")] if ", " in names else [names]))
+    return found
+
+
+def code_files() -> list[Path]:
+    this_file = Path(__file__).resolve()  # its docstring and pattern checks quote citations on purpose
+    return sorted(
+        path
+        for folder in CODE_DIRS
+        for path in (ROOT / folder).rglob("*")
+        if path.is_file()
+        and path.suffix in CODE_SUFFIXES
+        and "__pycache__" not in path.parts
+        and path.resolve() != this_file
+    )
+
+
+def test_the_code_citation_patterns_find_what_they_should() -> None:
+    cases = {
+        'the contract (README "Receiving")': ["Receiving"],
+        'layout: README, "Redis door").': ["Redis door"],
+        'see the README section "Chaos and soak" for': ["Chaos and soak"],
+        "(README: Journal and ledger).": ["Journal and ledger"],
+        "(see README, Durability).": ["Durability"],
+    }
+    for text, names in cases.items():
+        assert [cited for _, options in readme_citations(text) for cited in options[:1]] == names, text
+    listed = readme_citations("doors (README: HTTP API, Durability, Auth).")
+    assert listed == [
+        (
+            "README: HTTP API, Durability, Auth",
+            ["HTTP API, Durability, Auth", "HTTP API", "Durability", "Auth"],
+        )
+    ]
+    not_citations = (
+        "COPY pyproject.toml README.md ./",
+        "(the README's first command)",
+        "see README.",
+        'files = ["README", "CHANGELOG.md"]',
+    )
+    for text in not_citations:
+        assert readme_citations(text) == [], text
+    assert DOCS_PAGE_CITATION.findall('(``docs/doors/http.md``), docs/paired.md, "Ping"') == [
+        "doors/http.md",
+        "paired.md",
+    ]
+    assert DOCS_PAGE_CITATION.findall("https://github.com/o/r/blob/main/docs/x.md, site/docs/y.md") == []
+    folded = FOLDED_LINE_BREAK.sub(" ", '# see (README, "Journal\n    # and ledger")')
+    assert readme_citations(folded)[0][1] == ["Journal and ledger"]
+    assert {"Set-up", "A five-minute tour"} <= markdown_headings(README.read_text())
+
+
+def test_code_cites_only_docs_pages_and_readme_sections_that_exist() -> None:
+    headings = markdown_headings(README.read_text())
+    broken = []
+    for path in code_files():
+        text = FOLDED_LINE_BREAK.sub(" ", path.read_text(errors="replace"))
+        where = path.relative_to(ROOT).as_posix()
+        for page in DOCS_PAGE_CITATION.findall(text):
+            if not (DOCS / page).is_file():
+                broken.append(f"{where}: docs/{page} does not exist")
+        for cited, names in readme_citations(text):
+            # A list "X, Y" passes when it is one heading or when each of its parts is one.
+            whole, *parts = names
+            if whole not in headings and not (parts and all(part in headings for part in parts)):
+                broken.append(f"{where}: {cited!r} is not a README.md heading; cite the docs page")
+    assert broken == [], "\n".join(broken)
 
 
 # --- settings -----------------------------------------------------------------------------------------------
