@@ -350,7 +350,10 @@ class JournalSettings(BaseModel):
     roll_lease_ttl: float = Field(default=120.0, gt=0, description="Seconds the one roller's lease lives.")
     prices: dict[str, float] = Field(
         default_factory=dict,
-        description="Price per million billable operations by kind (send, receive, ping, ...); see docs/journal-ledger.md.",
+        description=(
+            "Price per million billable operations by kind (send, receive, ping, ...); "
+            "see docs/journal-ledger.md."
+        ),
     )
     currency: str = Field(default="USD", min_length=1, max_length=8)
 
