@@ -176,6 +176,7 @@ def test_no_import_cycles() -> None:
         ("bridge.redis", "bridge.outbox"),
         ("bridge.redis", "bridge.state"),
         ("bridge.core", "bridge.redis"),
+        ("bridge.delivery", "bridge.paired"),  # the ping and the syphon build on delivery, not the reverse
     ],
 )
 def test_layers_import_downwards_only(layer: str, forbidden: str) -> None:

@@ -59,7 +59,6 @@ from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.delivery.modes.base import SendPort, send_entries
 from bridge.errors import ConfigurationError, InvariantError
 from bridge.outbox.reader import OutboxEntry
-from bridge.paired.entities import failover_policy
 from bridge.servicebus.messages import BacklogMessage, barrier_message, to_backlog_message
 from bridge.state.backlog import OPEN, BacklogLedger
 
@@ -85,7 +84,7 @@ class PairedSender:
         if settings.primary is None:
             raise ConfigurationError("paired mode needs a primary namespace")
         namespace = settings.primary.namespace_name
-        policy = failover_policy(settings)
+        policy = settings.paired.failover_policy()
         state = port.ctx.paired.get(port.entity)
         retry = port.retry_context()
         where, engage = route(state, retry.now, policy)
