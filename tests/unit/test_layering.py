@@ -195,3 +195,14 @@ def test_the_redis_layer_builds_on_the_error_tree_only() -> None:
         if t.split(".")[0] in PACKAGES and t in MODULES
     }
     assert project <= {"bridge", "bridge.errors"} | {m for m in MODULES if m.startswith("bridge.redis")}
+
+
+@pytest.mark.parametrize("layer", ["bridge.paired", "bridge.delivery.modes.paired"])
+def test_paired_mode_reaches_the_sdk_only_through_the_servicebus_adapter(layer: str) -> None:
+    # Every import counts here, also deferred ones and those under TYPE_CHECKING: SDK types go behind
+    # ``bridge.servicebus`` (e.g. ``messages.ReceivedMessage``, ``messages.BacklogMessage``).
+    offenders = {
+        module: sorted(t for t in targets if t.split(".")[0] == "azure")
+        for module, targets in _imports_of(layer).items()
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
