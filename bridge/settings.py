@@ -39,6 +39,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bridge.core.paired import FailoverPolicy
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.errors import ConfigurationError
 
@@ -254,6 +255,10 @@ class PairedSettings(BaseModel):
             "'fast': the .NET behaviour (random queue, switch at once)."
         ),
     )
+
+    def failover_policy(self) -> FailoverPolicy:
+        """The namespace-wide FailoverInterval / PingPrimaryInterval / ping timeout (the core's policy)."""
+        return FailoverPolicy(self.failover_interval, self.ping_primary_interval, self.ping_timeout)
 
 
 class WorkerSettings(BaseModel):

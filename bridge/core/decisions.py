@@ -7,8 +7,8 @@
   ``reason`` and acknowledge it. Never chosen for a namespace failure, only for the message's own fault.
 - ``Retry``: leave the entry in the outbox and try again after ``retry_after`` seconds; ``pending`` says
   which targets still need it (active mode with policy "all" remembers where it already landed).
-- ``SendNext``: send the same message to ``targets`` now (the backup after an outage, another backlog queue)
-  and ask again with the new outcome.
+- ``SendNext``: send the same message to ``targets`` now (the backup after an outage) and ask again with
+  the new outcome.
 
 A replication mode settles each entry of a batch with one of ``Ack``, ``DeadLetter``, ``Retry`` or ``Hold``
 (a ``Settlement``). ``Retry`` says the namespace side is failing (both namespaces down, every backlog queue
@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from bridge.core.aliasing import Aliased
 from bridge.core.paired import PairedChange, RemoveFromRotation
 from bridge.core.roles import Role, Swap
 
@@ -109,11 +108,10 @@ class Hold:
 
 @dataclass(frozen=True)
 class SendNext:
-    """Send the message to ``targets`` now; ``aliased`` is the rewritten message for a backlog queue."""
+    """Send the message to ``targets`` now."""
 
     targets: tuple[Target, ...]
     reason: str = ""
-    aliased: Aliased | None = None
     changes: tuple[Change, ...] = ()
     alerts: tuple[str, ...] = ()
 

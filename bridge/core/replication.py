@@ -1,4 +1,5 @@
-"""Replication per entity (docs/replication.md): where a message goes, what its outcomes mean for the outbox.
+"""Replication per entity (docs/replication.md): where a message goes and what its outcomes mean for the
+outbox.
 
 A worker loop for one outbox entry, whatever the mode::
 
@@ -16,7 +17,8 @@ Modes:
 - ``active``: both namespaces with the same MessageId; ``success_policy`` "any" acknowledges when one
   accepted, "all" when both did (retrying only the one still missing).
 - ``none``: the primary only, still durable and retried.
-- ``paired``: ``paired``'s FailoverInterval state machine and backlog rotation, with ``aliasing``.
+- ``paired``: decided a whole batch at a time by ``paired_plan.plan_batch`` (the FailoverInterval timer,
+  backlog queues, keys held back, restore barriers; docs/paired.md), not per message here.
 
 Error classes decide: TRANSIENT retries the same namespace after a backoff; OUTAGE and CONFIGURATION fail
 over (CONFIGURATION also raises an alert); MESSAGE_PERMANENT dead-letters locally, never retried forever.
@@ -27,10 +29,9 @@ busy eventually counts as down.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
-from bridge.core.aliasing import Aliased, alias_for_backlog
 from bridge.core.backoff import BackoffPolicy, Rand
 from bridge.core.decisions import (
     PRIMARY,
@@ -42,27 +43,10 @@ from bridge.core.decisions import (
     SendDecision,
     SendNext,
     Target,
-    backlog_target,
     role_target,
 )
 from bridge.core.error_classes import ErrorClass
-from bridge.core.message_fields import MessageFields
 from bridge.core.outcomes import Outcome
-from bridge.core.paired import (
-    BacklogRotation,
-    FailoverPolicy,
-    PairedChange,
-    PairedState,
-    RecordError,
-    apply_changes,
-    backlog_queue_path,
-    choose_backlog,
-    on_backlog_failure,
-    on_primary_failure,
-    on_primary_success,
-    route,
-    seconds_until_failover,
-)
 from bridge.core.roles import RoleState, Swap, decide_roles
 
 Mode = Literal["passive", "active", "paired", "none"]
@@ -94,7 +78,7 @@ def _alerts(*pairs: tuple[Target, Outcome | None]) -> tuple[str, ...]:
 
 
 def plan(mode: Literal["passive", "active", "none"], roles: RoleState) -> SendNext:
-    """The first targets of a message in the non-paired modes (paired: ``plan_paired``)."""
+    """The first targets of a message in the non-paired modes (paired: ``paired_plan.plan_batch``)."""
     if mode == "passive":
         return SendNext((role_target(roles.active),), "active namespace")
     if mode == "active":
@@ -174,111 +158,3 @@ def decide_active(
         return DeadLetter(f"message_permanent: {reasons}", delivered_to=delivered, alerts=alerts)
     pending = tuple(t for t in missing if t not in permanent)
     return Retry(ctx.delay(), reasons or "not yet delivered", pending, delivered_to=delivered, alerts=alerts)
-
-
-@dataclass(frozen=True)
-class PairedView:
-    """What a worker knows of an entity in paired mode: its shared state, the rotation and the options."""
-
-    entity: str
-    state: PairedState
-    rotation: BacklogRotation
-    policy: FailoverPolicy
-    primary_namespace: str
-    backlog_max_message_size: int
-    current_backlog: int | None = None
-    readmit_after: float | None = None
-
-
-def _to_backlog(
-    view: PairedView, message: MessageFields, ctx: RetryContext, changes: tuple[Change, ...]
-) -> SendDecision:
-    decision = alias_for_backlog(message, view.entity, view.backlog_max_message_size)
-    if not isinstance(decision, Aliased):
-        # Kept for the primary, where it fits un-aliased; see aliasing's module docstring.
-        return Retry(ctx.delay(), decision.reason, (PRIMARY,), changes=changes)
-    index = choose_backlog(view.rotation, ctx.now, ctx.rand, view.current_backlog, view.readmit_after)
-    if index is None:
-        error = "every backlog queue is out of rotation"
-        return Retry(ctx.delay(), error, (PRIMARY,), changes=(*changes, RecordError(ctx.now, error)))
-    path = backlog_queue_path(view.primary_namespace, index)
-    return SendNext((backlog_target(path),), "failover engaged", aliased=decision, changes=changes)
-
-
-def plan_paired(view: PairedView, message: MessageFields, ctx: RetryContext) -> SendDecision:
-    """Mode ``paired``, first step: the primary, or (failover engaged) an aliased send to a backlog queue."""
-    where, changes = route(view.state, ctx.now, view.policy)
-    if where == "primary":
-        return SendNext((PRIMARY,), "primary")
-    return _to_backlog(view, message, ctx, changes)
-
-
-def decide_paired(
-    view: PairedView,
-    message: MessageFields,
-    target: Target,
-    outcome: Outcome,
-    ctx: RetryContext,
-) -> SendDecision:
-    """Mode ``paired``: the outcome of a send of ``message`` to ``target`` (the primary or a backlog queue).
-
-    A failed backlog queue leaves the rotation and the next one is chosen at once (``SendNext``); with none
-    left, or when aliasing makes the message too large, the entry waits in the outbox for the primary.
-    """
-    alerts = _alerts((target, outcome))
-    if target == PRIMARY:
-        if outcome.ok:
-            return Ack((PRIMARY,), changes=on_primary_success(view.state, ctx.now))
-        if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
-            return DeadLetter(f"message_permanent on primary: {outcome.error}", alerts=alerts)
-        paired: tuple[PairedChange, ...] = on_primary_failure(view.state, outcome, ctx.now, view.policy)
-        after = apply_changes(view.state, paired)
-        if after.failed_over:
-            return _with_alerts(_to_backlog(view, message, ctx, paired), alerts)
-        delay = ctx.delay()
-        left = seconds_until_failover(after, ctx.now, view.policy)
-        if left is not None:
-            delay = min(delay, left)
-        return Retry(
-            delay,
-            f"{outcome.failed_with.value} on primary: {outcome.error}",
-            (PRIMARY,),
-            changes=paired,
-            alerts=alerts,
-        )
-    if outcome.ok:
-        return Ack((target,))
-    if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
-        return Retry(ctx.delay(), f"rejected_by_backlog {target}: {outcome.error}", (PRIMARY,), alerts=alerts)
-    index = _backlog_index(view, target)
-    removal = on_backlog_failure(index, outcome, ctx.now)
-    rotation = view.rotation if removal is None else view.rotation.apply(removal)
-    changes: tuple[Change, ...] = () if removal is None else (removal,)
-    retry_view = replace(view, rotation=rotation, current_backlog=None)
-    return _with_alerts(_to_backlog(retry_view, message, ctx, changes), alerts)
-
-
-def _backlog_index(view: PairedView, target: Target) -> int:
-    for index in range(view.rotation.count):
-        if target.queue == backlog_queue_path(view.primary_namespace, index):
-            return index
-    raise ValueError(f"{target} is not one of this entity's backlog queues")
-
-
-def _with_alerts(decision: SendDecision, alerts: tuple[str, ...]) -> SendDecision:
-    if not alerts:
-        return decision
-    if isinstance(decision, SendNext):
-        return SendNext(
-            decision.targets, decision.reason, decision.aliased, decision.changes, (*decision.alerts, *alerts)
-        )
-    if isinstance(decision, Retry):
-        return Retry(
-            decision.retry_after,
-            decision.reason,
-            decision.pending,
-            decision.delivered_to,
-            decision.changes,
-            (*decision.alerts, *alerts),
-        )
-    return decision

@@ -1,13 +1,13 @@
-"""The ping (paired mode, ``docs/paired.md``): find out when a failed-over entity's primary is back.
+"""The ping (paired mode, docs/paired.md): learns when a failed-over entity's primary takes messages again.
 
 Every ``ping_primary_interval`` (a beat task) each failed-over paired entity gets one ping on the primary:
 an empty message with ContentType ``application/vnd.ms-servicebus-ping``, TTL 1 s and a random SessionId,
 so session-enabled entities accept it too. In ``ping_mode = "schedule"`` the ping is scheduled a year
-ahead and cancelled at once, so no receiver ever sees it (a plain ping reaches every receiver that does
-not drop it itself). A ping the primary accepts applies ``MarkAvailable``: the shared state says
-"healthy", so every worker's next batch goes to the primary and the syphon starts moving the backlog. Any
-other outcome is recorded (``RecordPing``, ``RecordError``). Every ping is counted as a billable operation
-(two in schedule mode: schedule and cancel).
+ahead and cancelled at once, so no receiver ever sees it (today's Service Bus delivers a plain ping). A
+ping the primary accepts applies ``MarkAvailable``: the shared state says "healthy", so every worker's next
+batch goes to the primary and the syphon starts moving the backlog. Any other outcome is recorded
+(``RecordPing``, ``RecordError``). Every ping is counted as a billable operation (two in schedule mode:
+schedule and cancel).
 
 Bounds: each ping is one pool call, so at most the attempt deadline (twice in schedule mode); pings run on
 up to ``PING_THREADS`` threads, and a ping not started within ``ping_timeout`` of the run's start waits for
@@ -32,7 +32,7 @@ from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import ping_events
 from bridge.observability import metrics
-from bridge.paired.entities import failover_policy, paired_entities
+from bridge.paired.entities import paired_entities
 from bridge.servicebus.messages import ping_message
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class PingReport:
 
 def due_entities(ctx: DeliveryContext) -> list[str]:
     """Failed-over paired entities whose ping is due now."""
-    policy = failover_policy(ctx.settings)
+    policy = ctx.settings.paired.failover_policy()
     now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
     engaged = ctx.paired.failed_over_entities(paired_entities(ctx.settings))
     due = [entity for entity in engaged if ping_due(ctx.paired.get(entity), now, policy)]

@@ -1,4 +1,4 @@
-"""Moving one backlog queue's messages back to their entities on the primary (``docs/paired.md``).
+"""Moving one backlog queue's messages back to their entities on the primary (paired mode, docs/paired.md).
 
 ``BacklogSyphon`` works one backlog queue while its caller holds the queue's lease: it peek-locks batches
 of ``syphon_batch_size``, restores each message (``from_backlog_message``: SessionId, remaining TTL,
@@ -40,8 +40,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from azure.servicebus import ServiceBusReceivedMessage
-
 from bridge.core.aliasing import Restored, UnaliasDecision
 from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass, classify
@@ -53,7 +51,13 @@ from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
 from bridge.paired.entities import paired_entities
-from bridge.servicebus.messages import RestoreDecision, RestoredMessage, barrier_of, from_backlog_message
+from bridge.servicebus.messages import (
+    ReceivedMessage,
+    RestoreDecision,
+    RestoredMessage,
+    barrier_of,
+    from_backlog_message,
+)
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
 
@@ -98,7 +102,7 @@ def split_reason(reason: str) -> tuple[str, str]:
     return (code, details) if sep else (reason, "")
 
 
-def _number(message: ServiceBusReceivedMessage) -> int:
+def _number(message: ReceivedMessage) -> int:
     # Every message a queue hands out has a sequence number; the SDK types it as optional.
     return int(message.sequence_number or 0)
 
@@ -117,16 +121,14 @@ def _destination(item: Item) -> str | None:
     return item.destination if isinstance(item, RestoredMessage | Barrier) else None
 
 
-def _item(message: ServiceBusReceivedMessage, now: float) -> Item:
+def _item(message: ReceivedMessage, now: float) -> Item:
     return barrier_of(message) or from_backlog_message(message, now)
 
 
 class _Batch:
     """Messages received in one call: which are unsettled, which were set aside before, lock times."""
 
-    def __init__(
-        self, messages: Sequence[ServiceBusReceivedMessage], received_at: float, from_aside: bool
-    ) -> None:
+    def __init__(self, messages: Sequence[ReceivedMessage], received_at: float, from_aside: bool) -> None:
         self.messages = list(messages)
         self.from_aside = from_aside
         self.unsettled = set(range(len(messages)))
@@ -224,7 +226,7 @@ class BacklogSyphon:
         self.report.receives += 1
         self.ctx.cost.add(self.queue, Operation.SYPHON_RECEIVE)
 
-    def _receive(self, wait: float) -> list[ServiceBusReceivedMessage] | None:
+    def _receive(self, wait: float) -> list[ReceivedMessage] | None:
         ctx = self.ctx
         try:
             messages = ctx.pool.receive_batch(
@@ -243,7 +245,7 @@ class BacklogSyphon:
         # queue's sequence number is the order the workers sent them in (one key, one queue).
         return sorted(messages, key=_number)
 
-    def _note_locks(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
+    def _note_locks(self, messages: Sequence[ReceivedMessage]) -> None:
         expiries = [m.locked_until_utc.timestamp() for m in messages if m.locked_until_utc is not None]
         if expiries:
             self.aside.note_locks(self.queue, max(expiries) - self.ctx.clock() + LOCK_MARGIN)
@@ -269,9 +271,7 @@ class BacklogSyphon:
                 break
         return self.report.progress > moved_before
 
-    def _take_deferred(
-        self, destination: str, numbers: Sequence[int]
-    ) -> tuple[list[ServiceBusReceivedMessage], bool]:
+    def _take_deferred(self, destination: str, numbers: Sequence[int]) -> tuple[list[ReceivedMessage], bool]:
         """The deferred messages ``numbers`` (a leading run of them), and whether one must be waited for."""
         pool = self.ctx.pool
         try:
@@ -283,7 +283,7 @@ class BacklogSyphon:
                 self._note_locks(got)
                 return sorted(got, key=_number), False
             # Some number names no deferred message: go one by one, in order, to find it.
-            out: list[ServiceBusReceivedMessage] = []
+            out: list[ReceivedMessage] = []
             for number in numbers:
                 try:
                     one = pool.receive_deferred("secondary", self.queue, [number])
@@ -315,7 +315,7 @@ class BacklogSyphon:
             return [], True
 
     # ---- one batch -------------------------------------------------------------------------------------
-    def move(self, messages: Sequence[ServiceBusReceivedMessage], from_aside: bool = False) -> bool:
+    def move(self, messages: Sequence[ReceivedMessage], from_aside: bool = False) -> bool:
         """Restore, send, settle one batch in order; True when some message left the backlog."""
         ctx = self.ctx
         moved_before = self.report.progress

@@ -50,6 +50,12 @@ from bridge.core.paired import ping_message as core_ping_message
 from bridge.core.syphon import Barrier
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 
+ReceivedMessage: TypeAlias = ServiceBusReceivedMessage
+"""A message received from a queue, as ``NamespacePool`` hands it out and takes it back to settle. Code
+outside this package names it by this alias (never the SDK's class) and reads only its
+``sequence_number``, ``locked_until_utc`` and ``message_id``; its contents go through the functions here
+(``from_backlog_message``, ``barrier_of``)."""
+
 TYPES_PROPERTY = "x-bridge-ptypes"
 """Application property naming the binary (``b``) and timestamp (``t``) properties of a backlog message."""
 TIMESPAN_DESCRIPTOR = b"com.microsoft:timespan"

@@ -30,11 +30,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bridge.core.hash_fields import decode_fields
+from bridge.core.paired_plan import OPEN
 from bridge.redis.errors import driver_errors
 from bridge.redis.scripts import LuaScript, run_script
 from bridge.state import keys
-
-OPEN = "open"
 
 # KEYS: ledger, key map. ARGV: field, expected value, new value ("" deletes). Reply 1 when it matched.
 # Deleting the last field also deletes the key map: every barrier passed, no key sticks to a queue now

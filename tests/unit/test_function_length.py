@@ -20,8 +20,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("bridge/http/openapi.py", "document"): (
         "declarative: the OpenAPI document as one literal; splitting it would scatter the schema"
     ),
-    # split in the paired refactor
-    ("bridge/delivery/modes/paired.py", "_to_backlog"): "split in the paired refactor",
 }
 DECLARATIVE = {("bridge/http/openapi.py", "document")}
 

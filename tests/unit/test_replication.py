@@ -1,10 +1,9 @@
-"""Replication decisions: every mode x outcome combination, as tables."""
+"""Replication decisions: every mode x outcome combination, as tables (paired mode: test_paired_plan)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bridge.core.aliasing import Aliased
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.decisions import (
     PRIMARY,
@@ -18,27 +17,13 @@ from bridge.core.decisions import (
     role_target,
 )
 from bridge.core.error_classes import ErrorClass
-from bridge.core.message_fields import MessageFields
 from bridge.core.outcomes import Outcome
-from bridge.core.paired import (
-    BacklogRotation,
-    EngageFailover,
-    FailoverPolicy,
-    MarkAvailable,
-    PairedState,
-    RecordError,
-    RemoveFromRotation,
-    StartTimer,
-)
 from bridge.core.replication import (
-    PairedView,
     RetryContext,
     decide_active,
-    decide_paired,
     decide_passive,
     decide_single,
     plan,
-    plan_paired,
 )
 from bridge.core.roles import RoleState, Swap
 
@@ -206,149 +191,3 @@ def test_active_all_retries_only_the_missing_namespace_and_then_acks() -> None:
     second = decide_active({SECONDARY: OK}, "all", CTX, delivered_before=first.delivered_to)
     # Then the entry is acked as delivered to both
     assert second == Ack((PRIMARY, SECONDARY))
-
-
-# ---- paired
-
-MESSAGE = MessageFields("m-1", body_size=10, session_id="s", time_to_live=30.0)
-POLICY = FailoverPolicy(failover_interval=60.0)
-ROTATION = BacklogRotation(count=4)
-
-
-def view(state: PairedState, rotation: BacklogRotation = ROTATION, current: int | None = None) -> PairedView:
-    return PairedView(
-        entity="orders",
-        state=state,
-        rotation=rotation,
-        policy=POLICY,
-        primary_namespace="ns1",
-        backlog_max_message_size=256 * 1024,
-        current_backlog=current,
-    )
-
-
-HEALTHY = PairedState()
-TIMING = PairedState(failing_since=NOW - 30)
-EXPIRED = PairedState(failing_since=NOW - 60)
-FAILED_OVER = PairedState(failing_since=NOW - 120, failed_over_at=NOW - 60)
-BACKLOG_1 = backlog_target("ns1/x-servicebus-transfer/1")
-BACKLOG_2 = backlog_target("ns1/x-servicebus-transfer/2")
-
-
-def test_paired_plan_routes_by_state() -> None:
-    assert plan_paired(view(HEALTHY), MESSAGE, CTX) == SendNext((PRIMARY,), "primary")
-    assert plan_paired(view(TIMING), MESSAGE, CTX) == SendNext((PRIMARY,), "primary")
-    to_backlog = plan_paired(view(FAILED_OVER, current=1), MESSAGE, CTX)
-    assert isinstance(to_backlog, SendNext)
-    assert to_backlog.targets == (BACKLOG_1,)
-    assert isinstance(to_backlog.aliased, Aliased)
-    assert to_backlog.aliased.fields.session_id is None
-    assert to_backlog.aliased.fields.application_properties["x-ms-path"] == "orders"
-    expired = plan_paired(view(EXPIRED, current=1), MESSAGE, CTX)
-    assert isinstance(expired, SendNext)
-    assert expired.changes == (EngageFailover(NOW, "failover_interval passed with no successful send"),)
-
-
-@pytest.mark.parametrize(
-    ("state", "outcome", "kind", "changes"),
-    [
-        (HEALTHY, OK, Ack, ()),
-        (TIMING, OK, Ack, (MarkAvailable(NOW, "primary send succeeded"),)),
-        (HEALTHY, TOO_BIG, DeadLetter, ()),
-        (HEALTHY, BUSY, Retry, (RecordError(NOW, "busy"),)),
-        (HEALTHY, DOWN, Retry, (RecordError(NOW, "refused"), StartTimer(NOW))),
-        (TIMING, DOWN, Retry, (RecordError(NOW, "refused"),)),
-        (
-            EXPIRED,
-            DOWN,
-            SendNext,
-            (RecordError(NOW, "refused"), EngageFailover(NOW, "no successful send for 60s: refused")),
-        ),
-    ],
-)
-def test_paired_primary_outcome_table(
-    state: PairedState, outcome: Outcome, kind: type, changes: tuple[object, ...]
-) -> None:
-    decision = decide_paired(view(state, current=2), MESSAGE, PRIMARY, outcome, CTX)
-    assert type(decision) is kind
-    assert decision.changes == changes
-    if isinstance(decision, SendNext):
-        assert decision.targets == (BACKLOG_2,)
-
-
-def test_paired_retry_is_not_later_than_the_failover_moment() -> None:
-    # Given a timer with 0.25 s left and a backoff of 1 s
-    state = PairedState(failing_since=NOW - 59.75)
-    decision = decide_paired(view(state), MESSAGE, PRIMARY, DOWN, CTX)
-    # Then the entry is retried when failover engages, not after
-    assert isinstance(decision, Retry)
-    assert decision.retry_after == 0.25
-
-
-def test_paired_immediate_failover_goes_to_the_backlog_on_the_first_failure() -> None:
-    immediate = PairedView(
-        entity="orders",
-        state=HEALTHY,
-        rotation=ROTATION,
-        policy=FailoverPolicy(failover_interval=0.0),
-        primary_namespace="ns1",
-        backlog_max_message_size=256 * 1024,
-        current_backlog=1,
-    )
-    decision = decide_paired(immediate, MESSAGE, PRIMARY, DOWN, CTX)
-    assert isinstance(decision, SendNext)
-    assert decision.targets == (BACKLOG_1,)
-
-
-@pytest.mark.parametrize(
-    ("outcome", "kind"),
-    [(OK, Ack), (DOWN, SendNext), (BUSY, SendNext), (AUTH, SendNext), (TOO_BIG, Retry)],
-)
-def test_paired_backlog_outcome_table(outcome: Outcome, kind: type) -> None:
-    decision = decide_paired(view(FAILED_OVER, current=1), MESSAGE, BACKLOG_1, outcome, CTX)
-    assert type(decision) is kind
-    if isinstance(decision, Ack):
-        assert decision.delivered_to == (BACKLOG_1,)
-    if isinstance(decision, SendNext):
-        # the failed queue leaves the rotation for everyone and another one is tried now
-        assert decision.changes == (RemoveFromRotation(1, NOW, outcome.error or ""),)
-        assert decision.targets != (BACKLOG_1,)
-    if isinstance(decision, Retry):
-        assert decision.pending == (PRIMARY,)
-        assert decision.reason.startswith("rejected_by_backlog")
-
-
-def test_paired_all_backlog_queues_failed_keeps_the_message_and_records_the_error() -> None:
-    # Given every queue but 3 already out of rotation
-    rotation = BacklogRotation(count=4, removed={0: NOW, 1: NOW, 2: NOW})
-    # When queue 3 fails too
-    decision = decide_paired(
-        view(FAILED_OVER, rotation, current=3),
-        MESSAGE,
-        backlog_target("ns1/x-servicebus-transfer/3"),
-        DOWN,
-        CTX,
-    )
-    # Then the message stays in the outbox and the error is recorded, not surfaced
-    assert decision == Retry(
-        DELAY,
-        "every backlog queue is out of rotation",
-        (PRIMARY,),
-        changes=(
-            RemoveFromRotation(3, NOW, "refused"),
-            RecordError(NOW, "every backlog queue is out of rotation"),
-        ),
-    )
-
-
-def test_paired_message_too_large_once_aliased_waits_for_the_primary() -> None:
-    big = MessageFields("big", body_size=256 * 1024 - 300, session_id="s" * 100)
-    decision = plan_paired(view(FAILED_OVER, current=0), big, CTX)
-    assert isinstance(decision, Retry)
-    assert decision.reason.startswith("too_large_for_backlog")
-    assert decision.pending == (PRIMARY,)
-
-
-def test_paired_rejects_a_target_that_is_not_its_backlog_queue() -> None:
-    with pytest.raises(ValueError, match="not one of"):
-        decide_paired(view(FAILED_OVER), MESSAGE, backlog_target("other/x-servicebus-transfer/1"), DOWN, CTX)

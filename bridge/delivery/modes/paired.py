@@ -1,8 +1,11 @@
-"""Replication mode ``paired`` (docs/paired.md): the primary, or — failed over — an aliased send to a backlog
-queue in the secondary; the ping and the syphon bring the messages back (``bridge.paired``).
+"""Replication mode ``paired``: the primary, or — failover engaged — an aliased send to a backlog queue in
+the secondary; the ping and the syphon bring the messages back (``bridge.paired``, docs/paired.md).
 
-The shared state machine is ``bridge.core.paired``: the FailoverInterval timer, engagement, rotation
-removals. Every change it decides rides on the settlements and is applied once by the drainer.
+Every decision is the core's: ``bridge.core.paired`` keeps the FailoverInterval timer and the rotation,
+``bridge.core.paired_plan`` decides the batch (where each entry goes, which keys wait and why, which restore
+barriers to send) and settles it from the outcomes. This module gathers the view the plan needs, carries the
+plan out (ledger intent, barriers, sends) and remembers this worker's current backlog queue. Every state
+change the core decides rides on the settlements and is applied once by the drainer.
 
 Order per key (``paired.restore_order``):
 
@@ -29,50 +32,43 @@ its own key, which are not sent past it. Nothing is re-sent while it waits: a he
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Sequence
-
-from azure.servicebus import ServiceBusMessage
+from dataclasses import dataclass, replace
 
 from bridge.core.cost import Operation
-from bridge.core.decisions import PRIMARY, Ack, Change, DeadLetter, Hold, Retry, Settlement, backlog_target
-from bridge.core.error_classes import ErrorClass
-from bridge.core.paired import (
-    BacklogRotation,
-    FailoverPolicy,
-    PairedState,
-    RecordError,
-    apply_changes,
-    backlog_queue_path,
-    choose_backlog,
-    on_backlog_failure,
-    on_primary_failure,
-    on_primary_success,
-    rendezvous_backlog,
-    route,
-    seconds_until_failover,
+from bridge.core.decisions import Settlement
+from bridge.core.outcomes import Outcome
+from bridge.core.paired import backlog_queue_path, route
+from bridge.core.paired_plan import (
+    WAITING_PREFIX,
+    BacklogView,
+    BatchEntry,
+    CurrentBacklog,
+    PairedPlan,
+    PairedView,
+    plan_batch,
+    settle_batch,
 )
 from bridge.core.partitioning import partition_key
-from bridge.core.replication import RetryContext
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.delivery.modes.base import SendPort, send_entries
 from bridge.errors import ConfigurationError, InvariantError
 from bridge.outbox.reader import OutboxEntry
-from bridge.paired.entities import failover_policy
 from bridge.servicebus.messages import BacklogMessage, barrier_message, to_backlog_message
-from bridge.state.backlog import OPEN, BacklogLedger
+from bridge.state.backlog import BacklogLedger
 
-REROUTE_DELAY = 0.1
-"""Seconds before a message whose backlog queue failed, and that sticks to none, is sent to another one."""
 BACKLOG_MAX_MESSAGE_SIZE = DEFAULT_MAX_MESSAGE_SIZE
 """Backlog queues are created without a size of their own, so sends to them keep to the Standard limit."""
 
 
-def _with_changes(settlement: Settlement, changes: tuple[Change, ...]) -> Settlement:
-    if not changes:
-        return settlement
-    return dataclasses.replace(settlement, changes=(*changes, *settlement.changes))
+@dataclass(frozen=True)
+class _Batch:
+    """The plan's inputs for one batch, and the aliased messages for the backlog (None: not aliased)."""
+
+    view: PairedView
+    entries: tuple[BatchEntry, ...]
+    aliased: tuple[BacklogMessage | None, ...] = ()
 
 
 class PairedSender:
@@ -80,198 +76,110 @@ class PairedSender:
 
     def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
         """The primary while it is not failed over (after the restore barriers, in ordered mode), else the
-        backlog; every entry settled, per key."""
-        settings = port.ctx.settings
-        if settings.primary is None:
-            raise ConfigurationError("paired mode needs a primary namespace")
-        namespace = settings.primary.namespace_name
-        policy = failover_policy(settings)
-        state = port.ctx.paired.get(port.entity)
-        retry = port.retry_context()
-        where, engage = route(state, retry.now, policy)
-        ordered = settings.paired.restore_order == "ordered"
-        if where == "primary":
-            if ordered:
-                waiting = _restore_barriers(port, namespace)
-                if waiting is not None:
-                    return [waiting] * len(entries)
-            return _to_primary(port, entries, state, policy, retry)
-        rotation = port.ctx.paired.rotation(namespace, settings.paired.backlog_queue_count)
-        settled = _to_backlog(port, entries, namespace, rotation, retry, ordered=ordered)
-        return [_with_changes(s, tuple(engage)) for s in settled]
+        backlog; every entry settled, per key (``bridge.core.paired_plan``)."""
+        batch = _gather(port, entries)
+        plan = plan_batch(batch.entries, batch.view)
+        ledger = BacklogLedger(port.ctx.redis)
+        _record_intent(port, ledger, plan)
+        _send_barriers(port, ledger, batch.view.namespace, plan.barriers)
+        outcomes = _send(port, entries, batch, plan)
+        settled = settle_batch(plan, batch.view, outcomes)
+        if plan.route == "backlog":
+            _remember_current(port.ctx.current_backlog, batch.view.namespace, settled.current)
+        return list(settled.settlements)
 
 
-def _to_primary(
-    port: SendPort,
-    entries: Sequence[OutboxEntry],
-    state: PairedState,
-    policy: FailoverPolicy,
-    retry: RetryContext,
-) -> list[Settlement]:
-    outcome = send_entries(port, "primary", entries, Operation.PRIMARY_SEND)
-    now = retry.now
-    out: list[Settlement] = []
-    for result in outcome.outcomes:
-        if result.ok:
-            out.append(Ack((PRIMARY,), changes=on_primary_success(state, now)))
-            continue
-        alerts = (
-            (f"configuration error on primary: {result.error}",)
-            if result.error_class is ErrorClass.CONFIGURATION
-            else ()
-        )
-        if result.error_class is ErrorClass.MESSAGE_PERMANENT:
-            out.append(DeadLetter(f"message_permanent on primary: {result.error}", alerts=alerts))
-            continue
-        changes = on_primary_failure(state, result, now, policy)
-        after = apply_changes(state, changes)
-        delay = retry.delay()
-        left = seconds_until_failover(after, now, policy)
-        if left is not None:
-            delay = min(delay, left)  # 0 once failover engaged: the next round goes to the backlog
-        reason = f"{result.failed_with.value} on primary: {result.error}"
-        out.append(Retry(delay, reason, (PRIMARY,), changes=changes, alerts=alerts))
-    return out
-
-
-def _hold_delay(port: SendPort, rotation: BacklogRotation, index: int | None, now: float) -> float:
-    """How long a held key waits before it is looked at again: until its queue may be readmitted, at most
-    one ping interval (the earliest the failover could end)."""
-    options = port.ctx.settings.paired
-    longest = options.ping_primary_interval
-    readmit = options.backlog_readmit_after
-    if readmit is None:
-        return longest
-    removed_at = rotation.removed.get(index, now) if index is not None else now  # None: removed just now
-    return max(0.1, min(longest, removed_at + readmit - now))
-
-
-def _to_backlog(
-    port: SendPort,
-    entries: Sequence[OutboxEntry],
-    namespace: str,
-    rotation: BacklogRotation,
-    retry: RetryContext,
-    *,
-    ordered: bool,
-) -> list[Settlement]:
-    ctx, entity, shard, now = port.ctx, port.entity, port.shard, retry.now
-    options = ctx.settings.paired
-    in_rotation = rotation.in_rotation(now, options.backlog_readmit_after)
-    if not in_rotation:
-        error = "every backlog queue is out of rotation"
-        return [Retry(retry.delay(), error, (PRIMARY,), changes=(RecordError(now, error),))] * len(entries)
-    dedup = ctx.settings.entity(entity).requires_duplicate_detection
-    keys = [partition_key(e.envelope, dedup) if e.envelope is not None else None for e in entries]
-    ledger = BacklogLedger(ctx.redis)
-    sticky = ledger.keys_of(entity, shard, [k for k in keys if k is not None]) if ordered else {}
-    assigned: dict[str, int] = {}
-    held: dict[str, Hold] = {}
-    out: list[Settlement | None] = [None] * len(entries)
-    plan: dict[int, tuple[int, ServiceBusMessage]] = {}
-    current = ctx.current_backlog.get(namespace)
-    if current is not None and current not in in_rotation:
-        current = None
-    wait_for_primary = options.ping_primary_interval
-    for i, entry in enumerate(entries):
-        key = keys[i]
-        if key is not None and key in held:
-            out[i] = held[key]  # never sent past an earlier entry of its key that must wait
-            continue
+def _gather(port: SendPort, entries: Sequence[OutboxEntry]) -> _Batch:
+    """The view of the entity and the batch: the backlog side only when the batch goes there."""
+    ctx, settings = port.ctx, port.ctx.settings
+    if settings.primary is None:
+        raise ConfigurationError("paired mode needs a primary namespace")
+    options = settings.paired
+    ordered = options.restore_order == "ordered"
+    view = PairedView(
+        state=ctx.paired.get(port.entity),
+        policy=options.failover_policy(),
+        retry=port.retry_context(),
+        namespace=settings.primary.namespace_name,
+        ordered=ordered,
+        readmit_after=options.backlog_readmit_after,
+        syphon_retry_interval=options.syphon_retry_interval,
+    )
+    dedup = settings.entity(port.entity).requires_duplicate_detection
+    envelopes = []
+    for entry in entries:
         if entry.envelope is None:
             raise InvariantError("an undecodable entry reached the paired sender (quarantined before)")
-        aliased = to_backlog_message(entry.envelope, entity, max_message_size=BACKLOG_MAX_MESSAGE_SIZE)
-        index: int | None
-        if not isinstance(aliased, BacklogMessage):
-            index, hold = None, Hold(wait_for_primary, f"waits for the primary: {aliased.reason}")
-        elif ordered and key is not None:
-            index = sticky.get(key)
-            if index is None:
-                index = rendezvous_backlog(key, in_rotation)
-                if index is None:
-                    raise InvariantError("no backlog queue for a key although the rotation is not empty")
-                sticky[key] = assigned[key] = index
-            if index in in_rotation:
-                plan[i] = (index, aliased.message)
-                continue
-            hold = Hold(
-                _hold_delay(port, rotation, index, now),
-                f"its backlog queue {index} left the rotation; its messages there go first",
-            )
-        else:
-            # No order to keep (a keyless message, or fast mode): this worker's current queue, as .NET did.
-            index = choose_backlog(rotation, now, retry.rand, current, options.backlog_readmit_after)
-            current = index
-            if index is None:
-                raise InvariantError("no backlog queue chosen although the rotation is not empty")
-            plan[i] = (index, aliased.message)
-            continue
-        out[i] = hold
-        if key is not None:
-            held[key] = hold
-    used = sorted({index for index, _ in plan.values()})
-    if ordered and used:
-        # Intent first: the ledger before the key map, both before the send (bridge.state.backlog).
-        ledger.open(entity, shard, used)
-        ledger.assign(entity, shard, assigned)
-    for index in used:
-        members = [i for i in sorted(plan) if plan[i][0] == index]
-        path = backlog_queue_path(namespace, index)
-        result = port.send_messages("secondary", path, [plan[i][1] for i in members], Operation.BACKLOG_SEND)
-        for i, outcome in zip(members, result.outcomes, strict=True):
-            if outcome.ok:
-                out[i] = Ack((backlog_target(path),))
-                continue
-            if outcome.error_class is ErrorClass.MESSAGE_PERMANENT:
-                hold = Hold(wait_for_primary, f"rejected by backlog queue {index}: {outcome.error}")
-            else:
-                removal = on_backlog_failure(index, outcome, now)
-                # A key that sticks to the queue waits for it; any other message goes to another queue at
-                # once (the failed one has left the rotation).
-                sticks = ordered and keys[i] is not None
-                hold = Hold(
-                    _hold_delay(port, rotation, None, now) if sticks else REROUTE_DELAY,
-                    f"backlog queue {index} failed: {outcome.error}",
-                    changes=() if removal is None else (removal,),
-                )
-                if ctx.current_backlog.get(namespace) == index:
-                    ctx.current_backlog.pop(namespace, None)
-            out[i] = hold
-            if keys[i] is not None:
-                held.setdefault(keys[i], hold)  # type: ignore[arg-type]
-        if result.outcomes and result.outcomes[0].ok:
-            ctx.current_backlog[namespace] = index
-    settled: list[Settlement] = []
-    for item in out:
-        if item is None:
-            raise InvariantError("an entry of the batch was left without a settlement")
-        settled.append(item)
-    return settled
+        envelopes.append(entry.envelope)
+    keys = [partition_key(envelope, dedup) for envelope in envelopes]
+    where, _ = route(view.state, view.retry.now, view.policy)  # what to read depends on where it goes
+    if where == "primary":
+        queues = BacklogLedger(ctx.redis).queues(port.entity, port.shard) if ordered else {}
+        return _Batch(replace(view, ledger=queues), tuple(BatchEntry(key) for key in keys))
+    rotation = ctx.paired.rotation(view.namespace, options.backlog_queue_count)
+    named = [key for key in keys if key is not None]
+    sticky = BacklogLedger(ctx.redis).keys_of(port.entity, port.shard, named) if ordered else {}
+    backlog = BacklogView(rotation, ctx.current_backlog.get(view.namespace), sticky)
+    decisions = [
+        to_backlog_message(envelope, port.entity, max_message_size=BACKLOG_MAX_MESSAGE_SIZE)
+        for envelope in envelopes
+    ]
+    aliased = tuple(d if isinstance(d, BacklogMessage) else None for d in decisions)
+    planned = tuple(
+        BatchEntry(key, None if isinstance(d, BacklogMessage) else d.reason)
+        for key, d in zip(keys, decisions, strict=True)
+    )
+    return _Batch(replace(view, backlog=backlog), planned, aliased)
 
 
-def _restore_barriers(port: SendPort, namespace: str) -> Retry | None:
-    """Ordered restore: None when this shard has nothing left in the backlog; else send the barriers that
-    are missing and say how long to wait (a planned wait, not a failure)."""
-    ctx, entity, shard = port.ctx, port.entity, port.shard
-    ledger = BacklogLedger(ctx.redis)
-    queues = ledger.queues(entity, shard)
-    if not queues:
-        return None
-    for index, status in sorted(queues.items()):
-        if status != OPEN and not status.startswith("wait:"):
-            continue  # sent: the syphon has yet to reach it
+def _record_intent(port: SendPort, ledger: BacklogLedger, plan: PairedPlan) -> None:
+    """Intent first: the ledger before the key map, both before the send (``bridge.state.backlog``)."""
+    if plan.open:
+        ledger.open(port.entity, port.shard, plan.open)
+        ledger.assign(port.entity, port.shard, plan.assign)
+
+
+def _send_barriers(port: SendPort, ledger: BacklogLedger, namespace: str, indexes: Sequence[int]) -> None:
+    """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent."""
+    entity, shard = port.entity, port.shard
+    for index in indexes:
         token = uuid.uuid4().hex[:16]
-        ledger.set_barrier(entity, shard, index, f"wait:{token}")
+        ledger.set_barrier(entity, shard, index, f"{WAITING_PREFIX}{token}")
         path = backlog_queue_path(namespace, index)
         result = port.send_messages(
             "secondary", path, [barrier_message(entity, shard, token)], Operation.BARRIER
         )
         if result.outcomes and result.outcomes[0].ok:
             ledger.confirm_barrier(entity, shard, index, token)
-    waiting = ", ".join(str(i) for i in sorted(queues))
-    return Retry(
-        ctx.settings.paired.syphon_retry_interval,
-        f"ordered restore: this shard's messages in backlog queue(s) {waiting} are not syphoned yet",
-        (PRIMARY,),
-        backoff=False,
-    )
+
+
+def _send(
+    port: SendPort, entries: Sequence[OutboxEntry], batch: _Batch, plan: PairedPlan
+) -> dict[int, Outcome]:
+    """The plan's sends, in its order; the outcome of every entry sent, by batch position."""
+    outcomes: dict[int, Outcome] = {}
+    if plan.to_primary:
+        chosen = [entries[position] for position in plan.to_primary]
+        result = send_entries(port, "primary", chosen, Operation.PRIMARY_SEND)
+        outcomes.update(zip(plan.to_primary, result.outcomes, strict=True))
+    for send in plan.to_backlog:
+        messages = [_aliased(batch, position).message for position in send.members]
+        result = port.send_messages("secondary", send.path, messages, Operation.BACKLOG_SEND)
+        outcomes.update(zip(send.members, result.outcomes, strict=True))
+    return outcomes
+
+
+def _aliased(batch: _Batch, position: int) -> BacklogMessage:
+    message = batch.aliased[position] if position < len(batch.aliased) else None
+    if message is None:
+        raise InvariantError(f"entry {position} was planned for a backlog queue but not aliased")
+    return message
+
+
+def _remember_current(current: dict[str, int], namespace: str, updates: Sequence[CurrentBacklog]) -> None:
+    """This worker's current backlog queue per namespace, after the sends (shared by the process)."""
+    for update in updates:
+        if update.adopt:
+            current[namespace] = update.index
+        elif current.get(namespace) == update.index:
+            current.pop(namespace, None)
