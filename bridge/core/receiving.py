@@ -215,7 +215,8 @@ class ReceiverCounts:
 
     ``received_<role>`` counts every copy received from that namespace (pings included);
     ``duplicates_suppressed`` copies completed without a handler call; ``backpressure_waits`` claims refused
-    because the window was full.
+    because the window was full; ``inflight_marks_lost`` in-flight marks a receiver found lost while the
+    handler of their id ran (another receiver may have handed the id meanwhile: ``Renewal``).
     """
 
     received_primary: int = 0
@@ -226,6 +227,7 @@ class ReceiverCounts:
     handler_errors: int = 0
     dead_lettered: int = 0
     backpressure_waits: int = 0
+    inflight_marks_lost: int = 0
 
     @classmethod
     def from_fields(cls, data: FieldMap) -> ReceiverCounts:

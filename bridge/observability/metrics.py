@@ -100,17 +100,6 @@ PINGS = Counter(
     "Pings of failed-over paired entities, by result (accepted, or the error class).",
     ["entity", "result"],
 )
-RECEIVER_MARKS_LOST = Counter(
-    "bridge_receiver_inflight_marks_lost_total",
-    "In-flight marks a receiver process lost while the handler of their MessageId ran (another receiver "
-    "may hand it meanwhile), by how: taken, handled (by another receiver), gone (lost by Redis).",
-    ["entity", "how"],
-)
-RECEIVER_PAUSES = Counter(
-    "bridge_receiver_intake_pauses_total",
-    "Times a receiver process stopped taking new work because it could not renew its in-flight marks.",
-    ["entity"],
-)
 SYPHON_MESSAGES = Counter(
     "bridge_syphon_messages_total",
     "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned).",
@@ -217,8 +206,6 @@ PROCESS_METRICS: tuple[Counter | Histogram, ...] = (
     QUARANTINED,
     DEAD_LETTERED,
     PINGS,
-    RECEIVER_MARKS_LOST,
-    RECEIVER_PAUSES,
     SYPHON_MESSAGES,
 )
 """Every per-process series. Each has labels, so importing this module creates no value yet: a value (in

@@ -101,7 +101,9 @@ class ReceiveEngine:
         )
         self.counters = ReceiverCounterStore(self.redis, self.keys)
         self.renewer = LockRenewer(self.options.max_lock_renewal)
-        self.watch = LockWatch(self.renewer, self.window, self.options.inflight_ttl, clock=clock)
+        self.watch = LockWatch(
+            self.renewer, self.window, self.options.inflight_ttl, clock=clock, counters=self.counters
+        )
         self.pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="receiver-handler")
         self._stopping = threading.Event()
         self._sessions_held: dict[str, tuple[threading.Lock, int]] = {}

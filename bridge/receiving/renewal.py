@@ -14,7 +14,8 @@ on, which stands still while no receiver reaches Redis, so an outage does not ag
 **Fencing.** The renewal answers per id whether the mark was still this process's (``Renewal``). A mark
 found lost — another receiver's mark, another receiver's done mark, or no mark at all — means another
 receiver may hand the id while this handler still runs (a thread cannot be stopped): it is logged at ERROR
-with the MessageId and counted (``bridge_receiver_inflight_marks_lost_total``), and the copy is settled as
+with the MessageId and counted (``inflight_marks_lost`` in the receiver counters, so
+``bridge_receiver_messages_total{counter="inflight_marks_lost"}``), and the copy is settled as
 usual when its handler returns (the done mark is written, counted once whoever writes it first, and the
 copy completed: the message was handled, and abandoning it would only bring back a copy that is by then a
 duplicate). The done-mark script reports a mark lost to another owner too (``lost``).
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 
 from bridge.core.receiving import Renewal
 from bridge.errors import BackpressureError, StateStoreUnavailableError
-from bridge.observability import metrics
+from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.window import DedupWindow
 from bridge.servicebus.receiving import Delivery, EntityLink, LockRenewer
 
@@ -83,9 +84,12 @@ class LockWatch:
         inflight_ttl: float,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        *,
+        counters: ReceiverCounterStore | None = None,
     ) -> None:
         self.renewer = renewer
         self.window = window
+        self.counters = counters
         self.renew_marks_every = inflight_ttl / 3
         self.clock = clock
         self.wall = wall
@@ -167,8 +171,7 @@ class LockWatch:
                     fresh.append(message_id)
                 if running is not None:
                     running.lost = True
-        for message_id in fresh:
-            self._report_lost(message_id, how)
+        self._report_lost([(message_id, how) for message_id in fresh])
 
     # ---- the thread ----------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -210,7 +213,6 @@ class LockWatch:
         if self._failing_since is None:
             self._failing_since = self.clock()
             self._open.clear()
-            metrics.RECEIVER_PAUSES.labels(self.entity).inc()
             logger.warning(
                 "%s (owner %s): cannot renew the in-flight marks of running handlers: %s; no new work "
                 "until they are renewed (tried every %.1fs)", self.entity, self.window.owner, error, TICK,
@@ -253,17 +255,21 @@ class LockWatch:
                 "%s (owner %s): the in-flight mark of %s was renewed late (its life had run out; nobody had "
                 "claimed the id)", self.entity, self.window.owner, message_id,
             )  # fmt: skip
-        for message_id, renewal in lost:
-            self._report_lost(message_id, renewal)
+        self._report_lost(lost)
         if stray:
             try:
                 self.window.release(stray)
             except REDIS_FAILURES as error:
                 logger.info("could not drop %d marks set again (they expire): %s", len(stray), error)
 
-    def _report_lost(self, message_id: str, how: Renewal) -> None:
-        metrics.RECEIVER_MARKS_LOST.labels(self.entity, how.name.lower()).inc()
-        logger.error(
-            "%s (owner %s): lost the in-flight mark of %s while its handler runs: %s; another receiver may "
-            "hand it meanwhile", self.entity, self.window.owner, message_id, _LOST_BECAUSE[how],
-        )  # fmt: skip
+    def _report_lost(self, lost: Sequence[tuple[str, Renewal]]) -> None:
+        for message_id, how in lost:
+            logger.error(
+                "%s (owner %s): lost the in-flight mark of %s while its handler runs: %s; another receiver "
+                "may hand it meanwhile", self.entity, self.window.owner, message_id, _LOST_BECAUSE[how],
+            )  # fmt: skip
+        if lost and self.counters is not None:
+            try:
+                self.counters.add({"inflight_marks_lost": len(lost)})
+            except REDIS_FAILURES as error:
+                logger.warning("could not count %d lost in-flight marks: %s", len(lost), error)
