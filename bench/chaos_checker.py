@@ -31,17 +31,22 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 CRASH_WINDOW = 5.0
+"""Seconds: a handler call this close before its receiver process was killed may be followed by one more
+call for the same id (``docs/receiving.md``, "Guarantees": the done mark is written after the handler returned, so a crash
+in between hands the id again) — if that call does not overlap it."""
+IN_HAND_PER_KILL = 2 * 100
+"""The most ids a receiver process can hold between a handler call and its done mark when it is killed,
+so the most one kill can bring back: one batch (``receiver.batch_size``, 100) per namespace link (a
+session receiver holds fewer: one message per session thread)."""
 AFTERMATH = 5.0
 """Seconds after a fault's end during which a delivery still counts as ``with_faults`` in ``latency_ms``
 (backoffs and reconnects outlive the fault itself)."""
-"""Seconds: a handler call this close before its receiver process was killed, or inside a Redis fault
-window, may be followed by a second call for the same id (``docs/receiving.md``, "Guarantees": the done
-mark is written after the handler returned, so a crash or a Redis failure in between hands the id again)."""
 
 SCHEDULE_SLACK = 1.0
 """Seconds a scheduled message may be handed before its due time (clocks of one machine; AMQP rounding)."""
@@ -148,7 +153,10 @@ class Verdict:
     lost_ids: list[str] = field(default_factory=list)
     handed_twice: int = 0
     handed_twice_ids: list[str] = field(default_factory=list)
+    handed_concurrently: int = 0
+    handed_concurrently_ids: list[str] = field(default_factory=list)
     handed_again_after_crash: int = 0
+    crash_window_bound: int = 0
     broker_duplicates: int = 0
     order_violations: int = 0
     order: dict[str, int] = field(default_factory=dict)
@@ -204,8 +212,49 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _in_window(t: float, windows: list[list[float]]) -> bool:
-    return any(start - CRASH_WINDOW <= t <= end + CRASH_WINDOW for start, end in windows)
+@dataclass
+class Again:
+    """Ids handed more than once, by kind (``handed_again``)."""
+
+    twice: set[str] = field(default_factory=set)
+    concurrent: set[str] = field(default_factory=set)
+    after_crash: set[str] = field(default_factory=set)
+    crash_bound: int = 0
+
+
+def handed_again(calls: dict[str, list[dict[str, Any]]], kills: list[dict[str, Any]]) -> Again:
+    """Every handler call after an id's first, judged (``docs/chaos.md``, "What is checked").
+
+    A call that starts before an earlier call of the same id ended (``t`` .. ``end``; a record without
+    ``end`` lasted no time) ran *concurrently*: never excused, whatever faults were on. A later call is the
+    *crash window* only when the call before it was made by a receiver process killed within
+    ``CRASH_WINDOW`` seconds after it (each kill excuses one more call per id; Redis faults excuse nothing:
+    the done mark and the in-flight mark survive them). Any other later call is handed *twice*; concurrent
+    ids are counted there too. ``crash_bound``: what the kills can bring back at most — per kill, the ids
+    its process handed in the ``CRASH_WINDOW`` seconds before it, at most ``IN_HAND_PER_KILL``.
+    """
+    out = Again()
+    for message_id, rows in calls.items():
+        ordered = sorted(rows, key=lambda r: r["t"])
+        busy_until = float("-inf")
+        for before, call in pairwise(ordered):
+            busy_until = max(busy_until, before.get("end", before["t"]))
+            if call["t"] < busy_until:
+                out.concurrent.add(message_id)
+                out.twice.add(message_id)
+            elif any(k["pid"] == before["pid"] and 0 <= k["t"] - before["t"] <= CRASH_WINDOW for k in kills):
+                out.after_crash.add(message_id)
+            else:
+                out.twice.add(message_id)
+    out.after_crash -= out.twice
+    for kill in kills:
+        in_hand = {
+            message_id
+            for message_id, rows in calls.items()
+            if any(r["pid"] == kill["pid"] and 0 <= kill["t"] - r["t"] <= CRASH_WINDOW for r in rows)
+        }
+        out.crash_bound += min(len(in_hand), IN_HAND_PER_KILL)
+    return out
 
 
 def check(run_dir: Path, held: list[Held] | None = None) -> Verdict:
@@ -250,21 +299,11 @@ def check(run_dir: Path, held: list[Held] | None = None) -> Verdict:
     lost = sorted(set(acked) - handed - dlq_ids - held_ids)
     v.lost, v.lost_ids = len(lost), lost[:20]
 
-    # Handed twice: a second handler call for one id, unless the first call's process was killed (or Redis
-    # was failing) right after it, the window docs/receiving.md ("Guarantees") documents as at-least-once.
-    kills = run.get("receiver_kills", [])
-    redis_windows = run.get("redis_windows", [])
-    twice: list[str] = []
-    for message_id, rows in calls.items():
-        if len(rows) < 2:
-            continue
-        first = rows[0]
-        crashed = any(k["pid"] == first["pid"] and 0 <= k["t"] - first["t"] <= CRASH_WINDOW for k in kills)
-        if crashed or _in_window(first["t"], redis_windows):
-            v.handed_again_after_crash += 1
-        else:
-            twice.append(message_id)
-    v.handed_twice, v.handed_twice_ids = len(twice), sorted(twice)[:20]
+    again = handed_again(calls, run.get("receiver_kills", []))
+    v.handed_twice, v.handed_twice_ids = len(again.twice), sorted(again.twice)[:20]
+    v.handed_concurrently = len(again.concurrent)
+    v.handed_concurrently_ids = sorted(again.concurrent)[:20]
+    v.handed_again_after_crash, v.crash_window_bound = len(again.after_crash), again.crash_bound
 
     v.order, v.order_examples = _order(calls, run)
     v.order_violations = sum(v.order.values())

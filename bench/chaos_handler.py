@@ -5,7 +5,8 @@ JSON line per handler call to ``$CHAOS_RECORD_DIR/recv-<pid>.jsonl`` and fsyncs 
 record exists for every call the receiver counts as handled, even when the process is killed right after.
 A line holds what the checker needs: MessageId, entity, subscription, namespace, SessionId, PartitionKey,
 the run's per-key sequence (application property ``chaos_seq``), the broker's sequence number, TTL,
-schedule and the typed check properties. The body is not recorded.
+schedule and the typed check properties, and when the call started (``t``) and wrote its record
+(``end``). The body is not recorded.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def record(message: ReceivedMessage) -> None:
         "body": len(message.body),
         "dc": message.delivery_count,
     }
-    data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
     with _lock:
+        line["end"] = time.time()  # the call's span ends with its record's write (the checker's overlap rule)
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         out = _out()
         out.write(data)
         out.flush()

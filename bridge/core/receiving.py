@@ -6,8 +6,9 @@ MessageId. The receiver keeps a window of MessageIds in Redis and asks it, for e
 what to do (a *claim*, atomic in Redis, answered with a ``Claim``):
 
 - ``HANDLE``: nobody handled the id within the window and nobody is handling it now. The caller now holds
-  the id's in-flight mark (with an expiry, so a crash does not block the other copies for ever), calls the
-  handler, and only after the handler returned sets the id's *done* mark, then completes the copy. A crash
+  the id's in-flight mark (with an expiry, so a crash does not block the other copies for ever; it is
+  renewed until the done mark is written, and answers a ``Renewal`` each time), calls the handler, and
+  only after the handler returned sets the id's *done* mark, then completes the copy. A crash
   between the handler's return and the done mark re-delivers the copy (a second handler call, never a loss);
   a crash between the done mark and the completion re-delivers a copy that is then recognised.
 - ``DUPLICATE``: the id is done within the window: complete the copy without calling the handler.
@@ -66,6 +67,40 @@ def parse_claims(replies: Sequence[object], expected: int) -> list[Claim]:
             raise ValueError(f"claim reply {reply!r} is not an integer code")
         claims.append(Claim(reply))
     return claims
+
+
+class Renewal(IntEnum):
+    """The window's answer when a running handler's in-flight mark is renewed (the renew script's replies).
+
+    ``RENEWED`` and ``LATE`` keep the mark ours (``LATE``: its life had run out, but nobody claimed the id
+    meanwhile); the other three mean the mark was lost while the handler ran, so another receiver may have
+    handed the id meanwhile: ``TAKEN`` (another receiver holds the id's mark now), ``HANDLED`` (another
+    receiver's handler of the id returned: the id is done), ``GONE`` (no mark at all: Redis lost it, or
+    another receiver claimed and released it; the renewal set it again).
+    """
+
+    RENEWED = 0
+    LATE = 1
+    TAKEN = 2
+    HANDLED = 3
+    GONE = 4
+
+    @property
+    def lost(self) -> bool:
+        """True when the mark was not ours any more."""
+        return self not in (Renewal.RENEWED, Renewal.LATE)
+
+
+def parse_renewals(replies: Sequence[object], expected: int) -> list[Renewal]:
+    """The renew script's reply as ``Renewal``s; ``ValueError`` when it is not one known code per id."""
+    if len(replies) != expected:
+        raise ValueError(f"renew reply has {len(replies)} codes for {expected} ids")
+    renewals: list[Renewal] = []
+    for reply in replies:
+        if not isinstance(reply, int) or isinstance(reply, bool):
+            raise ValueError(f"renew reply {reply!r} is not an integer code")
+        renewals.append(Renewal(reply))
+    return renewals
 
 
 class Action(StrEnum):
@@ -180,7 +215,8 @@ class ReceiverCounts:
 
     ``received_<role>`` counts every copy received from that namespace (pings included);
     ``duplicates_suppressed`` copies completed without a handler call; ``backpressure_waits`` claims refused
-    because the window was full.
+    because the window was full; ``inflight_marks_lost`` in-flight marks a receiver found lost while the
+    handler of their id ran (another receiver may have handed the id meanwhile: ``Renewal``).
     """
 
     received_primary: int = 0
@@ -191,6 +227,7 @@ class ReceiverCounts:
     handler_errors: int = 0
     dead_lettered: int = 0
     backpressure_waits: int = 0
+    inflight_marks_lost: int = 0
 
     @classmethod
     def from_fields(cls, data: FieldMap) -> ReceiverCounts:

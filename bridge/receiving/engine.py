@@ -11,7 +11,8 @@ Threads:
   message. Within this process a session is handled by one thread at a time even when both namespaces
   hold it (active replication sends each session to both);
 - the handler pool (``concurrency`` threads) for ordinary entities;
-- the lock watch (``bridge.receiving.renewal``).
+- the lock watch (``bridge.receiving.renewal``), which also pauses the links and the processor (nothing
+  received, claimed or handed) while this process cannot renew the in-flight marks of running handlers.
 
 Stopping (``stop()``, SIGTERM in ``bridge receive``): no new receive call starts; the batch in hand is
 finished — handlers run to their end, done marks are written, copies settled — waiting copies are
@@ -100,7 +101,9 @@ class ReceiveEngine:
         )
         self.counters = ReceiverCounterStore(self.redis, self.keys)
         self.renewer = LockRenewer(self.options.max_lock_renewal)
-        self.watch = LockWatch(self.renewer, self.window, self.options.inflight_ttl, clock=clock)
+        self.watch = LockWatch(
+            self.renewer, self.window, self.options.inflight_ttl, clock=clock, counters=self.counters
+        )
         self.pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="receiver-handler")
         self._stopping = threading.Event()
         self._sessions_held: dict[str, tuple[threading.Lock, int]] = {}
@@ -245,6 +248,11 @@ class ReceiveEngine:
         held: list[Copy] = []
         failures = 0
         while not self._stopping.is_set():
+            if self.watch.paused:
+                # This process cannot renew its in-flight marks: it receives and claims nothing until it can
+                # (the copies it holds wait, their locks renewed).
+                self.watch.wait_open(BACKPRESSURE_PAUSE)
+                continue
             if self.processor.backpressure and parked:
                 self._stopping.wait(BACKPRESSURE_PAUSE)
                 new: list[Delivery] = []
@@ -295,6 +303,9 @@ class ReceiveEngine:
         self._learn_max_delivery_count(link)
         failures = 0
         while not self._stopping.is_set():
+            if self.watch.paused:
+                self.watch.wait_open(BACKPRESSURE_PAUSE)  # no new session while marks cannot be renewed
+                continue
             try:
                 session = link.accept_session(options.max_wait)
             except NamespaceError as error:

@@ -8,9 +8,10 @@ subscription of a topic receives its own copy of every message, so it has a wind
 key                                             holds
 ==============================================  ==============================================================
 ``bridge:{E}:rx:done``                          sorted set: handled MessageId -> expiry (epoch ms); the window
-``bridge:{E}:rx:inflight:<MessageId>``          string: owner of the id's handler call, with a PX expiry
+``bridge:{E}:rx:inflight:<MessageId>``          string ``<owner>@<deadline>``: who hands the id out, until
+``bridge:{E}:rx:clock``                         hash ``at``, ``t``: the attended clock of those deadlines
 ``bridge:{E}:rx:counts``                        hash ``ReceiverCounts`` (HINCRBY)
-``bridge:{T}:rx:sub:<S>:...``                   the same three for subscription S of topic T
+``bridge:{T}:rx:sub:<S>:...``                   the same four for subscription S of topic T
 ==============================================  ==============================================================
 """
 
@@ -42,6 +43,11 @@ class ReceiverKeys:
     def inflight(self, message_id: str) -> str:
         """The in-flight mark of one id."""
         return f"{self.prefix}inflight:{message_id}"
+
+    @property
+    def clock(self) -> str:
+        """The attended clock of the in-flight marks (``bridge.receiving.scripts``)."""
+        return self.prefix + "clock"
 
     @property
     def counts(self) -> str:

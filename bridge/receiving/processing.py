@@ -14,6 +14,8 @@ The decisions are ``bridge.core.receiving``; this module does the I/O in the ord
    delivery;
 5. duplicates are completed; copies another receiver is handling wait (``parked``) and are claimed again
    with the next batch; under back-pressure (window full) they wait too and the link stops receiving;
+   while the lock watch cannot renew this process's in-flight marks (``LockWatch.paused``) nothing is
+   claimed or handed at all: the copies wait;
 6. the rest of the batch's events are counted (``record``, where every lifecycle event but ``handled``
    leaves; at most two calls per batch).
 
@@ -38,6 +40,7 @@ from bridge.core.receiving import (
     Decision,
     EventKind,
     ReceiverEvent,
+    Renewal,
     after_claim,
     after_handler_error,
     count_events,
@@ -60,6 +63,8 @@ DEFAULT_MAX_DELIVERY_COUNT = 10
 """Service Bus's default MaxDeliveryCount, used when the entity's cannot be read."""
 REDIS_FAILURES = (StateStoreUnavailableError, BackpressureError)
 """What the window's calls raise when Redis cannot do it now (unreachable, loading, read-only, full)."""
+PAUSED_POLL = 0.2
+"""Seconds between two looks at whether a pause of the intake (``LockWatch.paused``) ended."""
 RETRY_FIRST, RETRY_MAX = 0.02, 0.5
 """Seconds between two tries of a window call that must succeed (doubling up to the second figure)."""
 
@@ -137,6 +142,8 @@ class CopyProcessor:
     def _claim_and_handle(
         self, copies: list[Copy], events: list[ReceiverEvent], settled: list[Delivery]
     ) -> list[Copy]:
+        if self.watch.paused:
+            return copies  # this process cannot renew its marks: no claim, no handler call until it can
         keyed = [c for c in copies if c.message_id]
         try:
             claims = self.window.claim([c.message_id for c in keyed if c.message_id])
@@ -163,23 +170,24 @@ class CopyProcessor:
                     events.append(self._event(EventKind.DUPLICATE_SUPPRESSED, copy))
         self.backpressure = bool(full)
         events.extend(self._event(EventKind.BACKPRESSURE, c) for c in full)
-        results = self._run_handlers(handle)
-        self._finish(results, events)
+        # The marks are renewed from the claim until the done mark is written or the mark released.
+        ids = [c.message_id for c in handle if c.message_id]
+        self.watch.handling(ids)
+        try:
+            results = self._run_handlers(handle)
+            self._finish(results, events)
+        finally:
+            self.watch.handled(ids)
         settled.extend(c.delivery for c, _ in results)
         return waiting
 
     def _run_handlers(self, copies: list[Copy]) -> list[tuple[Copy, BaseException | None]]:
         if not copies:
             return []
-        ids = [c.message_id for c in copies if c.message_id]
-        self.watch.handling(ids)
-        try:
-            size = math.ceil(len(copies) / min(self.max_handlers, len(copies)))
-            chunks = [copies[i : i + size] for i in range(0, len(copies), size)]
-            futures = [self.pool.submit(self._run_chunk, chunk) for chunk in chunks]
-            return [result for future in futures for result in future.result()]
-        finally:
-            self.watch.handled(ids)
+        size = math.ceil(len(copies) / min(self.max_handlers, len(copies)))
+        chunks = [copies[i : i + size] for i in range(0, len(copies), size)]
+        futures = [self.pool.submit(self._run_chunk, chunk) for chunk in chunks]
+        return [result for future in futures for result in future.result()]
 
     def _run_chunk(self, chunk: list[Copy]) -> list[tuple[Copy, BaseException | None]]:
         return [(copy, self._call(copy)) for copy in chunk]
@@ -198,8 +206,10 @@ class CopyProcessor:
         ok = [c for c, error in results if error is None]
         failed = [(c, error) for c, error in results if error is not None]
         remembered = self._remember(ok)
+        failed_ids = [c.message_id for c, _ in failed if c.message_id]
+        self.watch.handled(failed_ids)  # before the release: a renewal must not set a released mark again
         try:
-            self.window.release([c.message_id for c, _ in failed if c.message_id])
+            self.window.release(failed_ids)
         except REDIS_FAILURES as error:
             logger.warning("could not drop in-flight marks (they expire): %s", error)
         self.record(events)
@@ -219,15 +229,19 @@ class CopyProcessor:
         are renewed meanwhile (the lock watch; a session's lock by the SDK). The retries end, and the copies
         are not completed, when the receiver stops or the locks' renewal runs out (``max_lock_renewal``):
         Service Bus then delivers them again and the handler is called again (at-least-once).
+
+        Their in-flight marks are renewed until the done marks are stored (the lock watch). An id whose mark
+        the script found another receiver's was lost while its handler ran: reported, then settled as usual.
         """
         ids = [c.message_id for c in copies if c.message_id]
         if not ids:
             return True
+        self.watch.finishing(ids)
         give_up_at = min(c.first_seen for c in copies) + self.max_lock_renewal
         delay, failures = RETRY_FIRST, 0
         while True:
             try:
-                self.window.done(ids, time.time())
+                remembered = self.window.done(ids, time.time())
             except REDIS_FAILURES as error:
                 if failures == 0:
                     logger.warning("cannot remember %d handled messages yet, retrying: %s", len(ids), error)
@@ -235,12 +249,15 @@ class CopyProcessor:
             else:
                 if failures:
                     logger.warning("remembered %d handled messages after %d retries", len(ids), failures)
+                self.watch.lost(remembered.taken, Renewal.TAKEN)
+                self.watch.handled(ids)
                 return True
             if self.stopping() or self.clock() >= give_up_at:
                 logger.error(
                     "gave up remembering %d handled messages: they are given back, not completed, and will "
                     "be handed again", len(ids),
                 )  # fmt: skip
+                self.watch.handled(ids)
                 return False
             self.wait(delay)
             delay = min(RETRY_MAX, delay * 2)
@@ -275,6 +292,11 @@ class CopyProcessor:
 
     def _one_in_order(self, copy: Copy, events: list[ReceiverEvent]) -> bool:
         delay, counted_full = 0.02, False
+        while self.watch.paused:  # this process cannot renew its marks: no claim, no handler call
+            if self.stopping():
+                self._settle(copy, Decision(Action.ABANDON))
+                return False
+            self.watch.wait_open(PAUSED_POLL)
         while copy.message_id:
             try:
                 (claim,) = self.window.claim([copy.message_id])
@@ -294,13 +316,15 @@ class CopyProcessor:
                 counted_full = True
             self.wait(delay)
             delay = min(0.5, delay * 2)
+            while self.watch.paused and not self.stopping():
+                self.watch.wait_open(PAUSED_POLL)
         ids = [copy.message_id] if copy.message_id else []
         self.watch.handling(ids)
         try:
             failure = self._call(copy)
+            remembered = self._finish([(copy, failure)], events)
         finally:
             self.watch.handled(ids)
-        remembered = self._finish([(copy, failure)], events)
         return failure is None and remembered
 
     # ---- settling and counting -----------------------------------------------------------------------------

@@ -6,9 +6,11 @@ Cluster: every key of a scope shares the entity's hash tag). Driver errors leave
 
 Layout (``bridge.receiving.keys``): one sorted set per scope, member = MessageId, score = the epoch
 millisecond at which it is forgotten; expired members are removed by the next claim (so the bound counts
-only live ids). In-flight marks are short-lived strings with a PX expiry, one per id being handled. A
-sorted set rather than one key per id: the count that the bound needs is ``ZCARD``, and a member costs
-less memory than a key with its own expiry (``docs/receiving.md``, "Window", has the measured bytes per id).
+only live ids). In-flight marks are short-lived strings, one per id being handled, naming their owner and
+their deadline on the scope's attended clock, which does not run while no receiver reaches Redis
+(``bridge.receiving.scripts``): an outage does not age them. A sorted set rather than one key per id: the
+count that the bound needs is ``ZCARD``, and a member costs less memory than a key with its own expiry
+(``docs/receiving.md``, "Window", has the measured bytes per id).
 
 Writing the done marks also counts them (``handled`` in the scope's counters) and journals one ``handled``
 event per id new to the window (the entity's journal, ``bridge.journal.keys``; its hash tag is the same),
@@ -21,9 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from bridge.core.journal import EventKind, JournalEvent
-from bridge.core.receiving import Claim, parse_claims
+from bridge.core.receiving import Claim, Renewal, parse_claims, parse_renewals
 from bridge.journal import keys as journal_keys
 from bridge.receiving import scripts
 from bridge.receiving.keys import ReceiverKeys
@@ -31,9 +34,25 @@ from bridge.redis.errors import driver_errors
 from bridge.redis.scripts import run_script
 from bridge.redis.types import SyncRedis
 
+MARK_KEEP = 24 * 3600.0
+"""Seconds an in-flight mark outlives its deadline in Redis (its ``PX``): the longest Redis outage during
+which a running handler's mark is kept (an outage does not age it: ``bridge.receiving.scripts``)."""
+ATTENDANCE_GAP = 1.0
+"""Seconds: a gap longer than this between two scripts of a scope (every receiver process runs one at least
+every half second, the lock watch's heartbeat) ages the in-flight marks by this much only."""
+
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What ``done`` did: how many ids were new to the window, and the ids whose in-flight mark was
+    another receiver's (this owner had lost it while the handler ran)."""
+
+    new: int
+    taken: list[str]
 
 
 class DedupWindow:
@@ -60,6 +79,8 @@ class DedupWindow:
         self.max_remembered = max_remembered
         self.inflight_ttl_ms = _ms(inflight_ttl)
         self.journal_max = journal_max
+        self.keep_ms = _ms(MARK_KEEP)
+        self.gap_ms = _ms(ATTENDANCE_GAP)
 
     def claim(self, message_ids: Sequence[str]) -> list[Claim]:
         """One ``Claim`` per id, in order; ids answered ``HANDLE`` now carry this owner's in-flight mark.
@@ -68,21 +89,23 @@ class DedupWindow:
         """
         if not message_ids:
             return []
-        keys = [self.keys.done, *(self.keys.inflight(m) for m in message_ids)]
-        args: list[str | int] = [self.max_remembered, self.inflight_ttl_ms, self.owner, *message_ids]
+        keys = [self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
+        args: list[str | int] = [
+            self.max_remembered, self.inflight_ttl_ms, self.owner, self.keep_ms, self.gap_ms, *message_ids
+        ]  # fmt: skip
         with driver_errors():
             reply = run_script(self.client, scripts.CLAIM, keys, args)
         return parse_claims(reply, len(message_ids))
 
-    def done(self, message_ids: Sequence[str], at: float | None = None) -> int:
+    def done(self, message_ids: Sequence[str], at: float | None = None) -> Remembered:
         """Remember ``message_ids`` as handled for one window, drop this owner's in-flight marks, and count
         and journal (event time ``at``, epoch seconds; default now) the ids new to the window, in one step;
-        how many were new.
+        how many were new, and which ids' marks were another owner's.
 
         Safe to call again after a failure: an id already remembered is not counted or journaled twice.
         """
         if not message_ids:
-            return 0
+            return Remembered(0, [])
         entity = self.keys.entity
         keys = [
             self.keys.done,
@@ -101,7 +124,8 @@ class DedupWindow:
             *message_ids,
         ]
         with driver_errors():
-            return int(run_script(self.client, scripts.DONE, keys, args))
+            reply = run_script(self.client, scripts.DONE, keys, args)
+        return Remembered(int(reply[0]), [_text(m) for m in reply[1:]])
 
     def release(self, message_ids: Sequence[str]) -> None:
         """Drop this owner's in-flight marks of ``message_ids`` (their handler failed: let a copy retry)."""
@@ -112,13 +136,15 @@ class DedupWindow:
                 self.client, scripts.RELEASE, [self.keys.inflight(m) for m in message_ids], [self.owner]
             )
 
-    def renew(self, message_ids: Sequence[str]) -> int:
-        """Extend this owner's in-flight marks (a slow handler); how many were still ours."""
-        if not message_ids:
-            return 0
-        keys = [self.keys.inflight(m) for m in message_ids]
+    def renew(self, message_ids: Sequence[str]) -> list[Renewal]:
+        """Extend this owner's in-flight marks of ``message_ids`` (slow handlers) by ``inflight_ttl``: one
+        ``Renewal`` per id, in order. Without ids it is the heartbeat that keeps the scope's attended clock
+        running (the lock watch sends it every tick)."""
+        keys = [self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
+        args: list[str | int] = [self.owner, self.inflight_ttl_ms, self.keep_ms, self.gap_ms, *message_ids]
         with driver_errors():
-            return int(run_script(self.client, scripts.RENEW, keys, [self.owner, self.inflight_ttl_ms]))
+            reply = run_script(self.client, scripts.RENEW, keys, args)
+        return parse_renewals(reply, len(message_ids))
 
     # ---- observation (status, tests, the benchmark) -----------------------------------------------------
     def remembered(self) -> int:
@@ -136,6 +162,20 @@ class DedupWindow:
         return float(score) > seconds * 1000 + micros // 1000
 
     def in_flight(self, message_id: str) -> bool:
-        """True while some receiver holds ``message_id``'s in-flight mark."""
+        """True while some receiver holds a live in-flight mark of ``message_id``."""
+        keys = [self.keys.clock, self.keys.inflight(message_id)]
         with driver_errors():
-            return bool(self.client.exists(self.keys.inflight(message_id)))
+            return bool(run_script(self.client, scripts.IN_FLIGHT, keys, [self.gap_ms]))
+
+    def mark_owner(self, message_id: str) -> str | None:
+        """Whose in-flight mark of ``message_id`` exists (live or not), or None."""
+        with driver_errors():
+            value = self.client.get(self.keys.inflight(message_id))
+        if value is None:
+            return None
+        owner, at, deadline = _text(value).rpartition("@")
+        return owner if at and deadline.isdigit() else _text(value)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from bridge.core.journal import EventKind
-from bridge.core.receiving import Claim
+from bridge.core.receiving import Claim, Renewal
 from bridge.journal.store import JournalStore
 from bridge.receiving.keys import ReceiverKeys
 from bridge.receiving.window import DedupWindow
@@ -43,7 +43,7 @@ def test_one_claim_per_id_while_in_flight_then_duplicate_once_done(redis_client:
     # Only the owner's marks are dropped or extended
     a.release(["m3"])
     assert a.claim(["m3"]) == [Claim.BUSY]
-    assert a.renew(["m3"]) == 0 and b.renew(["m3"]) == 1
+    assert a.renew(["m3"]) == [Renewal.TAKEN] and b.renew(["m3"]) == [Renewal.RENEWED]
 
 
 def test_a_crashed_owners_in_flight_mark_expires_and_the_id_can_be_handled(redis_client: redis.Redis) -> None:
@@ -52,9 +52,46 @@ def test_a_crashed_owners_in_flight_mark_expires_and_the_id_can_be_handled(redis
     assert other.claim(["m"]) == [Claim.BUSY]
     time.sleep(0.4)
     assert other.claim(["m"]) == [Claim.HANDLE]
-    # The crashed owner's late done mark still counts, but it does not delete the new owner's mark
-    crashed.done(["m"])
-    assert other.in_flight("m") and other.is_done("m")
+    # The crashed owner's late done mark still counts, but it does not delete the new owner's mark, and it
+    # says the mark was another's
+    assert crashed.done(["m"]).taken == ["m"]
+    assert other.in_flight("m") and other.is_done("m") and other.mark_owner("m") == "other"
+
+
+def test_a_renewal_says_per_id_whether_the_mark_was_still_ours(redis_client: redis.Redis) -> None:
+    a, b = window(redis_client, "a", inflight_ttl=0.3), window(redis_client, "b")
+    assert a.claim(["late", "taken", "gone"]) == [Claim.HANDLE] * 3
+    assert window(redis_client, "a", inflight_ttl=30).claim(["ours"]) == [Claim.HANDLE]  # a longer mark
+    time.sleep(0.5)  # the marks' life runs out (receivers reach Redis all along: under a second between)
+    assert b.claim(["taken"]) == [Claim.HANDLE]
+    redis_client.delete(ReceiverKeys("orders").inflight("gone"))  # as a failover to a late replica would
+    assert a.renew(["ours", "late", "taken", "gone"]) == [
+        Renewal.RENEWED,  # renewed in time
+        Renewal.LATE,  # its life had run out, but nobody claimed the id: still ours
+        Renewal.TAKEN,  # another receiver claimed it
+        Renewal.GONE,  # no mark at all: set again, ours
+    ]
+    assert a.mark_owner("gone") == "a" and b.claim(["gone"]) == [Claim.BUSY]
+    # Another receiver's handler of the id returned: its done mark, no mark of ours
+    b.done(["taken"])
+    assert a.renew(["taken"]) == [Renewal.HANDLED]
+    assert not a.in_flight("taken")
+    # The heartbeat (no ids) renews nothing
+    assert a.renew([]) == []
+
+
+def test_a_gap_in_which_no_receiver_reaches_redis_ages_the_marks_by_one_second_only(
+    redis_client: redis.Redis,
+) -> None:
+    holder, other = window(redis_client, "holder", inflight_ttl=1.5), window(redis_client, "other")
+    assert holder.claim(["m"]) == [Claim.HANDLE]
+    # Given no receiver ran a script for longer than the mark's life (Redis cut off from all of them)
+    time.sleep(2.5)
+    # Then the mark aged by a second: still live
+    assert other.claim(["m"]) == [Claim.BUSY] and other.in_flight("m")
+    # And once receivers reach Redis again it ages as usual
+    time.sleep(0.7)
+    assert other.claim(["m"]) == [Claim.HANDLE]
 
 
 def test_done_marks_count_and_journal_each_id_once_even_when_written_again(redis_client: redis.Redis) -> None:
@@ -69,9 +106,9 @@ def test_done_marks_count_and_journal_each_id_once_even_when_written_again(redis
     )
     assert journaled.claim(["m1", "m2"]) == [Claim.HANDLE, Claim.HANDLE]
     # The done marks, the handled counter and the handled events are written in one step
-    assert journaled.done(["m1", "m2"], at=1790000000.5) == 2
+    assert journaled.done(["m1", "m2"], at=1790000000.5).new == 2
     # Written again (a retry after a reply lost with Redis, or another copy's late handler): nothing twice
-    assert journaled.done(["m2", "m1"], at=1790000001.0) == 0
+    assert journaled.done(["m2", "m1"], at=1790000001.0).new == 0
     events = JournalStore(redis_client, JournalSettings()).read("orders", 100)
     assert [(e.kind, e.message_id, e.at) for _, e in events] == [
         (EventKind.HANDLED, "m1", 1790000000.5),

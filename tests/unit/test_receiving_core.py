@@ -18,6 +18,7 @@ from bridge.core.receiving import (
     EventKind,
     ReceiverCounts,
     ReceiverEvent,
+    Renewal,
     after_claim,
     after_handler_error,
     count_events,
@@ -25,6 +26,7 @@ from bridge.core.receiving import (
     is_ping,
     last_delivery,
     parse_claims,
+    parse_renewals,
     session_order,
 )
 
@@ -50,6 +52,19 @@ def test_claim_replies_parse_and_malformed_ones_are_refused() -> None:
         parse_claims([b"0"], 1)
     with pytest.raises(ValueError):
         parse_claims([7], 1)
+
+
+def test_renew_replies_parse_and_only_renewed_or_late_marks_are_still_ours() -> None:
+    renewals = parse_renewals([0, 1, 2, 3, 4], 5)
+    assert renewals == [Renewal.RENEWED, Renewal.LATE, Renewal.TAKEN, Renewal.HANDLED, Renewal.GONE]
+    assert [r.lost for r in renewals] == [False, False, True, True, True]
+    assert parse_renewals([], 0) == []
+    with pytest.raises(ValueError, match="1 codes for 2"):
+        parse_renewals([0], 2)
+    with pytest.raises(ValueError, match="not an integer"):
+        parse_renewals([True], 1)
+    with pytest.raises(ValueError):
+        parse_renewals([5], 1)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +168,7 @@ def test_events_count_into_the_counter_fields() -> None:
         "backpressure_waits": 1,
     }
     counts = ReceiverCounts.from_fields({k.encode(): str(v).encode() for k, v in deltas.items()})
-    assert counts.as_dict() == deltas
+    assert counts.as_dict() == {**deltas, "inflight_marks_lost": 0}  # counted by the lock watch, not events
     assert ReceiverCounts.from_fields({b"unknown": b"5"}) == ReceiverCounts()
 
 
