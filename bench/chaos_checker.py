@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 
 CRASH_WINDOW = 5.0
 """Seconds: a handler call this close before its receiver process was killed may be followed by one more
-call for the same id (``docs/receiving.md``, "Guarantees": the done mark is written after the handler returned, so a crash
-in between hands the id again) — if that call does not overlap it."""
+call for the same id (``docs/receiving.md``, "Guarantees": the done mark is written after the handler
+returned, so a crash in between hands the id again) — if that call does not overlap it."""
 IN_HAND_PER_KILL = 2 * 100
 """The most ids a receiver process can hold between a handler call and its done mark when it is killed,
 so the most one kill can bring back: one batch (``receiver.batch_size``, 100) per namespace link (a
