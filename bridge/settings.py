@@ -316,7 +316,10 @@ class ReceiverSettings(BaseModel):
     inflight_ttl: float = Field(
         default=30.0,
         gt=0,
-        description="Seconds an in-flight mark lives unrenewed (a crashed handler blocks copies that long).",
+        description=(
+            "Seconds an in-flight mark lives unrenewed, counted only while some receiver of the entity "
+            "reaches Redis (a crashed handler blocks copies that long; a Redis outage does not count)."
+        ),
     )
     busy_wait: float = Field(
         default=60.0, gt=0, description="Seconds a copy waits for another copy's handler, then is abandoned."

@@ -1,6 +1,6 @@
 """A slow handler while the receivers' Redis is down for longer than its in-flight mark's life: the handler
 never runs twice at once for one MessageId, and the receiver holding the mark takes no new work while it
-cannot renew it (docs/receiving-fencing.md).
+cannot renew it (docs/receiving.md, "In-flight marks, fencing and their bound").
 
 Real parts: a private redis-server (AOF ``always``) killed with SIGKILL while the handler runs and started
 again on the same port and data directory after the outage; three local namespaces; two in-process
