@@ -8,7 +8,8 @@ Connection string form (``Settings.primary`` / ``Settings.secondary``)::
 Modules, one responsibility each:
 
 - ``messages``: ``Envelope`` → ``ServiceBusMessage`` (every field), backlog aliasing and its inverse, pings.
-- ``translate``: SDK exceptions → ``bridge.errors.NamespaceError`` subclasses (``classify`` decides).
+- ``translate``: SDK exceptions → ``bridge.errors.NamespaceError`` subclasses (its table gives the SDK's
+  exceptions their failure class).
 - ``deadline``: the hard per-attempt deadline enforced outside the SDK (``AttemptRunner``).
 - ``sending``: packing messages into batches with per-message outcomes (``SendResult``).
 - ``clients``: one generation of a role's ``ServiceBusClient`` with its cached senders and receivers.
