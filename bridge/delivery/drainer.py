@@ -26,8 +26,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from azure.servicebus import ServiceBusMessage
-
 from bridge.core import abandoned
 from bridge.core import journal as journal_events
 from bridge.core.cost import Operation
@@ -55,6 +53,7 @@ from bridge.journal.emit import BatchJournal, JournalBatch, namespace_names, pai
 from bridge.observability import metrics, transitions
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry
+from bridge.servicebus.messages import OutgoingMessage
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +364,7 @@ class ShardDrainer:
         return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
+        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import (
     BacklogMessage,
+    OutgoingMessage,
     RestoredMessage,
     from_backlog_message,
     ping_message,
@@ -39,6 +40,7 @@ __all__ = [
     "BacklogMessage",
     "NamespaceAdmin",
     "NamespacePool",
+    "OutgoingMessage",
     "RestoredMessage",
     "SendResult",
     "from_backlog_message",

@@ -194,3 +194,10 @@ def test_the_redis_layer_builds_on_the_error_tree_only() -> None:
         if t.split(".")[0] in PACKAGES and t in MODULES
     }
     assert project <= {"bridge", "bridge.errors"} | {m for m in MODULES if m.startswith("bridge.redis")}
+
+
+@pytest.mark.parametrize("module", ["bridge.delivery.drainer", "bridge.delivery.modes.base"])
+def test_the_drainer_reaches_service_bus_through_the_adapter_only(module: str) -> None:
+    # Every import, also under TYPE_CHECKING or inside a function: only bridge.servicebus imports the SDK.
+    imported = _imports_of(module)[module]
+    assert sorted(t for t in imported if t == "azure.servicebus" or t.startswith("azure.servicebus.")) == []
