@@ -1,25 +1,51 @@
-"""The bridge's one exception tree.
+"""The bridge's one exception tree, and what a failed namespace operation means (``ErrorClass``).
 
 Every error that leaves an adapter is one of these; driver exceptions (redis, azure, proton, pyspark) are
 translated at the adapter edge with ``raise X(...) from None`` so callers never import a driver to catch
-something. Each class says whether retrying the same operation can help (``retryable``); the send workers'
-error *classes* (transient / outage / message-permanent / configuration) are decided in
-``bridge.core`` from these types, never by string matching.
+something. A class whose error can end a namespace operation carries its decision: ``error_class`` (retry
+the same namespace, fail over, dead-letter, or alert), ``timeout`` (the paired failover timer starts) and
+``entity_missing`` (the syphon dead-letters). ``bridge.core.error_classes.classify`` is the one place that
+reads them; Service Bus SDK exceptions get theirs from ``bridge.servicebus.translate``, which turns them
+into these classes.
 
 Messages never contain secrets: adapters build them from names and codes, not from connection strings.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorClass(StrEnum):
+    """What a failed namespace operation means: the four failure classes (docs/replication.md)."""
+
+    TRANSIENT = "transient"
+    """Retry the same namespace, briefly."""
+    OUTAGE = "outage"
+    """The namespace (or entity) is down: fail over."""
+    MESSAGE_PERMANENT = "message_permanent"
+    """This message will never be accepted: dead-letter it locally with the reason."""
+    CONFIGURATION = "configuration"
+    """Credentials or entity are wrong: alert loudly and treat the namespace as unavailable."""
+
 
 class BridgeError(Exception):
     """Base of every error the bridge raises on purpose."""
 
-    retryable: bool = False
+    error_class: ClassVar[ErrorClass | None] = None
+    """The failure class of a namespace operation that ended with this error; None: the error says
+    nothing about a namespace (``classify`` takes it as an unknown, transient failure)."""
+    timeout: ClassVar[bool] = False
+    """The operation timed out: it starts the paired failover timer even when TRANSIENT."""
+    entity_missing: ClassVar[bool] = False
+    """The entity does not exist in the namespace."""
 
 
 class ConfigurationError(BridgeError):
     """Settings are missing or invalid; start-up stops with a message naming the field."""
+
+    error_class = ErrorClass.CONFIGURATION
 
 
 class InvalidMessageError(BridgeError):
@@ -28,6 +54,8 @@ class InvalidMessageError(BridgeError):
     ``code`` is a stable machine-readable rule name (e.g. ``message_id_too_long``), ``field`` the envelope
     field at fault (``None`` when the message as a whole is at fault), ``index`` the position in a batch.
     """
+
+    error_class = ErrorClass.MESSAGE_PERMANENT
 
     def __init__(self, code: str, message: str, field: str | None = None, index: int | None = None) -> None:
         super().__init__(message)
@@ -44,6 +72,8 @@ class InvalidMessageError(BridgeError):
 class MessageTooLargeError(InvalidMessageError):
     """A message body or encoded message exceeds the entity's size limit."""
 
+    error_class = ErrorClass.MESSAGE_PERMANENT
+
 
 class UnknownEntityError(BridgeError):
     """The entity is not in the bridge's settings (``only_configured_entities``); no namespace was asked."""
@@ -55,8 +85,6 @@ class AuthenticationError(BridgeError):
 
 class BackpressureError(BridgeError):
     """The outbox is at its configured bound; try again after ``retry_after`` seconds."""
-
-    retryable = True
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         super().__init__(message)
@@ -70,8 +98,6 @@ class StateStoreUnavailableError(BridgeError):
     leases, retry times, status. The outbox's write path raises the more specific
     ``OutboxUnavailableError``, so a caller that only cares that Redis failed catches this class.
     """
-
-    retryable = True
 
 
 class OutboxUnavailableError(StateStoreUnavailableError):
@@ -104,8 +130,6 @@ class EntityNotAllowedError(AuthenticationError):
 class PartitionUnavailableError(BridgeError):
     """The outbox shard a partition key maps to is unavailable; other keys are unaffected."""
 
-    retryable = True
-
 
 class CorruptEntryError(BridgeError):
     """A stored outbox entry cannot be read back (unknown version, missing or malformed field)."""
@@ -118,8 +142,6 @@ class CorruptEntryError(BridgeError):
 class NamespaceError(BridgeError):
     """A Service Bus namespace failed an operation; subclasses carry the failure class."""
 
-    retryable = True
-
     def __init__(self, message: str, namespace: str | None = None) -> None:
         super().__init__(message)
         self.namespace = namespace
@@ -128,31 +150,49 @@ class NamespaceError(BridgeError):
 class TransientNamespaceError(NamespaceError):
     """A brief failure (server busy, a timeout under load); retry the same namespace."""
 
+    error_class = ErrorClass.TRANSIENT
+
 
 class NamespaceOutageError(NamespaceError):
     """The namespace is unreachable or failing as a whole; fail over."""
 
+    error_class = ErrorClass.OUTAGE
+
 
 class AttemptDeadlineExceeded(NamespaceOutageError):
-    """An attempt overran the bridge's hard deadline (e.g. a blackholed endpoint); the client is discarded."""
+    """An attempt overran the bridge's hard deadline (e.g. a blackholed endpoint); the client is discarded.
+
+    An OUTAGE, not TRANSIENT: the SDK's own retries were already inside that deadline.
+    """
+
+    error_class = ErrorClass.OUTAGE
+    timeout = True
 
 
 class NamespaceConfigurationError(NamespaceError):
     """Authentication failed or the entity does not exist; alert loudly and treat as unavailable."""
 
+    error_class = ErrorClass.CONFIGURATION
+
 
 class MessagePermanentError(NamespaceError):
     """The namespace will never accept this message (e.g. too large); dead-letter it locally."""
 
-    retryable = False
+    error_class = ErrorClass.MESSAGE_PERMANENT
 
 
 class NamespaceTimeoutError(TransientNamespaceError):
     """No answer within the SDK's timeout: transient, but it starts the paired failover timer."""
 
+    error_class = ErrorClass.TRANSIENT
+    timeout = True
+
 
 class NamespaceEntityNotFoundError(NamespaceConfigurationError):
     """The entity does not exist in the namespace (the syphon dead-letters messages bound for it)."""
+
+    error_class = ErrorClass.CONFIGURATION
+    entity_missing = True
 
 
 class EmulatorError(BridgeError):

@@ -1,157 +1,54 @@
 """The one place that decides what a failure means: transient, outage, message-permanent or configuration.
 
-There are four classes, decided in one place (``docs/replication.md``). Every worker, ping, syphon and the
-adapters' exception translation ask ``classify`` here; nothing else inspects SDK exceptions.
+The four classes (``ErrorClass``, docs/replication.md) are decided here and nowhere else: every worker,
+ping, syphon and the adapters' exception translation ask ``classify``. A bridge error class carries its
+own decision (``error_class``, ``timeout``, ``entity_missing`` in ``bridge.errors``), and ``classify``
+reads it from the class. Exceptions the bridge does not own (the Service Bus SDK's, azure-core's, the
+builtins a socket raises) never get this far: ``bridge.servicebus.translate`` turns them into bridge
+errors at the adapter edge, by its own table. Anything else, and a bridge error that says nothing about
+a namespace, is TRANSIENT: it is retried, and ``escalate`` turns it into an outage if it persists, so an
+unforeseen error can delay a message but never drop or dead-letter it.
 
-The table is keyed by exception *class names* so the pure core needs no ``azure`` import; ``classify``
-walks the exception's MRO, so subclasses (``CredentialUnavailableError`` is a
-``ClientAuthenticationError``) and the bridge's own ``NamespaceError`` subclasses resolve. An exception
-that matches nothing is TRANSIENT (``known=False``): it is retried, and ``escalate`` turns it into an
-outage if it persists, so an unforeseen error can delay a message but never drop or dead-letter it.
-
-Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own retry flags):
-
-- ``OperationTimeoutError`` is TRANSIENT with ``timeout=True``. The SDK marks it retryable and keeps the
-  connection (``shutdown_handler=False``): the broker was reachable but did not settle in time, which
-  happens under load. One slow settlement must not swap roles for every worker, so the same namespace is
-  retried briefly and ``escalate`` promotes timeouts that keep coming to OUTAGE. Paired mode still starts
-  its FailoverInterval timer on the first timeout (``timeout=True``): the .NET paired client started it
-  on a non-transient error *or* a TimeoutException (``docs/references.md``).
-- ``AttemptDeadlineExceeded`` (the bridge's hard deadline, e.g. a blackholed endpoint) is OUTAGE: the SDK's
-  own retries were already inside that deadline, and a hung client is discarded.
-- ``ServiceBusQuotaExceededError`` is OUTAGE: the entity is full (or out of connections); the message is
-  fine and the partner namespace can take it.
-- ``MessagingEntityDisabledError`` is OUTAGE (the entity is switched off; the SDK calls it retryable);
-  ``MessagingEntityNotFoundError`` and authentication/authorization errors are CONFIGURATION: alert loudly,
-  treat the namespace as unavailable for this entity.
-- Receiver/settlement errors (lock lost, already settled, session cannot be locked, message not found)
-  are TRANSIENT: the broker redelivers or the operation can be repeated later; they say nothing about the
-  namespace's health.
+A timeout is TRANSIENT (``NamespaceTimeoutError``) unless it was the bridge's hard deadline
+(``AttemptDeadlineExceeded``, an OUTAGE); either way ``timeout`` starts paired mode's FailoverInterval
+timer at once, while one slow settlement does not swap roles for every worker (docs/replication.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
-from types import MappingProxyType
 
+from bridge.errors import BridgeError, ErrorClass
 
-class ErrorClass(StrEnum):
-    """The four failure classes (``docs/replication.md``)."""
-
-    TRANSIENT = "transient"
-    """Retry the same namespace, briefly."""
-    OUTAGE = "outage"
-    """The namespace (or entity) is down: fail over."""
-    MESSAGE_PERMANENT = "message_permanent"
-    """This message will never be accepted: dead-letter it locally with the reason."""
-    CONFIGURATION = "configuration"
-    """Credentials or entity are wrong: alert loudly and treat the namespace as unavailable."""
-
-
-_T = ErrorClass.TRANSIENT
-_O = ErrorClass.OUTAGE
-_P = ErrorClass.MESSAGE_PERMANENT
-_C = ErrorClass.CONFIGURATION
-
-ERROR_CLASSES: Mapping[str, ErrorClass] = MappingProxyType(
-    {
-        # azure.servicebus.exceptions (7.x), every class in the module.
-        "ServiceBusError": _T,
-        "ServiceBusConnectionError": _O,
-        "ServiceBusCommunicationError": _O,
-        "ServiceBusAuthenticationError": _C,
-        "ServiceBusAuthorizationError": _C,
-        "OperationTimeoutError": _T,
-        "MessageSizeExceededError": _P,
-        "MessageAlreadySettled": _T,
-        "MessageLockLostError": _T,
-        "SessionLockLostError": _T,
-        "MessageNotFoundError": _T,
-        "MessagingEntityNotFoundError": _C,
-        "MessagingEntityDisabledError": _O,
-        "MessagingEntityAlreadyExistsError": _C,
-        "ServiceBusQuotaExceededError": _O,
-        "ServiceBusServerBusyError": _T,
-        "SessionCannotBeLockedError": _T,
-        "AutoLockRenewFailed": _T,
-        "AutoLockRenewTimeout": _T,
-        # azure.core.exceptions, raised by ServiceBusAdministrationClient and credentials.
-        "AzureError": _T,
-        "ServiceRequestError": _O,
-        "ServiceRequestTimeoutError": _O,
-        "ServiceResponseError": _T,
-        "ServiceResponseTimeoutError": _T,
-        "HttpResponseError": _T,
-        "ClientAuthenticationError": _C,
-        "ResourceNotFoundError": _C,
-        "ResourceExistsError": _C,
-        "TooManyRedirectsError": _C,
-        "DecodeError": _T,
-        # bridge.errors: adapters raise these after translating driver errors.
-        "TransientNamespaceError": _T,
-        "NamespaceOutageError": _O,
-        "AttemptDeadlineExceeded": _O,
-        "NamespaceTimeoutError": _T,
-        "NamespaceEntityNotFoundError": _C,
-        "NamespaceConfigurationError": _C,
-        "MessagePermanentError": _P,
-        "InvalidMessageError": _P,
-        "MessageTooLargeError": _P,
-        "ConfigurationError": _C,
-        # Builtins that reach a send path from sockets or asyncio.wait_for.
-        "TimeoutError": _O,
-        "ConnectionError": _O,
-        "OSError": _O,
-    }
-)
-"""Exception class name -> failure class. Looked up along the MRO, nearest class first."""
-
-TIMEOUT_NAMES: frozenset[str] = frozenset(
-    {
-        "OperationTimeoutError",
-        "AttemptDeadlineExceeded",
-        "NamespaceTimeoutError",
-        "ServiceRequestTimeoutError",
-        "ServiceResponseTimeoutError",
-        "AutoLockRenewTimeout",
-        "TimeoutError",
-    }
-)
-"""Class names that are timeouts: they start the paired FailoverInterval timer even when TRANSIENT."""
-
-ENTITY_MISSING_NAMES: frozenset[str] = frozenset(
-    {"MessagingEntityNotFoundError", "ResourceNotFoundError", "NamespaceEntityNotFoundError"}
-)
-"""Class names meaning the entity does not exist (the syphon dead-letters such messages)."""
+__all__ = [
+    "Classification",
+    "ErrorClass",
+    "EscalationPolicy",
+    "TransientStreak",
+    "classify",
+    "classify_type",
+    "escalate",
+]
 
 
 @dataclass(frozen=True)
 class Classification:
-    """The verdict on one exception type.
-
-    ``matched`` is the class name that decided (the exception's own name when nothing matched);
-    ``known`` is False for the TRANSIENT fallback.
-    """
+    """The verdict on one exception type: its class, and whether it was a timeout or a missing entity."""
 
     error_class: ErrorClass
-    matched: str
-    known: bool = True
     timeout: bool = False
     entity_missing: bool = False
 
 
+UNKNOWN = Classification(ErrorClass.TRANSIENT)
+"""The verdict on an error that carries no decision: retried, and escalated if it persists."""
+
+
 def classify_type(exc_type: type[BaseException]) -> Classification:
-    """Classify an exception type by walking its MRO against ``ERROR_CLASSES``."""
-    names = [klass.__name__ for klass in exc_type.__mro__]
-    timeout = any(name in TIMEOUT_NAMES for name in names)
-    entity_missing = any(name in ENTITY_MISSING_NAMES for name in names)
-    for name in names:
-        error_class = ERROR_CLASSES.get(name)
-        if error_class is not None:
-            return Classification(error_class, name, True, timeout, entity_missing)
-    return Classification(ErrorClass.TRANSIENT, exc_type.__name__, False, timeout, entity_missing)
+    """The decision ``exc_type`` carries (a ``bridge.errors`` class), else ``UNKNOWN``."""
+    if issubclass(exc_type, BridgeError) and exc_type.error_class is not None:
+        return Classification(exc_type.error_class, exc_type.timeout, exc_type.entity_missing)
+    return UNKNOWN
 
 
 def classify(exc: BaseException) -> Classification:

@@ -24,28 +24,36 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-
-from azure.servicebus import ServiceBusMessage
+from dataclasses import dataclass, field
 
 from bridge.core import abandoned
 from bridge.core import journal as journal_events
 from bridge.core.cost import Operation
-from bridge.core.decisions import Ack, Change, DeadLetter, Hold, Retry, Settlement
+from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
 from bridge.core.partitioning import partition_key
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, Swap, next_health
+from bridge.core.settle import (
+    Acknowledge,
+    DeadLetterEntry,
+    HoldKey,
+    SettlePlan,
+    StayPending,
+    Stop,
+    plan_settlement,
+)
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
 from bridge.delivery.settler import Settler
-from bridge.errors import InvariantError, LeaseLostError, StateStoreUnavailableError
+from bridge.errors import LeaseLostError, StateStoreUnavailableError
 from bridge.journal.emit import BatchJournal, JournalBatch, namespace_names, paired_events
 from bridge.observability import metrics, transitions
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry
+from bridge.servicebus.messages import OutgoingMessage
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,10 @@ class DrainReport:
     retry_after: float | None = None
     busy: bool = False
     notes: list[str] = field(default_factory=list)
+
+
+def _message_id(entry: OutboxEntry) -> str | None:
+    return entry.envelope.message_id if entry.envelope else None
 
 
 class ShardDrainer:
@@ -352,7 +364,7 @@ class ShardDrainer:
         return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
+        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
 
@@ -436,85 +448,76 @@ class ShardDrainer:
                 reason = "ok" if after.available else after.last_error or "?"
                 transitions.availability_changed(self.entity, role, after.available, reason)
 
-    # ---- applying decisions ----------------------------------------------------------------------
+    # ---- carrying out the settle plan ------------------------------------------------------------
     def _apply(self, entries: Sequence[OutboxEntry], decisions: Sequence[Settlement]) -> bool:
-        """Apply the batch's decisions: the state changes they carry, once each, then every entry's fate.
+        """Carry out the batch's settle plan (``bridge.core.settle``): the state changes, once each, then
+        every entry's fate; False when a ``Retry`` stops the shard until its backoff.
 
         Each entry is settled on its own (an ``Ack`` after a ``Retry`` of another key is still an ack; a
-        mode never sends past a ``Retry`` or ``Hold`` of the same key). A ``Hold`` holds its key for this
-        tenure; a ``Retry`` stops the shard until its backoff (False), after every entry that remembers
-        where it already landed did so (active mode, policy ``all``).
+        mode never sends past a ``Retry`` or ``Hold`` of the same key).
         """
-        changes: list[Change] = []
-        for decision in decisions:
-            changes.extend(c for c in decision.changes if c not in changes)
-            for alert in decision.alerts:
-                log.error("entity %s: %s", self.entity, alert)
-        self._apply_changes(changes)
-        if not changes and all(isinstance(d, Ack) for d in decisions):
+        plan = plan_settlement(
+            decisions,
+            [self._key(e) for e in entries],
+            held=self.holds.keys(),
+            waits=self.abandoned,
+            own_waits=self.abandoned_ids.keys(),
+            entity=self.entity,
+            now=self.ctx.clock(),
+        )
+        for alert in plan.alerts:
+            log.error("entity %s: %s", self.entity, alert)
+        self._apply_changes(plan.changes)
+        if plan.behind:
             # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
             batch, accepted = self.journal.take(), [e.entry_id for e in entries]
             self.settler.submit(lambda: self._settle_accepted(batch, accepted))
             return True
         self.settler.flush()
-        to_ack: list[str] = []
-        stop: Retry | None = None
-        now = self.ctx.clock()
-        for entry, decision in zip(entries, decisions, strict=True):
-            if isinstance(decision, DeadLetter):
-                message_id = entry.envelope.message_id if entry.envelope else None
-                self.journal.dead_lettered(message_id, now, decision.reason)
+        self._settle_in_line(entries, plan)
+        if plan.stop is None:
+            return True
+        self._stop(plan.stop)
+        return False
+
+    def _settle_in_line(self, entries: Sequence[OutboxEntry], plan: SettlePlan) -> None:
+        """Journal first, then dead-letter moves, holds and what retried entries already reached, then
+        the acknowledgements."""
+        fates = list(zip(entries, plan.fates, strict=True))
+        for entry, fate in fates:
+            if isinstance(fate, DeadLetterEntry):
+                self.journal.dead_lettered(_message_id(entry), plan.now, fate.reason)
         # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
         self.journal.take().write(self.ctx.journal, self.entity)
-        for entry, decision in zip(entries, decisions, strict=True):
-            if isinstance(decision, Ack):
-                to_ack.append(entry.entry_id)
-            elif isinstance(decision, DeadLetter):
-                self.ctx.reader.move(
-                    entry,
-                    to="deadletter",
-                    code="message_permanent",
-                    reason=decision.reason,
-                    now=now,
-                    fence=self.fence,
-                )
-                self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
-                self.report.dead_lettered += 1
-                log.warning(
-                    "entity %s: message %s dead-lettered locally: %s",
-                    self.entity,
-                    entry.envelope.message_id if entry.envelope else "?",
-                    decision.reason,
-                )
-                transitions.dead_lettered(self.entity, decision.reason)
-            elif isinstance(decision, Hold):
-                self._hold(entry, decision, now)
-            elif isinstance(decision, Retry):
-                if decision.delivered_to:
-                    self.ctx.retry.remember_delivered(
-                        self.entity, self.shard, entry.entry_id, decision.delivered_to
-                    )
-                stop = stop or decision
-            else:
-                raise InvariantError(f"unexpected decision {decision!r}")
-        self._ack(to_ack)
-        if stop is None:
-            return True
-        # Only inherited waits hold a retry back: this tenure's own retry carries its abandoned messages.
-        inherited = {k: v for k, v in self.abandoned.items() if k not in self.abandoned_ids}
-        floor = abandoned.retry_floor(inherited, stop.pending, self.entity, now)
-        if floor > stop.retry_after:
-            stop = replace(stop, retry_after=floor)
+        for entry, fate in fates:
+            if isinstance(fate, DeadLetterEntry):
+                self._dead_letter(entry, fate.reason, plan.now)
+            elif isinstance(fate, HoldKey):
+                self._hold(fate)
+            elif isinstance(fate, StayPending) and fate.delivered_to:
+                self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
+        self._ack([entry.entry_id for entry, fate in fates if isinstance(fate, Acknowledge)])
+
+    def _dead_letter(self, entry: OutboxEntry, reason: str, now: float) -> None:
+        self.ctx.reader.move(
+            entry, to="deadletter", code="message_permanent", reason=reason, now=now, fence=self.fence
+        )
+        self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
+        self.report.dead_lettered += 1
+        log.warning(
+            "entity %s: message %s dead-lettered locally: %s", self.entity, _message_id(entry) or "?", reason
+        )
+        transitions.dead_lettered(self.entity, reason)
+
+    def _stop(self, stop: Stop) -> None:
+        """The shard waits until ``stop.until``; a backoff is counted and kept in Redis (fenced), a planned
+        wait (a restore barrier) is this tenure's alone."""
         if stop.backoff:
-            self.attempts = self.ctx.retry.schedule(
-                self.entity, self.shard, now + stop.retry_after, fence=self.fence
-            )
+            self.attempts = self.ctx.retry.schedule(self.entity, self.shard, stop.until, fence=self.fence)
             self._retry_state = True
-        # A planned wait (a restore barrier) is this tenure's alone: nothing to count, nothing in Redis.
-        self.not_before = now + stop.retry_after
+        self.not_before = stop.until
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
-        return False
 
     def _settle_accepted(self, batch: JournalBatch, entry_ids: list[str]) -> None:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
@@ -527,17 +530,15 @@ class ShardDrainer:
         key = partition_key(entry.envelope, self.dedup) if entry.envelope is not None else None
         return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
 
-    def _hold(self, entry: OutboxEntry, decision: Hold, now: float) -> None:
-        key = self._key(entry)
-        if key not in self.holds:
-            self.holds[key] = now + decision.retry_after
-            log.info(
-                "entity %s shard %d holds a key for %.2fs: %s",
-                self.entity,
-                self.shard,
-                decision.retry_after,
-                decision.reason,
-            )
+    def _hold(self, hold: HoldKey) -> None:
+        self.holds[hold.key] = hold.until
+        log.info(
+            "entity %s shard %d holds a key for %.2fs: %s",
+            self.entity,
+            self.shard,
+            hold.retry_after,
+            hold.reason,
+        )
 
     def _not_held(self, entries: list[OutboxEntry]) -> list[OutboxEntry]:
         """The entries whose key is not held; a held key's entries stay pending behind its first one."""

@@ -14,8 +14,7 @@ change nothing (``LeaseLostError``). Waiting is a plain ``XREAD BLOCK`` after th
 (``wait_for_new``): it returns within a millisecond of a write and consumes nothing, so it needs no fence.
 Consumers are named after the drainer's process (stable, one per process) and deleted once they have
 nothing pending (``claim_fenced(prune=True)`` on takeover, ``retire_consumer`` on hand-over), so the group
-keeps about one consumer per shard however many drains ran. The unfenced ``read_shard``/``claim_shard``
-serve tools and tests.
+keeps about one consumer per shard however many drains ran.
 """
 
 from __future__ import annotations
@@ -209,38 +208,6 @@ class OutboxReader:
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
     # ---- one shard at a time (ordered draining: one lease holder per shard) ------------------------
-    def read_shard(
-        self, entity: str, shard: int, consumer: str, count: int = 100, block_ms: int | None = None
-    ) -> list[OutboxEntry]:
-        """New entries of one shard for ``consumer``, oldest first."""
-        stream = keys.outbox(entity, shard)
-        with driver_errors(OutboxUnavailableError):
-            reply: Any = self.client.xreadgroup(
-                keys.SENDERS_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
-            )
-        return [entry for _, items in reply or [] for entry in self._entries(entity, stream, items)]
-
-    def claim_shard(self, entity: str, shard: int, consumer: str, count: int = 1000) -> list[OutboxEntry]:
-        """Every entry of the shard still pending for anyone, now ``consumer``'s, oldest first.
-
-        Only the shard's lease holder calls this: whoever held the entries before is dead or lost its
-        lease, so they are taken regardless of idle time. Entries deleted while pending are dropped from
-        the group by ``XAUTOCLAIM`` itself.
-        """
-        stream = keys.outbox(entity, shard)
-        out: list[OutboxEntry] = []
-        cursor = "0-0"
-        with driver_errors(OutboxUnavailableError):
-            while len(out) < count:
-                reply = self.client.xautoclaim(
-                    stream, keys.SENDERS_GROUP, consumer, 0, cursor, count=min(100, count - len(out))
-                )
-                out.extend(self._entries(entity, stream, reply[1]))
-                cursor = _text(reply[0])
-                if cursor == "0-0":
-                    break
-        return out
-
     def read_fenced(self, entity: str, shard: int, consumer: str, fence: Fence, count: int) -> ShardRead:
         """New entries of one shard for the lease holder (``LeaseLostError`` when ``fence`` is not held).
 
@@ -292,16 +259,6 @@ class OutboxReader:
         with driver_errors(OutboxUnavailableError):
             infos = self.client.xinfo_consumers(keys.outbox(entity, shard), keys.SENDERS_GROUP)
         return {_text(info["name"]): int(info["pending"]) for info in infos}
-
-    def reclaim_shard(self, entity: str, shard: int, consumer: str, min_idle_ms: int) -> int:
-        """Move entries idle longer than ``min_idle_ms`` to ``consumer`` (a dead consumer's); how many."""
-        stream = keys.outbox(entity, shard)
-        with driver_errors(OutboxUnavailableError):
-            reply = self.client.xautoclaim(
-                stream, keys.SENDERS_GROUP, consumer, min_idle_ms, "0-0", count=1000, justid=True
-            )
-        # redis-py answers JUSTID with the bare list of ids (no cursor, no deleted list).
-        return len(reply)
 
     def shard_length(self, entity: str, shard: int) -> int:
         """Entries in the shard (acknowledged entries are deleted, so this is what is left to send)."""

@@ -8,7 +8,8 @@ Connection string form (``Settings.primary`` / ``Settings.secondary``)::
 Modules, one responsibility each:
 
 - ``messages``: ``Envelope`` → ``ServiceBusMessage`` (every field), backlog aliasing and its inverse, pings.
-- ``translate``: SDK exceptions → ``bridge.errors.NamespaceError`` subclasses (``classify`` decides).
+- ``translate``: SDK exceptions → ``bridge.errors.NamespaceError`` subclasses (its table gives the SDK's
+  exceptions their failure class).
 - ``deadline``: the hard per-attempt deadline enforced outside the SDK (``AttemptRunner``).
 - ``sending``: packing messages into batches with per-message outcomes (``SendResult``).
 - ``clients``: one generation of a role's ``ServiceBusClient`` with its cached senders and receivers.
@@ -24,6 +25,7 @@ from __future__ import annotations
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import (
     BacklogMessage,
+    OutgoingMessage,
     RestoredMessage,
     from_backlog_message,
     ping_message,
@@ -38,6 +40,7 @@ __all__ = [
     "BacklogMessage",
     "NamespaceAdmin",
     "NamespacePool",
+    "OutgoingMessage",
     "RestoredMessage",
     "SendResult",
     "from_backlog_message",

@@ -81,6 +81,10 @@ class RestoredMessage:
     fields: MessageFields
 
 
+OutgoingMessage: TypeAlias = ServiceBusMessage
+"""A message ready to send (``to_message``, ``to_backlog_message``, ``barrier_message``, ``ping_message``):
+what ``NamespacePool.send`` takes. Code outside this package names it so, never by the SDK's class."""
+
 BacklogDecision: TypeAlias = BacklogMessage | TooLargeForBacklog | ReservedPropertyConflict
 RestoreDecision: TypeAlias = RestoredMessage | ExpiredInBacklog | NotAliased
 

@@ -1,13 +1,35 @@
 """Turn any exception from the Service Bus SDK into the bridge's ``NamespaceError`` tree.
 
-The failure class is decided by ``bridge.core.error_classes.classify`` and nowhere else; this module only
-picks the bridge exception type for that class:
+Exceptions the bridge does not own get their failure class here, from ``SDK_ERROR_CLASSES``: a table keyed
+by class *name* (the SDK's ``azure.servicebus.exceptions``, azure-core's exceptions raised by the
+administration client and credentials, and the builtins a socket raises), looked up along the exception's
+MRO, nearest class first, so a subclass the table does not name (``CredentialUnavailableError`` is a
+``ClientAuthenticationError``) resolves to its ancestor. A bridge error keeps the decision its class
+carries (``bridge.core.error_classes.classify``); an exception that matches nothing is TRANSIENT.
+
+Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own retry flags):
+
+- ``OperationTimeoutError`` is TRANSIENT with ``timeout``. The SDK marks it retryable and keeps the
+  connection (``shutdown_handler=False``): the broker was reachable but did not settle in time, which
+  happens under load. One slow settlement must not swap roles for every worker, so the same namespace is
+  retried briefly and ``escalate`` promotes timeouts that keep coming to OUTAGE; paired mode still starts
+  its FailoverInterval timer on the first timeout (docs/replication.md).
+- ``ServiceBusQuotaExceededError`` is OUTAGE: the entity is full (or out of connections); the message is
+  fine and the partner namespace can take it.
+- ``MessagingEntityDisabledError`` is OUTAGE (the entity is switched off; the SDK calls it retryable);
+  ``MessagingEntityNotFoundError`` and authentication/authorization errors are CONFIGURATION: alert loudly,
+  treat the namespace as unavailable for this entity.
+- Receiver/settlement errors (lock lost, already settled, session cannot be locked, message not found)
+  are TRANSIENT: the broker redelivers or the operation can be repeated later; they say nothing about the
+  namespace's health.
+
+The bridge exception for each class:
 
 =====================  ==================================================================================
 class                  bridge exception
 =====================  ==================================================================================
 TRANSIENT              ``TransientNamespaceError`` (``NamespaceTimeoutError`` when it was a timeout, so a
-                       caller's ``classify`` still sees ``timeout=True`` and starts the paired timer)
+                       caller's ``classify`` still sees ``timeout`` and starts the paired timer)
 OUTAGE                 ``NamespaceOutageError`` (``AttemptDeadlineExceeded`` passes through unchanged)
 MESSAGE_PERMANENT      ``MessagePermanentError``
 CONFIGURATION          ``NamespaceConfigurationError`` (``NamespaceEntityNotFoundError`` when the entity
@@ -22,12 +44,14 @@ tokens).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TypeVar
 
-from bridge.core.error_classes import ErrorClass, classify
+from bridge.core.error_classes import Classification, ErrorClass, classify_type
 from bridge.core.outcomes import describe_error, scrub_secrets
 from bridge.errors import (
+    BridgeError,
     MessagePermanentError,
     NamespaceConfigurationError,
     NamespaceEntityNotFoundError,
@@ -38,6 +62,78 @@ from bridge.errors import (
 )
 
 T = TypeVar("T")
+
+_T = ErrorClass.TRANSIENT
+_O = ErrorClass.OUTAGE
+_P = ErrorClass.MESSAGE_PERMANENT
+_C = ErrorClass.CONFIGURATION
+
+SDK_ERROR_CLASSES: Mapping[str, ErrorClass] = MappingProxyType(
+    {
+        # azure.servicebus.exceptions (7.x), every class in the module.
+        "ServiceBusError": _T,
+        "ServiceBusConnectionError": _O,
+        "ServiceBusCommunicationError": _O,
+        "ServiceBusAuthenticationError": _C,
+        "ServiceBusAuthorizationError": _C,
+        "OperationTimeoutError": _T,
+        "MessageSizeExceededError": _P,
+        "MessageAlreadySettled": _T,
+        "MessageLockLostError": _T,
+        "SessionLockLostError": _T,
+        "MessageNotFoundError": _T,
+        "MessagingEntityNotFoundError": _C,
+        "MessagingEntityDisabledError": _O,
+        "MessagingEntityAlreadyExistsError": _C,
+        "ServiceBusQuotaExceededError": _O,
+        "ServiceBusServerBusyError": _T,
+        "SessionCannotBeLockedError": _T,
+        "AutoLockRenewFailed": _T,
+        "AutoLockRenewTimeout": _T,
+        # azure.core.exceptions, raised by ServiceBusAdministrationClient and credentials.
+        "AzureError": _T,
+        "ServiceRequestError": _O,
+        "ServiceRequestTimeoutError": _O,
+        "ServiceResponseError": _T,
+        "ServiceResponseTimeoutError": _T,
+        "HttpResponseError": _T,
+        "ClientAuthenticationError": _C,
+        "ResourceNotFoundError": _C,
+        "ResourceExistsError": _C,
+        "TooManyRedirectsError": _C,
+        "DecodeError": _T,
+        # Builtins that reach a send path from sockets or asyncio.wait_for.
+        "TimeoutError": _O,
+        "ConnectionError": _O,
+        "OSError": _O,
+    }
+)
+"""SDK exception class name -> failure class. Looked up along the MRO, nearest class first."""
+
+SDK_TIMEOUTS: frozenset[str] = frozenset(
+    {
+        "OperationTimeoutError",
+        "ServiceRequestTimeoutError",
+        "ServiceResponseTimeoutError",
+        "AutoLockRenewTimeout",
+        "TimeoutError",
+    }
+)
+"""SDK class names that are timeouts: they start the paired FailoverInterval timer even when TRANSIENT."""
+
+SDK_ENTITY_MISSING: frozenset[str] = frozenset({"MessagingEntityNotFoundError", "ResourceNotFoundError"})
+"""SDK class names meaning the entity does not exist (the syphon dead-letters such messages)."""
+
+
+def classify_sdk_type(exc_type: type[BaseException]) -> Classification:
+    """The failure class of an exception type the bridge does not own (a bridge error keeps its own)."""
+    if issubclass(exc_type, BridgeError):
+        return classify_type(exc_type)
+    names = [klass.__name__ for klass in exc_type.__mro__]
+    timeout = any(name in SDK_TIMEOUTS for name in names)
+    entity_missing = any(name in SDK_ENTITY_MISSING for name in names)
+    error_class = next((SDK_ERROR_CLASSES[n] for n in names if n in SDK_ERROR_CLASSES), _T)
+    return Classification(error_class, timeout, entity_missing)
 
 
 def translate(exc: BaseException, namespace: str | None = None, context: str = "") -> NamespaceError:
@@ -50,7 +146,7 @@ def translate(exc: BaseException, namespace: str | None = None, context: str = "
         if exc.namespace is None:
             exc.namespace = namespace
         return exc
-    verdict = classify(exc)
+    verdict = classify_sdk_type(type(exc))
     where = " ".join(part for part in (namespace, context) if part)
     message = scrub_secrets(f"{where}: {describe_error(exc)}" if where else describe_error(exc))
     if verdict.error_class is ErrorClass.MESSAGE_PERMANENT:

@@ -1,4 +1,5 @@
-"""Helpers for the ingress tests: a real uvicorn server in a thread, and Redis snapshots."""
+"""Helpers for the ingress tests: a real uvicorn server in a thread, Redis snapshots, and reading what
+the ingress stored as the drainers do (``read_all``, from ``outbox_support``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import uvicorn
 
 from bridge.embedded.ports import free_port
 from bridge.http.app import create_app
-from bridge.outbox.reader import OutboxEntry, OutboxReader
 from bridge.settings import Settings
+from tests.integration.outbox_support import read_all
+
+__all__ = ["read_all", "running_ingress", "snapshot"]
 
 
 @contextmanager
@@ -46,12 +49,3 @@ def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterat
 def snapshot(client: redis.Redis) -> dict[Any, Any]:
     """Every key's serialized value (DUMP): equal snapshots mean Redis is unchanged."""
     return {key: client.dump(key) for key in sorted(client.keys("*"))}
-
-
-def read_all(reader: OutboxReader, entity: str, consumer: str, count: int = 100) -> list[OutboxEntry]:
-    """New entries of every shard of ``entity`` for ``consumer`` (what the drainers read, shard by shard)."""
-    return [
-        entry
-        for shard in range(reader.shards(entity))
-        for entry in reader.read_shard(entity, shard, consumer, count=count)
-    ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +23,7 @@ from bridge.outbox.store import SyncOutbox
 from bridge.redis.connection import sync_client
 from bridge.settings import Settings
 from tests.integration.ingress_support import read_all, snapshot
+from tests.integration.outbox_support import read_new, shard_lease
 
 
 def _settings(url: str) -> Settings:
@@ -135,28 +135,27 @@ def test_reader_ack_reclaim_and_dead_letter(redis_url: str, redis_client: redis.
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("q")
     reader.ensure_groups("q")  # idempotent
-    first = reader.read_shard("q", 0, "crashing-worker", count=10)
+    first = read_new(reader, "q", 0, "crashing-worker", count=10)
     assert [e.envelope.body for e in first if e.envelope] == [b"a", b"b", b"c"]
-    assert reader.read_shard("q", 0, "other", count=10) == []
-    # The first worker "crashes": its entries stay pending; only those idle long enough move to another
-    assert reader.reclaim_shard("q", 0, "rescuer", min_idle_ms=60_000) == 0
-    time.sleep(0.05)
-    assert reader.reclaim_shard("q", 0, "rescuer", min_idle_ms=10) == 3
-    # and the next lease holder takes whatever is pending, oldest first, whoever held it
-    reclaimed = reader.claim_shard("q", 0, "next-holder")
-    assert [e.entry_id for e in reclaimed] == [e.entry_id for e in first]
-    assert reader.claim_shard("q", 0, "next-holder", count=2) == reclaimed[:2]
-    removed = reader.ack("q", 0, [reclaimed[0].entry_id])
-    assert removed[0] == 1
-    assert reader.ack("q", 0, [reclaimed[0].entry_id]) == (0, 0)  # a second ack is harmless
-    reader.move(
-        reclaimed[1],
-        to="deadletter",
-        code="message_size_exceeded",
-        reason="too big for the namespace",
-        now=5.0,
-        source="sender",
-    )
+    assert read_new(reader, "q", 0, "other", count=10) == []
+    # The first worker "crashes": its entries stay pending; the next lease holder takes whatever is
+    # pending, oldest first, whoever read it
+    with shard_lease(reader, "q", 0, "next-holder") as fence:
+        reclaimed = reader.claim_fenced("q", 0, "next-holder", fence)
+        assert [e.entry_id for e in reclaimed] == [e.entry_id for e in first]
+        assert reader.claim_fenced("q", 0, "next-holder", fence, count=2) == reclaimed[:2]
+        removed = reader.ack("q", 0, [reclaimed[0].entry_id], fence=fence)
+        assert removed[0] == 1
+        assert reader.ack("q", 0, [reclaimed[0].entry_id], fence=fence) == (0, 0)  # a second ack is harmless
+        reader.move(
+            reclaimed[1],
+            to="deadletter",
+            code="message_size_exceeded",
+            reason="too big for the namespace",
+            now=5.0,
+            source="sender",
+            fence=fence,
+        )
     assert reader.depth("q") == {
         "pending_messages": 1,
         "pending_bytes": reader.depth("q")["pending_bytes"],
@@ -176,10 +175,13 @@ def test_reader_quarantines_a_corrupt_entry(redis_url: str, redis_client: redis.
     reader = OutboxReader(sync_client(redis_url), settings)
     reader.ensure_groups("q")
     redis_client.xadd(keys.outbox("q", 0), {"v": "9", "id": "x"})
-    (entry,) = reader.read_shard("q", 0, "w")
-    assert entry.envelope is None
-    assert entry.error is not None
-    reader.move(entry, to="quarantine", code="corrupt_entry", reason=str(entry.error), now=1.0)
+    with shard_lease(reader, "q", 0, "w") as fence:
+        (entry,) = reader.read_fenced("q", 0, "w", fence, 10).entries
+        assert entry.envelope is None
+        assert entry.error is not None
+        reader.move(
+            entry, to="quarantine", code="corrupt_entry", reason=str(entry.error), now=1.0, fence=fence
+        )
     assert redis_client.xlen(keys.outbox("q", 0)) == 0
     assert list_problems(redis_client, "q", "quarantine")[0]["original"] == {"v": "9", "id": "x"}
 

@@ -17,6 +17,7 @@ from bridge.outbox.redis_door import move_ingress
 from bridge.outbox.store import SyncOutbox
 from bridge.redis.connection import sync_client
 from bridge.settings import Settings
+from tests.integration.outbox_support import shard_lease
 
 
 def _take_all(reader: OutboxReader, entity: str) -> list[bytes]:
@@ -24,9 +25,10 @@ def _take_all(reader: OutboxReader, entity: str) -> list[bytes]:
     bodies: list[bytes] = []
     reader.ensure_groups(entity)
     for shard in range(reader.shards(entity)):
-        entries = reader.read_shard(entity, shard, "worker", count=1000)
-        bodies.extend(e.envelope.body for e in entries if e.envelope is not None)
-        reader.ack(entity, shard, [e.entry_id for e in entries])
+        with shard_lease(reader, entity, shard, "worker") as fence:
+            entries = reader.read_fenced(entity, shard, "worker", fence, 1000).entries
+            bodies.extend(e.envelope.body for e in entries if e.envelope is not None)
+            reader.ack(entity, shard, [e.entry_id for e in entries], fence=fence)
     return bodies
 
 
@@ -87,25 +89,27 @@ def test_a_shard_count_change_keeps_every_key_in_order_and_strands_nothing(redis
                 sent[k].append(body)
 
     def drain_shard(reader: OutboxReader, shard: int) -> None:
-        # One drainer's turn on one shard, as ``ShardDrainer`` does it: the entries that may go now.
-        entries = reader.read_shard("orders", shard, "w", count=1000) + reader.claim_shard(
-            "orders", shard, "w"
-        )
-        entries = sorted(
-            {e.entry_id: e for e in entries}.values(), key=lambda e: tuple(map(int, e.entry_id.split("-")))
-        )
-        layout = layouts.get("orders")
-        go = []
-        for entry in entries:
-            if layout is not None and layout.must_wait(shard, entry.entry_id):
-                if not layouts.finish_if_drained("orders", layout):
-                    break
-                layout = layouts.get("orders")
-            go.append(entry)
-        for entry in go:
-            assert entry.envelope is not None and entry.envelope.session_id is not None
-            got[entry.envelope.session_id].append(entry.envelope.body)
-        reader.ack("orders", shard, [e.entry_id for e in go])
+        # One drainer's turn on one shard, as ``ShardDrainer`` does it: what is pending, then what is new,
+        # and of those the entries that may go now.
+        with shard_lease(reader, "orders", shard, "w") as fence:
+            entries = reader.claim_fenced("orders", shard, "w", fence, count=1000)
+            entries += reader.read_fenced("orders", shard, "w", fence, 1000).entries
+            entries = sorted(
+                {e.entry_id: e for e in entries}.values(),
+                key=lambda e: tuple(map(int, e.entry_id.split("-"))),
+            )
+            layout = layouts.get("orders")
+            go = []
+            for entry in entries:
+                if layout is not None and layout.must_wait(shard, entry.entry_id):
+                    if not layouts.finish_if_drained("orders", layout):
+                        break
+                    layout = layouts.get("orders")
+                go.append(entry)
+            for entry in go:
+                assert entry.envelope is not None and entry.envelope.session_id is not None
+                got[entry.envelope.session_id].append(entry.envelope.body)
+            reader.ack("orders", shard, [e.entry_id for e in go], fence=fence)
 
     # Given an outbox of 2 shards with entries in both
     with Producer(settings=settings(2)) as old_writer:

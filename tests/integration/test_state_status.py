@@ -27,6 +27,7 @@ from bridge.state.paired import PairedStore
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
 from bridge.status import collect_status
+from tests.integration.outbox_support import shard_lease
 
 SECRET = "TOPSECRETkey0123456789abcdef+/="
 PRIMARY_CS = f"Endpoint=sb://ns1.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey={SECRET}"
@@ -107,8 +108,11 @@ def test_passive_state_depths_and_secret_free_errors(redis_client: redis.Redis, 
             producer.send("orders", f"m{i}")
     reader = OutboxReader(redis_client, settings)
     reader.ensure_groups("orders")
-    first = reader.read_shard("orders", 0, "test", count=1)[0]
-    reader.move(first, to="deadletter", code="message_permanent", reason="too large", now=1.0)
+    with shard_lease(reader, "orders", 0) as fence:
+        first = reader.read_fenced("orders", 0, "test", fence, 1).entries[0]
+        reader.move(
+            first, to="deadletter", code="message_permanent", reason="too large", now=1.0, fence=fence
+        )
     # and a failover: the primary failed with an error text that carries a key, the roles swapped
     roles = RoleStore(redis_client)
     roles.set_health(

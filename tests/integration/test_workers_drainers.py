@@ -27,6 +27,7 @@ from bridge.outbox import keys as outbox_keys
 from bridge.producer import Producer
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
+from tests.integration.outbox_support import read_new
 from tests.integration.paired_support import namespace_settings
 from tests.integration.worker_support import make_stack, producer, receive_all
 
@@ -192,7 +193,7 @@ def test_the_consumer_group_stays_small_over_a_thousand_drains(
                 if run % 100 == 7:
                     # a drainer that read and died: its entry stays pending under its own name
                     ids.append(p.send(entity, f"crash{run}".encode()))
-                    assert ctx.reader.read_shard(entity, 0, f"crashed-{run}", count=10)
+                    assert read_new(ctx.reader, entity, 0, f"crashed-{run}", count=10)
                 report = ShardDrainer(ctx, entity, 0, consumer=f"process-{run}").run(
                     budget=5, idle_reads=1, block_ms=1
                 )

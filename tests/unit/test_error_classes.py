@@ -1,4 +1,5 @@
-"""The failure-class table: every SDK exception, the bridge's own, builtins, subclasses and escalation."""
+"""The failure classes: the decision each bridge error class carries, the adapter's table for the SDK's
+exceptions (every one of them, azure-core's, builtins, subclasses), and escalation."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 
 from bridge import errors
 from bridge.core.error_classes import (
-    ERROR_CLASSES,
     Classification,
     ErrorClass,
     EscalationPolicy,
@@ -19,11 +19,86 @@ from bridge.core.error_classes import (
     classify_type,
     escalate,
 )
+from bridge.servicebus.translate import SDK_ERROR_CLASSES, classify_sdk_type
 
 T = ErrorClass.TRANSIENT
 O = ErrorClass.OUTAGE  # noqa: E741 - reads as the table's letter
 P = ErrorClass.MESSAGE_PERMANENT
 C = ErrorClass.CONFIGURATION
+
+# ---- the bridge's own classes: each carries its decision ------------------------------------------------
+
+BRIDGE_TABLE: list[tuple[type[errors.BridgeError], Classification]] = [
+    (errors.TransientNamespaceError, Classification(T)),
+    (errors.NamespaceTimeoutError, Classification(T, timeout=True)),
+    (errors.NamespaceOutageError, Classification(O)),
+    (errors.AttemptDeadlineExceeded, Classification(O, timeout=True)),
+    (errors.NamespaceConfigurationError, Classification(C)),
+    (errors.NamespaceEntityNotFoundError, Classification(C, entity_missing=True)),
+    (errors.MessagePermanentError, Classification(P)),
+    (errors.InvalidMessageError, Classification(P)),
+    (errors.MessageTooLargeError, Classification(P)),
+    (errors.ConfigurationError, Classification(C)),
+]
+
+
+@pytest.mark.parametrize(("klass", "expected"), BRIDGE_TABLE, ids=[k.__name__ for k, _ in BRIDGE_TABLE])
+def test_a_bridge_class_carries_its_own_decision(
+    klass: type[errors.BridgeError], expected: Classification
+) -> None:
+    # Declared on the class itself: a class that loses its line fails here even if an ancestor has one.
+    assert "error_class" in vars(klass)
+    assert classify_type(klass) == expected
+    # The adapter's translation keeps it: the bridge's classes are not in the SDK table.
+    assert classify_sdk_type(klass) == expected
+
+
+def test_every_namespace_error_class_is_in_the_table() -> None:
+    namespace_classes = {
+        obj
+        for obj in vars(errors).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, errors.NamespaceError)
+        and obj is not errors.NamespaceError
+    }
+    assert namespace_classes <= {klass for klass, _ in BRIDGE_TABLE}
+
+
+@pytest.mark.parametrize(
+    "klass",
+    [
+        errors.BridgeError,
+        errors.NamespaceError,
+        errors.StateStoreUnavailableError,
+        errors.OutboxUnavailableError,
+        errors.LeaseLostError,
+        errors.InvariantError,
+        errors.BackpressureError,
+    ],
+)
+def test_a_bridge_error_that_says_nothing_about_a_namespace_is_an_unknown_transient_one(
+    klass: type[errors.BridgeError],
+) -> None:
+    assert klass.error_class is None
+    assert classify_type(klass) == Classification(T)
+
+
+def test_an_unknown_exception_is_transient() -> None:
+    assert classify(KeyError("x")) == Classification(T)
+
+
+def test_the_core_needs_the_adapter_for_sdk_exceptions() -> None:
+    # The core reads decisions from bridge classes only; an SDK exception is translated first.
+    assert classify(sb_exceptions.ServiceBusConnectionError(message="lost")) == Classification(T)
+    assert classify_sdk_type(sb_exceptions.ServiceBusConnectionError) == Classification(O)
+
+
+def test_the_sdk_table_names_no_bridge_class() -> None:
+    bridge_names = {name for name, obj in vars(errors).items() if inspect.isclass(obj)}
+    assert set(SDK_ERROR_CLASSES) & bridge_names == set()
+
+
+# ---- exceptions the bridge does not own: the adapter's table ------------------------------------------
 
 SDK_TABLE = [
     ("ServiceBusError", T),
@@ -48,20 +123,10 @@ SDK_TABLE = [
 ]
 
 
-def _sdk_exception(name: str) -> BaseException:
-    klass = getattr(sb_exceptions, name)
-    try:
-        return klass("boom")  # type: ignore[no-any-return]
-    except TypeError:
-        return klass()  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(("name", "expected"), SDK_TABLE)
-def test_every_sdk_exception_resolves_through_the_real_class(name: str, expected: ErrorClass) -> None:
-    verdict = classify(_sdk_exception(name))
-    assert verdict.error_class is expected
-    assert verdict.matched == name
-    assert verdict.known
+def test_every_sdk_exception_resolves_through_its_own_class(name: str, expected: ErrorClass) -> None:
+    assert SDK_ERROR_CLASSES[name] is expected
+    assert classify_sdk_type(getattr(sb_exceptions, name)).error_class is expected
 
 
 def test_the_table_covers_every_exception_class_of_the_installed_sdk() -> None:
@@ -73,7 +138,7 @@ def test_the_table_covers_every_exception_class_of_the_installed_sdk() -> None:
         and obj.__module__ == sb_exceptions.__name__
     }
     assert installed == {name for name, _ in SDK_TABLE}
-    assert installed <= set(ERROR_CLASSES)
+    assert installed <= set(SDK_ERROR_CLASSES)
 
 
 @pytest.mark.parametrize(
@@ -88,21 +153,15 @@ def test_the_table_covers_every_exception_class_of_the_installed_sdk() -> None:
         (core_exceptions.ClientAuthenticationError, C),
         (core_exceptions.ResourceNotFoundError, C),
         (core_exceptions.ResourceExistsError, C),
-        (errors.TransientNamespaceError, T),
-        (errors.NamespaceOutageError, O),
-        (errors.AttemptDeadlineExceeded, O),
-        (errors.NamespaceConfigurationError, C),
-        (errors.MessagePermanentError, P),
-        (errors.MessageTooLargeError, P),
-        (errors.InvalidMessageError, P),
         (TimeoutError, O),
         (ConnectionRefusedError, O),
         (ConnectionResetError, O),
         (OSError, O),
+        (KeyError, T),
     ],
 )
-def test_azure_core_bridge_and_builtin_types(klass: type[BaseException], expected: ErrorClass) -> None:
-    assert classify_type(klass).error_class is expected
+def test_azure_core_and_builtin_types(klass: type[BaseException], expected: ErrorClass) -> None:
+    assert classify_sdk_type(klass).error_class is expected
 
 
 def test_a_subclass_resolves_to_its_nearest_listed_ancestor() -> None:
@@ -110,18 +169,8 @@ def test_a_subclass_resolves_to_its_nearest_listed_ancestor() -> None:
     class VendorConnectionError(sb_exceptions.ServiceBusConnectionError):
         pass
 
-    # When it is classified
-    verdict = classify(VendorConnectionError(message="lost"))
-
-    # Then the MRO walk finds the SDK class
-    assert verdict == Classification(O, "ServiceBusConnectionError", known=True)
-
-
-def test_an_unknown_exception_is_transient_and_marked_unknown() -> None:
-    verdict = classify(KeyError("x"))
-    assert verdict.error_class is T
-    assert not verdict.known
-    assert verdict.matched == "KeyError"
+    # Then the MRO walk finds the SDK class (an outage), not its base ServiceBusError (transient)
+    assert classify_sdk_type(VendorConnectionError) == Classification(O)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +185,7 @@ def test_an_unknown_exception_is_transient_and_marked_unknown() -> None:
     ],
 )
 def test_timeouts_are_flagged_for_the_paired_timer(klass: type[BaseException], timeout: bool) -> None:
-    assert classify_type(klass).timeout is timeout
+    assert classify_sdk_type(klass).timeout is timeout
 
 
 @pytest.mark.parametrize(
@@ -150,7 +199,7 @@ def test_timeouts_are_flagged_for_the_paired_timer(klass: type[BaseException], t
 def test_entity_missing_is_told_apart_from_other_configuration_errors(
     klass: type[BaseException], missing: bool
 ) -> None:
-    verdict = classify_type(klass)
+    verdict = classify_sdk_type(klass)
     assert verdict.error_class is C
     assert verdict.entity_missing is missing
 

@@ -257,14 +257,3 @@ def test_delivery_and_paired_do_not_import_each_other_at_load_time() -> None:
         "bridge.paired -> bridge.delivery": _load_time_edges("bridge.paired", "bridge.delivery"),
     }
     assert not all(both_ways.values()), both_ways
-
-
-@pytest.mark.parametrize("layer", ["bridge.paired", "bridge.delivery.modes.paired"])
-def test_paired_mode_reaches_the_sdk_only_through_the_servicebus_adapter(layer: str) -> None:
-    # Every import counts here, also deferred ones and those under TYPE_CHECKING: SDK types go behind
-    # ``bridge.servicebus`` (e.g. ``messages.ReceivedMessage``, ``messages.BacklogMessage``).
-    offenders = {
-        module: sorted(t for t in targets if t.split(".")[0] == "azure")
-        for module, targets in _imports_of(layer).items()
-    }
-    assert {m: t for m, t in offenders.items() if t} == {}

@@ -36,7 +36,7 @@ from bridge.errors import (
     NamespaceTimeoutError,
     TransientNamespaceError,
 )
-from bridge.servicebus.translate import translate, translated
+from bridge.servicebus.translate import classify_sdk_type, translate, translated
 
 TABLE: list[tuple[BaseException, type[NamespaceError]]] = [
     (ServiceBusConnectionError(message="socket closed"), NamespaceOutageError),
@@ -67,8 +67,8 @@ def test_translation_table(exc: BaseException, expected: type[NamespaceError]) -
     assert type(error) is expected
     assert error.namespace == "primary"
     assert str(error).startswith(f"primary send to orders: {type(exc).__name__}")
-    # The class a caller derives from the bridge error is the class of the SDK error.
-    assert classify(error).error_class is classify(exc).error_class
+    # The class a caller derives from the bridge error is the class the adapter gave the SDK error.
+    assert classify(error).error_class is classify_sdk_type(type(exc)).error_class
 
 
 def test_timeouts_and_missing_entities_keep_their_flags() -> None:

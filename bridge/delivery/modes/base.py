@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from azure.servicebus import ServiceBusMessage
-
 from bridge.core.cost import Operation
 from bridge.core.decisions import SendDecision, SendNext, Settlement
 from bridge.core.replication import RetryContext
@@ -15,7 +13,7 @@ from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import InvariantError
 from bridge.outbox.reader import OutboxEntry
-from bridge.servicebus.messages import to_message
+from bridge.servicebus.messages import OutgoingMessage, to_message
 
 
 class SendPort(Protocol):
@@ -26,7 +24,7 @@ class SendPort(Protocol):
     shard: int
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[ServiceBusMessage], operation: Operation
+        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``; outcomes, cost and health recorded."""
         ...
