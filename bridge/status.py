@@ -11,8 +11,8 @@ Keys are only ever added, never renamed or retyped (``docs/operations.md``). The
                    "dead_letter_depth": int}]}     # entries in the local dead-letter stream
 
 Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``role_reason``,
-``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds),
-``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
+``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds
+on Redis's clock), ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
 ``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
 ``journal`` (``enabled``, ``length``: entries in the entity's journal stream not yet rolled,
