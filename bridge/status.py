@@ -11,8 +11,8 @@ Keys are only ever added, never renamed or retyped (``docs/operations.md``). The
                    "dead_letter_depth": int}]}     # entries in the local dead-letter stream
 
 Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``role_reason``,
-``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds),
-``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
+``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds
+on Redis's clock), ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
 ``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
 ``journal`` (``enabled``, ``length``: entries in the entity's journal stream not yet rolled,
@@ -30,7 +30,6 @@ ever had an outbox, sorted by name. Every text that came from an error passes ``
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -39,6 +38,7 @@ from bridge.core.paired import PairedState
 from bridge.core.roles import ROLES, NamespaceHealth, Role
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
+from bridge.redis.clock import server_time
 from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
@@ -162,13 +162,14 @@ def backlog_status(settings: Settings, client: SyncRedis, now: float) -> dict[st
 
 
 def collect_status(settings: Settings, client: SyncRedis, now: float | None = None) -> dict[str, Any]:
-    """The whole ``bridge status --json`` object; ``now`` (default: the clock) decides readmitted queues."""
+    """The whole ``bridge status --json`` object; ``now`` (default: Redis's clock, the one the removal
+    times are on) decides readmitted queues."""
     names = sorted(set(settings.entities) | set(OutboxReader(client, settings).entities()))
     entities = [entity_status(settings, client, name) for name in names]
     totals = CostStore(client).totals()
     out: dict[str, Any] = {"entities": entities, "cost": {**asdict(totals), "total": totals.total}}
     if any(e["replication"] == "paired" for e in entities):
-        backlog = backlog_status(settings, client, time.time() if now is None else now)
+        backlog = backlog_status(settings, client, server_time(client) if now is None else now)
         if backlog is not None:
             out["backlog"] = backlog
     return out

@@ -24,8 +24,10 @@ duplicate behind its own first copy; once that send is accepted the wait ends. T
 messages it abandoned during its tenure only; a wait it inherits from Redis (the shard changed hands)
 refuses every send there until it ends, and a ``Retry`` waiting for that path waits at least that long.
 
-Waits are per outbox shard (a key lives in one shard) and kept in Redis. Pure: times are arguments,
-nothing here reads a clock.
+Waits are per outbox shard (a key lives in one shard) and kept in Redis, on Redis's clock: a new holder
+reads the seconds left and counts them on its own clock (``bridge.state.retry``), so a holder on a host
+whose clock runs ahead does not cut an inherited wait short. Pure: times are arguments, nothing here
+reads a clock.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from bridge.core.paired import PairedState
 
@@ -42,11 +43,43 @@ def lock_renewal_due(received_at: float, locked_until: float | None, now: float,
     to one attempt deadline, and a message whose lock ran out cannot be completed after it was sent).
 
     ``locked_until`` is the earliest lock expiry of the batch's unsettled messages (None: unknown, never
-    renewed).
+    renewed). All three times are on one clock: the syphon's monotonic clock, ``received_at`` when the
+    call that took the locks started, ``locked_until`` that plus ``LockSpan.shortest``.
     """
     if locked_until is None:
         return False
     return now >= received_at + (locked_until - received_at) / 2 or locked_until - now < margin
+
+
+@dataclass(frozen=True)
+class LockSpan:
+    """How long the message locks one call took (a receive, a receive of deferred messages, a renewal) last,
+    in seconds of the syphon's own monotonic clock: at least ``shortest`` from when the call *started* (a
+    lock cannot begin before it was asked for), at most ``longest`` from when it *returned* (nor after the
+    answer arrived). The first bounds when to renew, the second how long a later run must wait."""
+
+    shortest: float
+    longest: float
+
+
+def lock_span(
+    call: float, lock_duration: float | None, left: tuple[float, float] | None, assumed: float
+) -> LockSpan | None:
+    """The ``LockSpan`` of a call that took ``call`` seconds.
+
+    With the queue's LockDuration known (``lock_duration``), that is all it takes: no clock but the syphon's
+    own monotonic one is involved, so a host clock off Service Bus's changes nothing. Without it, the
+    locks' own expiries stand in: ``left`` is (earliest, latest) expiry minus the syphon's clock when the call
+    returned (Service Bus's clock against the syphon's, so skew between them enters), with ``assumed`` (the
+    LockDuration the bridge provisions) as a cap on the first and a floor on the second. None when the
+    locks' expiries are not known either.
+    """
+    if lock_duration is not None:
+        return LockSpan(lock_duration, lock_duration)
+    if left is None:
+        return None
+    earliest, latest = left
+    return LockSpan(max(0.0, min(call + earliest, assumed)), max(latest, assumed))
 
 
 def may_poll(states: Iterable[PairedState]) -> bool:

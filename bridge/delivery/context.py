@@ -18,6 +18,7 @@ from bridge.core.error_classes import EscalationPolicy
 from bridge.delivery.attempts import Streaks
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
+from bridge.redis.clock import RedisClock
 from bridge.redis.connection import sync_client
 from bridge.servicebus.pool import NamespacePool
 from bridge.settings import Settings
@@ -47,6 +48,9 @@ class DeliveryContext:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     current_backlog: dict[str, int] = field(default_factory=dict)
     clock: Any = time.time
+    """What this process reads as "now" (epoch seconds). ``build`` makes it Redis's clock
+    (``bridge.redis.clock.RedisClock``): times stored for other processes, on other hosts, to compare with
+    their own "now" (failover timer, pings, probes, rotation, role swaps) are then on one clock."""
 
     @classmethod
     def build(cls, settings: Settings) -> DeliveryContext:
@@ -68,6 +72,7 @@ class DeliveryContext:
             ),
             backoff=BackoffPolicy(retry.outbox_backoff_factor, retry.outbox_backoff_max),
             journal=JournalStore(client, settings.journal),
+            clock=RedisClock(client),
         )
 
     def close(self) -> None:

@@ -164,9 +164,9 @@ class ShardDrainer:
         """A bounded drain that ends with held keys leaves the earliest of their times for the next one, so
         the sweeper does not restart it at once just to hold them again."""
         if self.holds and self.report.retry_after is None:
-            at = min(self.holds.values())
+            delay = max(0.0, min(self.holds.values()) - self.ctx.clock())
             try:
-                self.ctx.retry.set_not_before(self.entity, self.shard, at)
+                self.ctx.retry.hold_off(self.entity, self.shard, delay)
             except StateStoreUnavailableError as exc:
                 log.info("entity %s shard %d: hold time not recorded: %s", self.entity, self.shard, exc)
 
@@ -268,10 +268,15 @@ class ShardDrainer:
         """What an earlier holder left: the consumer group, and the shard's backoff and retry count."""
         ctx = self.ctx
         ctx.reader.ensure_groups(self.entity)
-        self.not_before = ctx.retry.not_before(self.entity, self.shard)
+        # Redis answers with seconds left on its own clock; this tenure counts them from a reading of its
+        # clock taken after the answer came, so a wait can only come out longer, never shorter.
+        backoff = ctx.retry.backoff_left(self.entity, self.shard)
+        waits = ctx.retry.abandoned_waits_left(self.entity, self.shard) if self.abandoned_wait else {}
+        now = ctx.clock()
+        self.not_before = None if backoff is None else now + backoff
         self.attempts = ctx.retry.attempts(self.entity, self.shard)
         self._retry_state = self.not_before is not None or self.attempts > 0
-        self.abandoned = ctx.retry.abandoned_waits(self.entity, self.shard) if self.abandoned_wait else {}
+        self.abandoned = {key: now + left for key, left in waits.items()}
 
     def _wait_for_turn(self, held: HeldLease, stop: threading.Event, wait_on_retry: bool) -> bool:
         """Wait out the shard's backoff and any doubt about the lease; False to stop now."""
@@ -411,9 +416,7 @@ class ShardDrainer:
             before = self.abandoned_ids.get(key, frozenset()) if still else frozenset()
             self.abandoned[key] = now + self.abandoned_wait
             self.abandoned_ids[key] = before | lost_track
-            self.ctx.retry.wait_after_abandoned(
-                self.entity, self.shard, role, path, now=now, wait=self.abandoned_wait
-            )
+            self.ctx.retry.wait_after_abandoned(self.entity, self.shard, role, path, wait=self.abandoned_wait)
             log.info(
                 "entity %s shard %d: %d messages to %s on %s timed out; nothing newer goes there for %.1fs",
                 self.entity,
@@ -513,7 +516,9 @@ class ShardDrainer:
         """The shard waits until ``stop.until``; a backoff is counted and kept in Redis (fenced), a planned
         wait (a restore barrier) is this tenure's alone."""
         if stop.backoff:
-            self.attempts = self.ctx.retry.schedule(self.entity, self.shard, stop.until, fence=self.fence)
+            self.attempts = self.ctx.retry.back_off(
+                self.entity, self.shard, stop.retry_after, fence=self.fence
+            )
             self._retry_state = True
         self.not_before = stop.until
         self.report.retry_after = stop.retry_after

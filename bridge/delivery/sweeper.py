@@ -44,7 +44,6 @@ def sweep(
 ) -> SweepReport:
     """One pass over all shards; ``drain``/``ingest`` enqueue the tasks."""
     report = SweepReport()
-    now = ctx.clock()
     layouts = LayoutStore(ctx.redis)
     for entity in known_entities(ctx):
         # A changed ``outbox_shards`` becomes a migration that keeps every key's order (bridge.core.layout).
@@ -56,8 +55,7 @@ def sweep(
         for _, shard in unowned:
             if ctx.reader.shard_length(entity, shard) == 0:
                 continue
-            not_before = ctx.retry.not_before(entity, shard)
-            if not_before is not None and not_before > now:
+            if ctx.retry.backoff_left(entity, shard):  # seconds left on Redis's clock, not this host's
                 continue
             if ctx.retry.mark_scheduled(entity, shard, SCHEDULE_MARK_MS):
                 drain(entity, shard)

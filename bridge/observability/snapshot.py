@@ -31,6 +31,7 @@ from bridge.core.receiving import ReceiverCounts
 from bridge.errors import BridgeError
 from bridge.outbox import keys as outbox_keys
 from bridge.receiving.keys import ReceiverKeys
+from bridge.redis.clock import server_time
 from bridge.redis.connection import sync_client
 from bridge.redis.errors import driver_errors
 from bridge.settings import Settings
@@ -213,7 +214,8 @@ def collect_snapshot(
     settings: Settings, client: Any, *, now: float | None = None, backlog: BacklogProbe | None = None
 ) -> dict[str, Any]:
     """The status object (``collect_status``) with the extras listed in the module docstring."""
-    now = time.time() if now is None else now
+    # Redis's clock: outbox entry ids and the times workers store are on it, whatever this host's says.
+    now = server_time(client) if now is None else now
     out = collect_status(settings, client, now)
     for entity in out["entities"]:
         entity.update(entity_extras(settings, client, entity["name"], now))

@@ -27,10 +27,18 @@ run's locks possibly still held (``AsideStore.locks_pending``: that run died) wa
 because those messages reappear at their place in the queue later and nobody recorded them.
 
 Before each send the batch's locks are renewed when half of their lock time has passed or less than one
-attempt deadline is left (``lock_renewal_due``). Every receive, receive-deferred and peek call is counted
-as a syphon receive (billed even when it returns nothing), on the backlog queue's counters; every message
-the primary accepted as a syphon send, on its destination's counters. What the code relies on from the
-SDK and Service Bus (deferral, receive by sequence number, lock expiry) is in ``docs/servicebus-sdk.md``.
+attempt deadline is left (``lock_renewal_due``). Lock times are measured on this process's monotonic clock
+from the queue's LockDuration (read once per run with the administration client), never by comparing
+Service Bus's ``locked_until`` with this host's clock: a lock began no earlier than the call that took it
+started and no later than it returned (``LockSpan``), so renewals come in time and the marker a later run
+waits for outlives the locks whatever the two clocks say. Without the LockDuration (no Manage right, say)
+the locks' own expiries stand in, against the delivery context's clock (Redis's), bounded by the
+provisioned minute: docs/replication.md, "Clocks".
+
+Every receive, receive-deferred and peek call is counted as a syphon receive (billed even when it returns
+nothing), on the backlog queue's counters; every message the primary accepted as a syphon send, on its
+destination's counters. What the code relies on from the SDK and Service Bus (deferral, receive by
+sequence number, lock expiry) is in ``docs/servicebus-sdk.md``.
 """
 
 from __future__ import annotations
@@ -39,18 +47,21 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from bridge.core.aliasing import Restored, UnaliasDecision
 from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import PairedState, backlog_queue_index
+from bridge.core.provisioning import BACKLOG_QUEUE
 from bridge.core.syphon import Barrier, SyphonAction, SyphonDecision, plan_received, syphon_after_send
-from bridge.core.syphon_timing import lock_renewal_due, may_poll, receive_wait
+from bridge.core.syphon_timing import LockSpan, lock_renewal_due, lock_span, may_poll, receive_wait
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
 from bridge.paired.entities import paired_entities
+from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import (
     ReceivedMessage,
     RestoreDecision,
@@ -58,13 +69,17 @@ from bridge.servicebus.messages import (
     barrier_of,
     from_backlog_message,
 )
+from bridge.settings import Settings
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
 
 log = logging.getLogger(__name__)
 
 LOCK_MARGIN = 2.0
-"""Seconds added to a lock's expiry before a later run may assume it ended (clock skew, in-flight calls)."""
+"""Seconds added to a lock's expiry before a later run may assume it ended (in-flight calls; the marker's
+expiry is Redis's clock, the lock's Service Bus's: they only need to agree on how long a second is)."""
+ASSUMED_LOCK = (BACKLOG_QUEUE.lock_duration or timedelta(minutes=1)).total_seconds()
+"""The LockDuration the bridge provisions backlog queues with: the bound when a queue's cannot be read."""
 
 
 @dataclass
@@ -125,18 +140,40 @@ def _item(message: ReceivedMessage, now: float) -> Item:
     return barrier_of(message) or from_backlog_message(message, now)
 
 
-class _Batch:
-    """Messages received in one call: which are unsettled, which were set aside before, lock times."""
+def queue_lock_duration(settings: Settings, queue: str) -> float | None:
+    """The LockDuration of backlog queue ``queue`` in seconds (administration client, Manage right); None
+    when it cannot be read."""
+    if settings.secondary is None:
+        return None
+    try:
+        with NamespaceAdmin(
+            settings.secondary, role="secondary", retry_total=0, timeout=settings.retry.attempt_deadline
+        ) as admin:
+            props = admin.get_queue(queue)
+    except NamespaceError as error:
+        log.warning("cannot read the LockDuration of %s: %s", queue, describe_error(error))
+        return None
+    duration = getattr(props, "lock_duration", None)
+    if not isinstance(duration, timedelta) or duration <= timedelta(0):
+        return None
+    return duration.total_seconds()
 
-    def __init__(self, messages: Sequence[ReceivedMessage], received_at: float, from_aside: bool) -> None:
+
+class _Batch:
+    """Messages received in one call: which are unsettled, which were set aside before, lock times.
+
+    ``lock_from`` and ``locked_until`` are on the syphon's monotonic clock: when the calls that took the
+    locks started, and the earliest their locks may end (None: unknown, never renewed)."""
+
+    def __init__(
+        self, messages: Sequence[ReceivedMessage], window: tuple[float, float] | None, from_aside: bool
+    ) -> None:
         self.messages = list(messages)
         self.from_aside = from_aside
         self.unsettled = set(range(len(messages)))
         self.set_aside: set[int] = set()
-        self.lock_from = received_at
-        expiries = [m.locked_until_utc for m in messages]
-        self.locked_until = min((t.timestamp() for t in expiries if t is not None), default=None)
-        self.latest_lock = max((t.timestamp() for t in expiries if t is not None), default=None)
+        self.lock_from: float = 0.0 if window is None else window[0]
+        self.locked_until: float | None = None if window is None else window[1]
 
 
 class BacklogSyphon:
@@ -148,11 +185,17 @@ class BacklogSyphon:
         queue: str,
         holds: Callable[[], bool],
         aside: AsideStore | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
         self.queue = queue
         self.holds = holds
         self.aside = aside or AsideStore(ctx.redis)
+        self.monotonic = monotonic
+        """The clock lock times are measured on (``_Batch``): this process's, immune to any host's skew."""
+        self._lock_duration: float | None = None
+        self._lock_read = False
+        self._window: tuple[float, float] | None = None
         self.report = QueueReport(queue)
         self.paired = paired_entities(ctx.settings)
         self._states: dict[str, PairedState] = {}
@@ -228,6 +271,7 @@ class BacklogSyphon:
 
     def _receive(self, wait: float) -> list[ReceivedMessage] | None:
         ctx = self.ctx
+        started = self.monotonic()
         try:
             messages = ctx.pool.receive_batch(
                 "secondary", self.queue, ctx.settings.paired.syphon_batch_size, wait
@@ -237,7 +281,7 @@ class BacklogSyphon:
             return None
         finally:
             self._count_receive()
-        self._note_locks(messages)
+        self._note_locks(messages, started)
         self.report.received += len(messages)
         self.journal.receive_call(len(messages), ctx.clock())
         # A batch is not always in queue order: with prefetch 0 the SDK releases a message that reaches the
@@ -245,10 +289,43 @@ class BacklogSyphon:
         # queue's sequence number is the order the workers sent them in (one key, one queue).
         return sorted(messages, key=_number)
 
-    def _note_locks(self, messages: Sequence[ReceivedMessage]) -> None:
-        expiries = [m.locked_until_utc.timestamp() for m in messages if m.locked_until_utc is not None]
-        if expiries:
-            self.aside.note_locks(self.queue, max(expiries) - self.ctx.clock() + LOCK_MARGIN)
+    def _note_locks(self, messages: Sequence[ReceivedMessage], started: float) -> None:
+        """``messages`` came locked from a call that started at ``started`` (monotonic): the next batch
+        renews by them, and a marker outlives them."""
+        ended = self.monotonic()
+        span = self._span([m.locked_until_utc for m in messages], ended - started)
+        if span is None:
+            return
+        until = started + span.shortest
+        window = self._window
+        self._window = (
+            (started, until) if window is None else (min(window[0], started), min(window[1], until))
+        )
+        self._mark_locks(ended + span.longest)
+
+    def _span(self, expiries: Sequence[datetime | None], call: float) -> LockSpan | None:
+        """The ``LockSpan`` of a call that took ``call`` seconds and returned locks ending at ``expiries``."""
+        if not expiries:
+            return None
+        known = [t.timestamp() for t in expiries if t is not None]
+        now = self.ctx.clock()
+        left = (min(known) - now, max(known) - now) if known else None
+        return lock_span(call, self._queue_lock(), left, ASSUMED_LOCK)
+
+    def _queue_lock(self) -> float | None:
+        """The queue's LockDuration, read once per run (``queue_lock_duration``)."""
+        if not self._lock_read:
+            self._lock_read = True
+            self._lock_duration = queue_lock_duration(self.ctx.settings, self.queue)
+        return self._lock_duration
+
+    def _mark_locks(self, until: float) -> None:
+        """This run holds locks until ``until`` (monotonic) at the latest: a marker with that much PX."""
+        self.aside.note_locks(self.queue, until - self.monotonic() + LOCK_MARGIN)
+
+    def _take_window(self) -> tuple[float, float] | None:
+        window, self._window = self._window, None
+        return window
 
     # ---- set-aside messages first ----------------------------------------------------------------------
     def move_aside(self, until: float) -> bool:
@@ -275,22 +352,24 @@ class BacklogSyphon:
         """The deferred messages ``numbers`` (a leading run of them), and whether one must be waited for."""
         pool = self.ctx.pool
         try:
+            started = self.monotonic()
             try:
                 got = pool.receive_deferred("secondary", self.queue, numbers)
             finally:
                 self._count_receive()
             if got is not None:
-                self._note_locks(got)
+                self._note_locks(got, started)
                 return sorted(got, key=_number), False
             # Some number names no deferred message: go one by one, in order, to find it.
             out: list[ReceivedMessage] = []
             for number in numbers:
+                started = self.monotonic()
                 try:
                     one = pool.receive_deferred("secondary", self.queue, [number])
                 finally:
                     self._count_receive()
                 if one:
-                    self._note_locks(one)
+                    self._note_locks(one, started)
                     out.extend(one)
                     continue
                 try:
@@ -319,7 +398,7 @@ class BacklogSyphon:
         """Restore, send, settle one batch in order; True when some message left the backlog."""
         ctx = self.ctx
         moved_before = self.report.progress
-        batch = _Batch(messages, ctx.clock(), from_aside)
+        batch = _Batch(messages, self._take_window(), from_aside)
         now = ctx.clock()
         restored = [_item(message, now) for message in messages]
         held = set() if from_aside else set(self.aside.destinations(self.queue))
@@ -482,7 +561,7 @@ class BacklogSyphon:
         batch.unsettled.discard(index)
 
     def _renew_locks_if_due(self, batch: _Batch) -> None:
-        now = self.ctx.clock()
+        now = self.monotonic()
         margin = self.ctx.pool.attempt_deadline
         if not batch.unsettled or not lock_renewal_due(batch.lock_from, batch.locked_until, now, margin):
             return
@@ -492,8 +571,10 @@ class BacklogSyphon:
         except NamespaceError as error:
             log.info("renewing locks in %s failed: %s", self.queue, describe_error(error))
             return
+        ended = self.monotonic()
+        span = self._span(list(expiries), ended - now)
         batch.lock_from = now
-        batch.locked_until = min((t.timestamp() for t in expiries), default=None)
-        if expiries:
-            self.aside.note_locks(self.queue, max(t.timestamp() for t in expiries) - now + LOCK_MARGIN)
+        batch.locked_until = None if span is None else now + span.shortest
+        if span is not None:
+            self._mark_locks(ended + span.longest)
         self.report.lock_renewals += 1

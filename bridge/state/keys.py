@@ -13,13 +13,15 @@ key                                        holds
 ``bridge:{E}:health:<role>``               hash ``NamespaceHealth`` of the primary/secondary for E
 ``bridge:{E}:paired``                      hash ``PairedState`` (failover timer, failed_over_at, ping)
 ``bridge:{E}:cost``                        hash ``CostTally`` counters (HINCRBY)
-``bridge:{E}:notbefore``                   hash shard -> epoch seconds before which not to retry it
+``bridge:{E}:notbefore``                   hash shard -> epoch seconds (Redis's clock) before which not
+                                           to retry it
 ``bridge:{E}:attempts``                    hash shard -> retries in a row of the shard's head entry
 ``bridge:{E}:delivered:<i>``               hash entry id -> targets that already accepted it (active
                                            mode, policy ``all``: not sent there again on retry)
 ``bridge:{E}:scheduled:<i>``               string, short PX: a drain of shard i is queued (-1: ingest)
-``bridge:{E}:abandoned``                   hash ``<i>|<role>|<path>`` -> epoch seconds until which shard
-                                           i sends nothing to that path after a send timed out there
+``bridge:{E}:abandoned``                   hash ``<i>|<role>|<path>`` -> epoch seconds (Redis's clock)
+                                           until which shard i sends nothing to that path after a
+                                           send timed out there
                                            (``bridge.core.abandoned``; PX: gone when the last wait is)
 ``bridge:{E}:lease:<i>``                   string: owner of the drain lease of outbox shard i (PX ttl)
 ``bridge:{backlog:<N>}:rotation``          hash index -> removed_at, ``<index>.error`` -> why, for the

@@ -10,7 +10,11 @@ enqueueing the same shard twice. One consumer per keyed shard is ``bridge.state.
 drainer passes its lease's ``Fence`` to ``schedule`` and ``clear``, so one that lost its shard can neither
 set nor wipe the backoff of the new holder (one Lua script checks the lease and writes).
 
-Times are epoch seconds chosen by the caller (the core takes ``now`` as an argument, never a clock).
+Times here are read by other processes, on other hosts, so they are Redis's own (``TIME``), never the
+caller's: a caller passes a *duration* (``back_off(..., delay)``, ``wait_after_abandoned(..., wait)``), the
+script adds it to the server's clock, and readers get the seconds left, computed by a script against the
+same clock (``backoff_left``, ``abandoned_waits_left``). A host whose clock runs ahead or behind therefore
+neither cuts a wait short nor stretches it (docs/replication.md, "Clocks").
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
 ``StateStoreUnavailableError``.
@@ -56,19 +60,21 @@ class RetryStore:
         self.client = client
 
     # ---- not before -----------------------------------------------------------------------------
-    def set_not_before(self, entity: str, shard: int, at: float) -> None:
-        """Do not drain ``shard`` of ``entity`` before ``at`` (replaces an earlier time)."""
+    def hold_off(self, entity: str, shard: int, delay: float) -> None:
+        """Do not drain ``shard`` of ``entity`` for ``delay`` seconds from now on Redis's clock (replaces an
+        earlier time; the retry count stays)."""
+        args = [str(shard), repr(float(delay)), "0"]
         with driver_errors():
-            self.client.hset(keys.not_before(entity), str(shard), repr(float(at)))
+            run_script(self.client, scripts.SCHEDULE, [keys.not_before(entity), keys.attempts(entity)], args)
 
-    def schedule(self, entity: str, shard: int, at: float, fence: Fence | None = None) -> int:
-        """``set_not_before`` and count one more retry in a row, atomically; returns the new count.
+    def back_off(self, entity: str, shard: int, delay: float, fence: Fence | None = None) -> int:
+        """``hold_off`` and count one more retry in a row, atomically; returns the new count.
 
         With ``fence`` (the drainer's lease): only while that lease is still held, else ``LeaseLostError``
         and nothing is written.
         """
         if fence is not None:
-            args = [fence.token, str(shard), repr(float(at))]
+            args = [fence.token, str(shard), repr(float(delay))]
             with driver_errors():
                 count = int(
                     run_script(self.client, scripts.FENCED_SCHEDULE, self._fenced(entity, fence), args)
@@ -77,23 +83,30 @@ class RetryStore:
                 raise LeaseLostError(f"shard {shard} of {entity}: lease lost, backoff not set")
             return count
         with driver_errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(keys.not_before(entity), str(shard), repr(float(at)))
-            pipe.hincrby(keys.attempts(entity), str(shard), 1)
-            return int(pipe.execute()[1])
+            return int(
+                run_script(
+                    self.client,
+                    scripts.SCHEDULE,
+                    [keys.not_before(entity), keys.attempts(entity)],
+                    [str(shard), repr(float(delay)), "1"],
+                )
+            )
 
     @staticmethod
     def _fenced(entity: str, fence: Fence) -> list[str]:
         return [fence.key, keys.not_before(entity), keys.attempts(entity)]
 
-    def not_before(self, entity: str, shard: int) -> float | None:
-        """The time before which the shard waits, None when it may be drained now."""
+    def backoff_left(self, entity: str, shard: int) -> float | None:
+        """Seconds the shard still waits on Redis's clock (0 once its time passed, until ``clear``), None
+        when no time is recorded."""
         with driver_errors():
-            raw = self.client.hget(keys.not_before(entity), str(shard))
-        return None if raw is None else float(raw)
+            reply = run_script(self.client, scripts.TIME_LEFT, [keys.not_before(entity)], [str(shard)])
+        left = _seconds_left(reply)
+        return None if not left else max(0.0, next(iter(left.values())))
 
     def all_not_before(self, entity: str) -> dict[int, float]:
-        """Every waiting shard of the entity and its time (for the sweeper and ``bridge status``)."""
+        """Every waiting shard of the entity and its time, epoch seconds on Redis's clock (for ``bridge
+        status``)."""
         with driver_errors():
             data = decode_fields(self.client.hgetall(keys.not_before(entity)))
         return {int(shard): float(at) for shard, at in data.items()}
@@ -150,41 +163,33 @@ class RetryStore:
                 self.client.hdel(keys.delivered(entity, shard), *entry_ids)
 
     # ---- waits after abandoned sends (bridge.core.abandoned) ----------------------------------------
-    def wait_after_abandoned(
-        self, entity: str, shard: int, role: Role, path: str, *, now: float, wait: float
-    ) -> None:
-        """Record that shard ``shard`` sends nothing to ``path`` in ``role`` for ``wait`` s from ``now``.
+    def wait_after_abandoned(self, entity: str, shard: int, role: Role, path: str, *, wait: float) -> None:
+        """Record that shard ``shard`` sends nothing to ``path`` in ``role`` for ``wait`` s from now, on
+        Redis's clock.
 
         Not fenced with the lease: a stale holder's wait only makes the next holder wait too. The key
         expires a second after the latest wait written (every wait is as long as the others), so it never
         piles up.
         """
-        key = keys.abandoned(entity)
-        expire_ms = int(wait * 1000) + 1000
+        field = abandoned.encode_field(shard, role, path)
+        args = [field, repr(float(wait)), str(int(wait * 1000) + 1000)]
         with driver_errors():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, abandoned.encode_field(shard, role, path), repr(float(now + wait)))
-            pipe.pexpire(key, expire_ms)
-            pipe.execute()
+            run_script(self.client, scripts.ABANDON, [keys.abandoned(entity)], args)
 
     def end_wait_after_abandoned(self, entity: str, shard: int, role: Role, path: str) -> None:
         """The abandoned messages were accepted there again: shard ``shard`` may send to ``path`` at once."""
         with driver_errors():
             self.client.hdel(keys.abandoned(entity), abandoned.encode_field(shard, role, path))
 
-    def abandoned_waits(self, entity: str, shard: int) -> dict[tuple[Role, str], float]:
-        """The waits of shard ``shard`` (``(role, path)`` -> until), past ones included."""
+    def abandoned_waits_left(self, entity: str, shard: int) -> dict[tuple[Role, str], float]:
+        """The waits of shard ``shard`` still running: ``(role, path)`` -> seconds left on Redis's clock."""
         with driver_errors():
-            data = decode_fields(self.client.hgetall(keys.abandoned(entity)))
+            reply = run_script(self.client, scripts.TIME_LEFT, [keys.abandoned(entity)], [])
         waits: dict[tuple[Role, str], float] = {}
-        for field, value in data.items():
+        for field, left in _seconds_left(reply).items():
             parsed = abandoned.decode_field(field)
-            if parsed is None or parsed[0] != shard:
-                continue
-            try:
-                waits[(parsed[1], parsed[2])] = float(value)
-            except ValueError:
-                continue
+            if parsed is not None and parsed[0] == shard and left > 0:
+                waits[(parsed[1], parsed[2])] = left
         return waits
 
     # ---- drain queued ---------------------------------------------------------------------------
@@ -200,3 +205,12 @@ class RetryStore:
         """The queued drain started: the sweeper may queue the next one."""
         with driver_errors():
             self.client.delete(keys.scheduled(entity, shard))
+
+
+def _seconds_left(reply: Sequence[bytes | str]) -> dict[str, float]:
+    """``scripts.TIME_LEFT``'s reply as ``{field: seconds left}``."""
+    return {_text(reply[i]): float(_text(reply[i + 1])) for i in range(0, len(reply) - 1, 2)}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

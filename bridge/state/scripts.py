@@ -84,17 +84,81 @@ return {before, redis.call('HGETALL', key)}
 """
 )
 
+# Times another process reads are Redis's own (``TIME``): a script adds the caller's duration to the server's
+# clock when it writes and subtracts the server's clock when it reads, so the hosts' clocks never meet
+# (docs/replication.md, "Clocks"). Stored as epoch seconds with six decimals; a reply is a decimal string
+# (a Lua number would come back truncated to an integer).
+_NOW = """local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+
 # Fenced retry state of an outbox shard (``bridge.state.retry``): only the shard's lease holder may set or
 # clear its backoff, so a drainer whose lease was taken over cannot wipe or overwrite the new holder's.
-# KEYS: shard lease, not-before hash, attempts hash (one entity's tag). ARGV: token, shard, at.
+# KEYS: shard lease, not-before hash, attempts hash (one entity's tag). ARGV: token, shard, delay (seconds).
 # Reply: -1 when the lease is not held with ``token`` (nothing written), else the new retry count.
 FENCED_SCHEDULE = LuaScript(
-    """#!lua
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    "#!lua\n"
+    + _NOW
+    + """if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[2], string.format('%.6f', now + tonumber(ARGV[3])))
 return redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+"""
+)
+
+# The same without a lease. KEYS: not-before hash, attempts hash. ARGV: shard, delay, count (1: count one
+# more retry, 0: only set the time). Reply: the retry count after the call.
+SCHEDULE = LuaScript(
+    "#!lua\n"
+    + _NOW
+    + """redis.call('HSET', KEYS[1], ARGV[1], string.format('%.6f', now + tonumber(ARGV[2])))
+if ARGV[3] == '1' then
+  return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+end
+return tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+"""
+)
+
+# Seconds left of hash fields that hold Redis times. KEYS: the hash. ARGV: the fields (none: every field).
+# Reply: {field, seconds left (decimal string, negative once passed), ...} for each field present whose value
+# is a number.
+TIME_LEFT = LuaScript(
+    "#!lua flags=no-writes\n"
+    + _NOW
+    + """local out = {}
+local function add(field, value)
+  local at = tonumber(value)
+  if at ~= nil then
+    table.insert(out, field)
+    table.insert(out, string.format('%.6f', at - now))
+  end
+end
+if #ARGV == 0 then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    add(all[i], all[i + 1])
+  end
+else
+  local values = redis.call('HMGET', KEYS[1], unpack(ARGV))
+  for i = 1, #ARGV do
+    if values[i] then
+      add(ARGV[i], values[i])
+    end
+  end
+end
+return out
+"""
+)
+
+# A wait after an abandoned send (``bridge.core.abandoned``). KEYS: the entity's waits hash. ARGV: field,
+# wait (seconds), the key's expiry (milliseconds). Reply: 1.
+ABANDON = LuaScript(
+    "#!lua\n"
+    + _NOW
+    + """redis.call('HSET', KEYS[1], ARGV[1], string.format('%.6f', now + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
 """
 )
 

@@ -93,7 +93,11 @@ def test_cost_leases_and_retry(client: object) -> None:
     assert Lease.named(client, "beat").acquire("a", 10_000)
 
     retry = RetryStore(client)
-    assert retry.schedule("orders", 3, 5.0) == 1 and retry.not_before("orders", 3) == 5.0
+    assert retry.back_off("orders", 3, 5.0) == 1
+    left = retry.backoff_left("orders", 3)
+    assert left is not None and 4 < left <= 5.0
+    retry.wait_after_abandoned("orders", 3, "primary", "orders", wait=5.0)
+    assert set(retry.abandoned_waits_left("orders", 3)) == {("primary", "orders")}
 
 
 def test_status(client: object, cluster_url: str) -> None:

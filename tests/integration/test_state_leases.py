@@ -108,36 +108,50 @@ def test_a_lease_needs_a_positive_whole_ttl(redis_client: redis.Redis, ttl_ms: i
 # ---- retry not-before ---------------------------------------------------------------------------------
 
 
-def test_not_before_per_shard(redis_client: redis.Redis) -> None:
+def _server_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6
+
+
+def test_a_backoff_is_a_time_on_redis_s_clock_per_shard(redis_client: redis.Redis) -> None:
     store = RetryStore(redis_client)
-    assert store.not_before("orders", 0) is None
-    store.set_not_before("orders", 0, 1700000000.123456789)
-    store.set_not_before("orders", 3, 1700000005.5)
-    store.set_not_before("invoices", 0, 42.0)
+    assert store.backoff_left("orders", 0) is None
+    before = _server_now(redis_client)
+    store.hold_off("orders", 0, 30.0)
+    store.hold_off("orders", 3, 60.0)
+    store.hold_off("invoices", 0, 90.0)
+    after = _server_now(redis_client)
 
     other = RetryStore(redis_client)
-    assert other.not_before("orders", 0) == 1700000000.123456789
-    assert other.not_before("orders", 1) is None
-    assert other.all_not_before("orders") == {0: 1700000000.123456789, 3: 1700000005.5}
+    left = other.backoff_left("orders", 0)
+    assert left is not None and 30.0 - (after - before) - 1 < left <= 30.0
+    assert other.backoff_left("orders", 1) is None
+    stored = other.all_not_before("orders")  # what ``bridge status`` shows: epoch seconds, Redis's clock
+    assert set(stored) == {0, 3}
+    assert before + 30 <= stored[0] <= after + 30 and before + 60 <= stored[3] <= after + 60
 
-    store.set_not_before("orders", 0, 1700000009.0)  # a later failure replaces the time
-    assert other.not_before("orders", 0) == 1700000009.0
+    store.hold_off("orders", 0, 0.0)  # a later wait replaces the time; a passed one reads 0 until cleared
+    assert other.backoff_left("orders", 0) == 0.0
     store.clear("orders", 0)
-    assert other.not_before("orders", 0) is None
-    assert other.all_not_before("orders") == {3: 1700000005.5}
-    assert other.not_before("invoices", 0) == 42.0
+    assert other.backoff_left("orders", 0) is None
+    assert set(other.all_not_before("orders")) == {3}
+    invoices = other.backoff_left("invoices", 0)
+    assert invoices is not None and 88 < invoices <= 90
 
 
-def test_schedule_counts_retries_in_a_row_until_clear(redis_client: redis.Redis) -> None:
+def test_back_off_counts_retries_in_a_row_until_clear(redis_client: redis.Redis) -> None:
     store = RetryStore(redis_client)
     assert store.attempts("orders", 1) == 0
-    assert store.schedule("orders", 1, 100.0) == 1
-    assert store.schedule("orders", 1, 102.5) == 2
-    assert (store.attempts("orders", 1), store.not_before("orders", 1)) == (2, 102.5)
+    assert store.back_off("orders", 1, 100.0) == 1
+    assert store.back_off("orders", 1, 2.5) == 2
+    left = store.backoff_left("orders", 1)
+    assert store.attempts("orders", 1) == 2 and left is not None and 1.5 < left <= 2.5
     assert store.attempts("orders", 0) == 0
+    store.hold_off("orders", 1, 5.0)  # not a retry: the count stays
+    assert store.attempts("orders", 1) == 2
     store.clear("orders", 1)
-    assert (store.attempts("orders", 1), store.not_before("orders", 1)) == (0, None)
-    assert store.schedule("orders", 1, 200.0) == 1
+    assert (store.attempts("orders", 1), store.backoff_left("orders", 1)) == (0, None)
+    assert store.back_off("orders", 1, 200.0) == 1
 
 
 def test_delivered_targets_per_entry(redis_client: redis.Redis) -> None:
@@ -218,23 +232,23 @@ def test_concurrent_flushes_lose_nothing(redis_url: str) -> None:
 
 def test_waits_after_abandoned_sends_are_per_shard_and_expire(redis_client: redis.Redis) -> None:
     store = RetryStore(redis_client)
-    now = time.time()
     # Given shard 0 waiting for the entity on the primary and for a backlog queue path on the secondary
-    store.wait_after_abandoned("orders", 0, "primary", "orders", now=now, wait=2.0)
-    store.wait_after_abandoned("orders", 0, "secondary", "ns/x-servicebus-transfer/1", now=now, wait=2.0)
-    store.wait_after_abandoned("orders", 1, "secondary", "orders", now=now, wait=2.0)
-    # And a field that is not a wait (a hand-written key must not break a drainer)
+    store.wait_after_abandoned("orders", 0, "primary", "orders", wait=20.0)
+    store.wait_after_abandoned("orders", 0, "secondary", "ns/x-servicebus-transfer/1", wait=20.0)
+    store.wait_after_abandoned("orders", 1, "secondary", "orders", wait=20.0)
+    # And fields that are not a wait (a hand-written key must not break a drainer), and a wait that ended
     redis_client.hset(keys.abandoned("orders"), "junk", "1")
-    # Then the next holder of each shard reads its own waits only
-    assert store.abandoned_waits("orders", 0) == {
-        ("primary", "orders"): now + 2.0,
-        ("secondary", "ns/x-servicebus-transfer/1"): now + 2.0,
-    }
-    assert store.abandoned_waits("orders", 1) == {("secondary", "orders"): now + 2.0}
-    assert store.abandoned_waits("invoices", 0) == {}
-    # And the record is gone a second after the last wait ended
-    assert 2000 < redis_client.pttl(keys.abandoned("orders")) <= 3000
+    redis_client.hset(keys.abandoned("orders"), "0|primary|old", "not a time")
+    store.wait_after_abandoned("orders", 0, "primary", "gone", wait=0.0)
+    # Then the next holder of each shard reads its own waits only, as seconds left on Redis's clock
+    waits = store.abandoned_waits_left("orders", 0)
+    assert set(waits) == {("primary", "orders"), ("secondary", "ns/x-servicebus-transfer/1")}
+    assert all(19 < left <= 20 for left in waits.values()), waits
+    assert set(store.abandoned_waits_left("orders", 1)) == {("secondary", "orders")}
+    assert store.abandoned_waits_left("invoices", 0) == {}
+    # And the record is gone a second after the last wait ended (the last one written was 0 s long)
+    assert 0 < redis_client.pttl(keys.abandoned("orders")) <= 1000
     # And a wait that the resent messages ended is gone for its shard only
     store.end_wait_after_abandoned("orders", 0, "primary", "orders")
-    assert store.abandoned_waits("orders", 0) == {("secondary", "ns/x-servicebus-transfer/1"): now + 2.0}
-    assert store.abandoned_waits("orders", 1) == {("secondary", "orders"): now + 2.0}
+    assert set(store.abandoned_waits_left("orders", 0)) == {("secondary", "ns/x-servicebus-transfer/1")}
+    assert set(store.abandoned_waits_left("orders", 1)) == {("secondary", "orders")}

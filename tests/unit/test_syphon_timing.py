@@ -13,9 +13,11 @@ from celery.schedules import crontab, schedule
 from bridge.core.beat import claim_ttl_ms
 from bridge.core.paired import PairedState
 from bridge.core.syphon_timing import (
+    LockSpan,
     lease_renew_interval,
     lease_ttl_ms,
     lock_renewal_due,
+    lock_span,
     may_poll,
     receive_wait,
 )
@@ -84,6 +86,27 @@ def test_lock_renewal_after_half_the_lock_time_or_before_a_send_could_outlast_it
     received_at: float, locked_until: float | None, now: float, margin: float, due: bool
 ) -> None:
     assert lock_renewal_due(received_at, locked_until, now, margin) is due
+
+
+@pytest.mark.parametrize(
+    ("call", "duration", "left", "span"),
+    [
+        # The queue's LockDuration known: it alone decides, whatever Service Bus's clock said (``left``)
+        (0.1, 4.0, (34.0, 34.0), LockSpan(4.0, 4.0)),
+        (0.1, 4.0, (-26.0, -26.0), LockSpan(4.0, 4.0)),
+        (0.1, 4.0, None, LockSpan(4.0, 4.0)),
+        # Unknown: the expiries against our clock, measured from the call's start and its return
+        (0.5, None, (59.0, 59.5), LockSpan(59.5, 60.0)),
+        (0.5, None, (4.0, 4.5), LockSpan(4.5, 60.0)),  # a queue with a short lock: the marker keeps a minute
+        (0.5, None, (90.0, 90.0), LockSpan(60.0, 90.0)),  # a clock behind Service Bus's: renew by the minute
+        (0.5, None, (-26.0, -26.0), LockSpan(0.0, 60.0)),  # a clock ahead: renew at once, mark a minute
+        (0.5, None, None, None),
+    ],
+)
+def test_a_lock_span_needs_no_clock_but_ours_when_the_lock_duration_is_known(
+    call: float, duration: float | None, left: tuple[float, float] | None, span: LockSpan | None
+) -> None:
+    assert lock_span(call, duration, left, assumed=60.0) == span
 
 
 @pytest.mark.parametrize(
