@@ -388,7 +388,13 @@ class ShardDrainer:
         return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
+        self,
+        role: Role,
+        path: str,
+        messages: Sequence[OutgoingMessage],
+        operation: Operation,
+        *,
+        keys: Sequence[str | None] | None = None,
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
 
@@ -402,7 +408,7 @@ class ShardDrainer:
         if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
             return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
         started = time.perf_counter()
-        result = self.ctx.pool.send(role, path, messages)
+        result = self.ctx.pool.send(role, path, messages, keys=keys)
         elapsed = time.perf_counter() - started
         now = self.ctx.clock()
         outcome = batch_outcome(

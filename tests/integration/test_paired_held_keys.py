@@ -18,17 +18,20 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import READ_COUNT
 from bridge.delivery.service import DrainService
 from bridge.embedded.stack import LocalStack, wait_until
+from bridge.servicebus.admin import NamespaceAdmin
 from bridge.settings import Settings
 from bridge.state.paired import PairedStore
 from bridge.state.retry import RetryStore
 from tests.integration.paired_support import (
+    BACKLOG_LOCK,
+    backlog_paths,
     create_backlog_queues,
     create_entities,
     mark_failed_over,
     namespace_settings,
     paired_state,
 )
-from tests.integration.worker_support import make_stack, producer, receive_all
+from tests.integration.worker_support import make_stack, outbox_depth, producer, receive_all
 
 __all__ = ["make_stack"]
 pytestmark = pytest.mark.timeout(180)
@@ -37,7 +40,7 @@ HELD = READ_COUNT + 50
 """More held entries than one claim reads: the older entries of another key lie beyond the first claim."""
 
 
-def _settings(stack: LocalStack) -> Settings:
+def _settings(stack: LocalStack, backlog_queues: int = 2) -> Settings:
     return Settings.model_validate(
         {
             "redis_url": stack.redis.url,
@@ -52,7 +55,7 @@ def _settings(stack: LocalStack) -> Settings:
             },
             # A held key waits a minute (one ping interval); the failover never engages by itself.
             "paired": {
-                "backlog_queue_count": 2,
+                "backlog_queue_count": backlog_queues,
                 "failover_interval": 3600,
                 "ping_primary_interval": 60,
                 "enable_syphon": False,
@@ -118,3 +121,40 @@ def test_a_retried_key_is_claimed_again_before_its_newer_messages_behind_many_he
     assert order == first + later, [str(m)[:20] for m in got]
     # And the held key's messages are all still waiting in the outbox, none sent anywhere
     assert not set(order) & set(held)
+
+
+def test_a_message_a_backlog_queue_refuses_for_good_holds_back_the_later_messages_of_its_key(
+    make_stack: Any,
+) -> None:
+    stack = make_stack({"orders": {"replication": "paired", "outbox_shards": 1}})
+    create_entities(stack.primary, queues=["orders"])
+    # A backlog queue that takes messages of at most 64 KB: a 100 KB message is refused there for good
+    # (it waits in the outbox for the primary, which takes it)
+    (path,) = backlog_paths(stack, count=1)
+    with NamespaceAdmin(namespace_settings(stack.secondary)) as admin:
+        admin.create_queue(path, lock_duration=BACKLOG_LOCK, max_message_size_in_kilobytes=64)
+    ctx = DeliveryContext.build(_settings(stack, backlog_queues=1))
+    drains = DrainService(ctx, tick=0.1, block_ms=200).start()
+    try:
+        with producer(stack) as p:
+            # Given failover engaged
+            mark_failed_over(stack, "orders")
+            wait_until(lambda: paired_state(stack, "orders").failed_over, 10, what="failover engaged")
+            # When one send carries a key's message the backlog queue refuses, later messages of the same key,
+            # and another key's message
+            batch = [
+                {"body": "k#0", "partition_key": "k"},
+                {"body": b"k#1" + b"x" * 100_000, "partition_key": "k"},
+                {"body": "k#2", "partition_key": "k"},
+                {"body": "k#3", "partition_key": "k"},
+                {"body": "n#0", "partition_key": "n"},
+            ]
+            ids = p.send_batch("orders", batch)
+            got = receive_all(stack.secondary, path, 2, timeout=20)
+            # Then only k#0 and the other key's message reach the backlog queue: k#2 and k#3 are never sent
+            # past k#1, which waits for the primary; all three stay in the outbox
+            assert sorted(m.message_id for m in got) == sorted([ids[0], ids[4]]), [str(m)[:20] for m in got]
+            assert outbox_depth(stack, "orders") == 3
+    finally:
+        drains.stop()
+        ctx.close()
