@@ -22,8 +22,9 @@ Deciding the whole batch first is what keeps the order per key, the rule the pla
   whole batch is retried and the error recorded.
 - **After the sends.** A backlog queue that failed leaves the rotation (for every worker); its keyed
   messages wait for it (ordered), the others try another queue shortly. A message a backlog queue refuses
-  for good waits for the primary, where it may fit un-aliased. The primary's outcomes start, engage or end
-  the FailoverInterval timer.
+  for good waits for the primary, where it may fit un-aliased; the later messages of its key in the send
+  were not sent (the adapter sends with the keys, ``bridge.servicebus.sending``) and wait behind it. The
+  primary's outcomes start, engage or end the FailoverInterval timer.
 
 Pure: no I/O; ``now`` and the random source come in ``RetryContext``.
 """

@@ -7,6 +7,13 @@ namespace accepted them. A drainer that dies leaves its entries pending in the c
 lease holder claims every pending entry of the shard (``XAUTOCLAIM`` from 0) before reading new ones, so a
 crash between read and ack costs a duplicate (same MessageId), never a loss.
 
+Keys on hold (``Hold``: their entries stay pending) never make another key's newer entries pass its older
+ones: the drainer reads new entries only once it has claimed the whole pending list, ``READ_COUNT`` at a
+time, so an older pending entry of a key that is not held (one whose batch was retried) is always sent
+before that key's newer entries. A claim starts after the entries an earlier claim of the tenure found
+settled or held (``claim_from``), so a long run of held entries is not claimed again on every pass; the
+next claim starts from 0 again when a hold ends.
+
 A tenure runs in one of two ways. ``serve`` is the event-driven drainer of ``bridge.delivery.service``:
 it holds the shard for as long as its process owns it, blocks in ``XREAD`` until an entry arrives and reads
 it at once, and waits out a backoff without letting go. ``run`` is the bounded drain task that the sweeper
@@ -80,6 +87,12 @@ class DrainReport:
     notes: list[str] = field(default_factory=list)
 
 
+def _after(entry_id: str) -> str:
+    """The smallest stream entry id after ``entry_id`` (where a claim past it starts)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq) + 1}"
+
+
 def _message_id(entry: OutboxEntry) -> str | None:
     return entry.envelope.message_id if entry.envelope else None
 
@@ -119,7 +132,8 @@ class ShardDrainer:
         self.abandoned_wait = ctx.settings.retry.abandoned_wait
         self.holds: dict[str, float] = {}
         """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
-        self.all_held = False
+        self.claim_from = "0-0"
+        """Where the next claim starts: every entry still pending before it belongs to a held key."""
         settings = ctx.settings
         self.journal = BatchJournal(
             namespace_names(
@@ -235,10 +249,17 @@ class ShardDrainer:
                 self._release_due_holds()
                 self.settler.flush()  # acknowledgements on their way would be claimed and sent again
                 entries = reader.claim_fenced(
-                    self.entity, self.shard, self.consumer, self.fence, count=READ_COUNT, prune=prune
+                    self.entity,
+                    self.shard,
+                    self.consumer,
+                    self.fence,
+                    count=READ_COUNT,
+                    prune=prune,
+                    start=self.claim_from,
                 )
-                prune, claiming = False, bool(entries)
+                prune = False
                 if not entries:
+                    claiming = False  # the whole pending list was claimed: read what is new
                     continue
             else:
                 read = reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
@@ -256,8 +277,11 @@ class ShardDrainer:
             idle = 0
             if self._process(entries):
                 self._settled()
-                if self.all_held:
-                    claiming = False  # only held keys were pending: read what is new meanwhile
+                if claiming:
+                    # Every claimed entry is settled or its key held: the next claim starts after them, and
+                    # new entries are read only once no pending entry is left beyond (a short claim).
+                    self.claim_from = _after(entries[-1].entry_id)
+                    claiming = len(entries) >= READ_COUNT
             else:
                 # The entry that must wait and everything after it stay pending (ours): claimed again first.
                 claiming = True
@@ -369,7 +393,13 @@ class ShardDrainer:
         return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
+        self,
+        role: Role,
+        path: str,
+        messages: Sequence[OutgoingMessage],
+        operation: Operation,
+        *,
+        keys: Sequence[str | None] | None = None,
     ) -> BatchOutcome:
         """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
 
@@ -383,7 +413,7 @@ class ShardDrainer:
         if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
             return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
         started = time.perf_counter()
-        result = self.ctx.pool.send(role, path, messages)
+        result = self.ctx.pool.send(role, path, messages, keys=keys)
         elapsed = time.perf_counter() - started
         now = self.ctx.clock()
         outcome = batch_outcome(
@@ -548,19 +578,21 @@ class ShardDrainer:
     def _not_held(self, entries: list[OutboxEntry]) -> list[OutboxEntry]:
         """The entries whose key is not held; a held key's entries stay pending behind its first one."""
         if not self.holds:
-            self.all_held = False
             return entries
-        free = [e for e in entries if self._key(e) not in self.holds]
-        self.all_held = not free
-        return free
+        return [e for e in entries if self._key(e) not in self.holds]
 
     def _holds_due(self) -> bool:
         """Some held key may be tried again: its entries are claimed again (in order) and re-decided."""
         return bool(self.holds) and min(self.holds.values()) <= self.ctx.clock()
 
     def _release_due_holds(self) -> None:
+        """Forget the holds that are due; their keys' entries, anywhere in the pending list, are claimed
+        again from the start."""
         now = self.ctx.clock()
-        self.holds = {key: at for key, at in self.holds.items() if at > now}
+        kept = {key: at for key, at in self.holds.items() if at > now}
+        if len(kept) < len(self.holds):
+            self.claim_from = "0-0"
+        self.holds = kept
 
     def _ack(self, entry_ids: list[str]) -> None:
         if entry_ids:

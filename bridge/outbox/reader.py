@@ -235,13 +235,28 @@ class OutboxReader:
         return bool(reply)
 
     def claim_fenced(
-        self, entity: str, shard: int, consumer: str, fence: Fence, *, count: int = 1000, prune: bool = False
+        self,
+        entity: str,
+        shard: int,
+        consumer: str,
+        fence: Fence,
+        *,
+        count: int = 1000,
+        prune: bool = False,
+        start: str = "0-0",
     ) -> list[OutboxEntry]:
-        """Every entry still pending in the shard's group, now the holder's, oldest first (at most
-        ``count``); with ``prune`` the other consumers with nothing pending are deleted from the group.
-        ``LeaseLostError`` when ``fence`` is not held."""
+        """Every entry still pending in the shard's group from entry id ``start`` on (inclusive; ``0-0``:
+        all), now the holder's, oldest first (at most ``count``); with ``prune`` the other consumers with
+        nothing pending are deleted from the group. ``LeaseLostError`` when ``fence`` is not held."""
         stream = keys.outbox(entity, shard)
-        args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count, "1" if prune else "0"]
+        args: list[str | int] = [
+            fence.token,
+            keys.SENDERS_GROUP,
+            consumer,
+            count,
+            "1" if prune else "0",
+            start,
+        ]
         with driver_errors(OutboxUnavailableError):
             reply = run_script(self.client, FENCED_CLAIM, [stream, fence.key], args)
         _check_fence(reply, entity, shard)

@@ -300,18 +300,19 @@ return {0, '0-0'}
 """
 )
 
-# KEYS: the shard stream, lease. ARGV: token, group, consumer, count, prune (1/0).
-# Every entry still pending in the group, whoever read it (a crashed or superseded drainer), becomes the
-# holder's, oldest first, up to ``count`` (``XAUTOCLAIM`` from 0 with no idle time: the holder owns the
-# shard). With prune, consumers other than the holder that have nothing pending are deleted
-# (``XGROUP DELCONSUMER``), so the group holds about one consumer however many drainers came and went.
+# KEYS: the shard stream, lease. ARGV: token, group, consumer, count, prune (1/0), start (an entry id).
+# Every entry still pending in the group from ``start`` on, whoever read it (a crashed or superseded
+# drainer), becomes the holder's, oldest first, up to ``count`` (``XAUTOCLAIM`` from ``start``, 0-0 for the
+# whole list, with no idle time: the holder owns the shard). With prune, consumers other than the holder
+# that have nothing pending are deleted (``XGROUP DELCONSUMER``), so the group holds about one consumer
+# however many drainers came and went.
 # Reply: {1, entries} or {-1, 0}.
 FENCED_CLAIM = LuaScript(
     "#!lua\n"
     + _FENCE.format(lease=2, token=1)
     + """local want = tonumber(ARGV[4])
 local out = {}
-local cursor = '0-0'
+local cursor = ARGV[6] or '0-0'
 repeat
   local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[2], ARGV[3], 0, cursor,
     'COUNT', math.min(100, want - #out))

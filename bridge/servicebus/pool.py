@@ -126,18 +126,26 @@ class NamespacePool:
         self._runner = AttemptRunner(max_stuck=max_stuck_threads)
 
     # ---- public operations -----------------------------------------------------------------------------
-    def send(self, role: Role, entity: str, messages: Sequence[ServiceBusMessage]) -> SendResult:
+    def send(
+        self,
+        role: Role,
+        entity: str,
+        messages: Sequence[ServiceBusMessage],
+        *,
+        keys: Sequence[str | None] | None = None,
+    ) -> SendResult:
         """Send ``messages`` to ``entity`` in order, in as few batches as fit; never raises for failures.
 
         ``SendResult.accepted`` lists the indexes the namespace accepted, ``failed`` maps the others to
-        their ``NamespaceError`` (``bridge.servicebus.sending`` describes which fail with what).
+        their ``NamespaceError`` (``bridge.servicebus.sending`` describes which fail with what, and what
+        ``keys``, the messages' order keys, change).
         """
         if not messages:
             return SendResult()
         try:
             with self._using(role, f"send:{entity}") as client:
                 channel = _Channel(self, client, client.sender(entity), entity)
-                return send_in_batches(channel, messages, namespace=role)
+                return send_in_batches(channel, messages, namespace=role, keys=keys)
         except NamespaceError as error:
             return SendResult(failed=dict.fromkeys(range(len(messages)), error))
 

@@ -9,6 +9,9 @@ batch is one transfer, accepted or refused as a whole) and reports, per message 
   it is sent: order per SessionId/PartitionKey is kept, message k+1 never goes out after k failed.
 - Except when a batch of several messages is refused as message-permanent (the broker's own size check):
   its messages are re-sent one by one, so only the culprit fails.
+- With ``keys`` (each message's order key, None for none), a message that fails for good stops the later
+  messages of its key: they fail with ``MessagePermanentError`` unsent, so none of them lands past it (a
+  paired backlog send, whose refused message waits for the primary). Without ``keys`` the others go on.
 
 The channel does the I/O (``NamespacePool`` passes one that runs each SDK call under the attempt deadline
 and translates errors); this module never raises for a send failure.
@@ -57,11 +60,18 @@ class BatchChannel(Protocol):
 
 class _Packer:
     def __init__(
-        self, channel: BatchChannel, messages: Sequence[ServiceBusMessage], namespace: str | None
+        self,
+        channel: BatchChannel,
+        messages: Sequence[ServiceBusMessage],
+        namespace: str | None,
+        keys: Sequence[str | None] | None,
     ) -> None:
         self.channel = channel
         self.messages = messages
         self.namespace = namespace
+        self.keys = keys
+        self.stopped: set[str] = set()
+        """Keys whose message failed for good: their later messages are not sent."""
         self.result = SendResult()
         self.work: deque[int] = deque(range(len(messages)))
         self.alone: set[int] = set()
@@ -74,6 +84,13 @@ class _Packer:
                 self.flush()  # may put a refused batch's messages back to be sent one by one
                 continue
             index = self.work.popleft()
+            if self._key(index) in self.stopped:
+                self.result.failed[index] = MessagePermanentError(
+                    f"{self.namespace or 'namespace'}: message {index} not sent: an earlier message of its "
+                    "key was refused for good",
+                    namespace=self.namespace,
+                )
+                continue
             if self.members and index in self.alone:
                 self.work.appendleft(index)
                 self.flush()
@@ -118,6 +135,7 @@ class _Packer:
         except MessagePermanentError as error:
             if len(members) == 1:
                 self.result.failed[members[0]] = error
+                self._stop_key(members[0])
             else:
                 self.alone.update(members)
                 self.work.extendleft(reversed(members))
@@ -132,6 +150,15 @@ class _Packer:
         self.result.failed[index] = MessagePermanentError(
             f"{self.namespace or 'namespace'}: message {index} {reason}", namespace=self.namespace
         )
+        self._stop_key(index)
+
+    def _key(self, index: int) -> str | None:
+        return self.keys[index] if self.keys is not None else None
+
+    def _stop_key(self, index: int) -> None:
+        key = self._key(index)
+        if key is not None:
+            self.stopped.add(key)
 
     def fail_rest(self, members: list[int], error: NamespaceError) -> None:
         for index in (*members, *self.work):
@@ -149,7 +176,14 @@ def _fits_alone(message: ServiceBusMessage, limit: int) -> bool:
 
 
 def send_in_batches(
-    channel: BatchChannel, messages: Sequence[ServiceBusMessage], namespace: str | None = None
+    channel: BatchChannel,
+    messages: Sequence[ServiceBusMessage],
+    namespace: str | None = None,
+    *,
+    keys: Sequence[str | None] | None = None,
 ) -> SendResult:
-    """Send ``messages`` in order in as few batches as fit; see the module docstring for failures."""
-    return _Packer(channel, messages, namespace).run()
+    """Send ``messages`` in order in as few batches as fit; see the module docstring for failures and
+    ``keys``."""
+    if keys is not None and len(keys) != len(messages):
+        raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
+    return _Packer(channel, messages, namespace, keys).run()

@@ -37,7 +37,7 @@ def test_redis_door_under_backpressure_keeps_every_key_in_order(make_stack: Any)
     stack = make_stack(entities, settings={"BRIDGE_WORKERS__DISCOVER_INTERVAL": "1"})
     # A primary that settles each send 0.2 s late keeps the outbox near its bound of 150
     stack.primary.control.stall(delay=0.2)
-    stack.start_worker()
+    worker = stack.start_worker()
     stack.start_beat()
     client = _client(stack)
     sent: dict[str, list[str]] = {f"k{k}": [] for k in range(8)}
@@ -56,11 +56,13 @@ def test_redis_door_under_backpressure_keeps_every_key_in_order(make_stack: Any)
             time.sleep(0.3)
         # And an entity nobody configured, written the same way
         client.xadd(keys.ingress("invoices"), {"body": "inv-1", "message_id": "inv-1"})
-        # Then the door met backpressure (entries waited in the stream) ...
         wait_until(lambda: client.xlen(keys.ingress("tiny")) == 0, 90, what="the door emptying its stream")
     finally:
         client.close()
     stack.primary.control.restore()
+    # Then the door met backpressure: the full outbox refused moves (the entries waited in the stream) ...
+    refusal = f"the outbox of entity {'tiny'!r} is full; retry later"
+    assert refusal in worker.log_path.read_text(errors="replace"), worker.log_tail()
     # ... and every key's messages reached the primary in the order they were written
     report = check_namespaces(sent, {"primary": stack.primary}, "tiny", timeout=60)
     assert report.out_of_sequence == 0 and not report.missing, report

@@ -92,3 +92,23 @@ def test_batch_creation_failure_fails_everything() -> None:
 def test_empty_send() -> None:
     result = send_in_batches(Recorder(), [])
     assert result.ok and result.accepted == [] and result.batches == 0
+
+
+def test_with_keys_a_message_refused_for_good_stops_the_later_messages_of_its_key() -> None:
+    # Message 1 (key "k") is too large for any batch: k's later message 3 is not sent past it, the other
+    # keys' and the keyless messages go on
+    channel = Recorder()
+    sizes = msgs(10, LIMIT * 2, 10, 10, 10)
+    result = send_in_batches(channel, sizes, namespace="secondary", keys=["k", "k", "n", "k", None])
+    assert result.accepted == [0, 2, 4] and set(result.failed) == {1, 3}
+    assert isinstance(result.failed[3], MessagePermanentError) and "not sent" in str(result.failed[3])
+    assert channel.sent == [["0", "2", "4"]]
+
+
+def test_with_keys_a_broker_refusal_stops_the_later_messages_of_its_key() -> None:
+    # The broker refuses any batch holding message 1: sent one by one, k's later message 2 is not sent
+    refusal = MessagePermanentError("size exceeded", namespace="secondary")
+    channel = Recorder(fail=lambda ids: refusal if "1" in ids else None)
+    result = send_in_batches(channel, msgs(10, 10, 10, 10), keys=["k", "k", "k", "n"])
+    assert result.accepted == [0, 3] and result.failed[1] is refusal and 2 in result.failed
+    assert channel.sent == [["0"], ["3"]]

@@ -24,9 +24,17 @@ class SendPort(Protocol):
     shard: int
 
     def send_messages(
-        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
+        self,
+        role: Role,
+        path: str,
+        messages: Sequence[OutgoingMessage],
+        operation: Operation,
+        *,
+        keys: Sequence[str | None] | None = None,
     ) -> BatchOutcome:
-        """One batched send to ``path`` in namespace ``role``; outcomes, cost and health recorded."""
+        """One batched send to ``path`` in namespace ``role``; outcomes, cost and health recorded. With
+        ``keys`` (the messages' order keys), a message refused for good stops its key's later messages
+        (``bridge.servicebus.sending``)."""
         ...
 
     def retry_context(self) -> RetryContext:

@@ -28,6 +28,8 @@ Order per key (``paired.restore_order``):
 In both, a message that cannot be aliased (too large once aliased, or it already carries an ``x-ms-*``
 property) waits in the outbox for the primary, where it fits; it holds back only the later messages of
 its own key, which are not sent past it. Nothing is re-sent while it waits: a held key costs no operation.
+A message a backlog queue refuses for good waits the same way; the backlog sends carry the entries' keys,
+so the later messages of its key in that send are not sent past it either.
 """
 
 from __future__ import annotations
@@ -164,7 +166,9 @@ def _send(
         outcomes.update(zip(plan.to_primary, result.outcomes, strict=True))
     for send in plan.to_backlog:
         messages = [_aliased(batch, position).message for position in send.members]
-        result = port.send_messages("secondary", send.path, messages, Operation.BACKLOG_SEND)
+        # A message the queue refuses for good waits for the primary: its key's later ones are not sent.
+        keys = [plan.keys[position] for position in send.members]
+        result = port.send_messages("secondary", send.path, messages, Operation.BACKLOG_SEND, keys=keys)
         outcomes.update(zip(send.members, result.outcomes, strict=True))
     return outcomes
 
