@@ -45,6 +45,7 @@ from bridge.core.settle import (
 )
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
 from bridge.delivery.settler import Settler
@@ -357,7 +358,8 @@ class ShardDrainer:
         good = self._not_held(good)
         if not good:
             return True
-        decisions = sender_for(self.mode).settle(self, good)
+        # Only what has TTL left is sent, with what is left of it (``bridge.delivery.expiry``).
+        decisions = settle_unexpired(sender_for(self.mode), self, good, self.ctx.clock())
         return self._apply(good, decisions)
 
     def retry_context(self) -> RetryContext:
@@ -494,17 +496,16 @@ class ShardDrainer:
         self.journal.take().write(self.ctx.journal, self.entity)
         for entry, fate in fates:
             if isinstance(fate, DeadLetterEntry):
-                self._dead_letter(entry, fate.reason, plan.now)
+                self._dead_letter(entry, fate, plan.now)
             elif isinstance(fate, HoldKey):
                 self._hold(fate)
             elif isinstance(fate, StayPending) and fate.delivered_to:
                 self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
         self._ack([entry.entry_id for entry, fate in fates if isinstance(fate, Acknowledge)])
 
-    def _dead_letter(self, entry: OutboxEntry, reason: str, now: float) -> None:
-        self.ctx.reader.move(
-            entry, to="deadletter", code="message_permanent", reason=reason, now=now, fence=self.fence
-        )
+    def _dead_letter(self, entry: OutboxEntry, fate: DeadLetterEntry, now: float) -> None:
+        reason = fate.reason
+        self.ctx.reader.move(entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.fence)
         self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
         self.report.dead_lettered += 1
         log.warning(
