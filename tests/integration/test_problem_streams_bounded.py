@@ -136,3 +136,37 @@ def test_a_full_quarantine_leaves_redis_door_entries_in_the_ingress_stream(
     assert redis_client.xlen(stream) == 0
     bodies = [p["original"]["body"] for p in list_problems(redis_client, entity, "quarantine")]
     assert bodies == ["bad0", "bad1", "bad2"]
+
+
+def test_a_full_quarantine_holds_a_corrupt_outbox_entry_and_what_follows_it(
+    redis_url: str,
+    redis_client: redis.Redis,
+    shared_namespace: LocalNamespace,
+    unique_name: str,
+    contexts: list[DeliveryContext],
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, bound=1)
+    # Given a quarantine at its bound, then a corrupt outbox entry with a good message behind it
+    redis_client.xadd(keys.quarantine(entity), {"code": "earlier", "reason": "reviewed later"})
+    with Producer(settings=settings) as producer:
+        producer.send(entity, b"first")  # (creates the outbox and its counters)
+    ctx = DeliveryContext.build(settings)
+    contexts.append(ctx)
+    assert ShardDrainer(ctx, entity, 0).run(budget=5).sent == 1
+    receive_all(shared_namespace, entity, 1)
+    redis_client.xadd(keys.outbox(entity, 0), {b"v": b"999", b"garbage": b"\xff"})
+    with Producer(settings=settings) as producer:
+        behind = producer.send(entity, b"behind")
+    # When a drain runs
+    report = ShardDrainer(ctx, entity, 0).run(budget=5)
+    # Then the corrupt entry is not moved, and nothing behind it is sent past it: the shard holds
+    assert (report.quarantined, report.sent, report.retry_after) == (0, 0, PROBLEM_FULL_WAIT)
+    assert redis_client.xlen(keys.outbox(entity, 0)) == 2
+    assert redis_client.xlen(keys.quarantine(entity)) == 1
+    # When the reviewed entry is deleted and the next drain runs, both go, in order
+    redis_client.delete(keys.quarantine(entity))
+    report = ShardDrainer(ctx, entity, 0).run(budget=5)
+    assert (report.quarantined, report.sent) == (1, 1)
+    assert [m.message_id for m in receive_all(shared_namespace, entity, 1)] == [behind]
+    assert redis_client.xlen(keys.outbox(entity, 0)) == 0

@@ -1,8 +1,8 @@
 """A message's TimeToLive counts from acceptance: what waited in the outbox arrives with what is left of
 it, and what expired there is dead-lettered locally, never sent.
 
-Real parts throughout: ``bridge worker`` processes, the stack's Redis, local namespaces read back through
-the azure-servicebus SDK. The outbox wait is a worker that is not running yet.
+Real parts throughout: ``bridge worker`` processes (or a drain run in this process), Redis, local
+namespaces read back through the azure-servicebus SDK. The outbox wait is a worker that is not running yet.
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from typing import Any
 
 import pytest
 import redis
+from azure.servicebus import ServiceBusClient
 
 from bridge.core.expiry import EXPIRED_BEFORE_DELIVERY
+from bridge.delivery.context import DeliveryContext
+from bridge.delivery.drainer import ShardDrainer
+from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.journal.store import JournalStore
 from bridge.outbox.problems import list_problems
-from bridge.settings import JournalSettings
-from tests.integration.paired_support import create_backlog_queues, mark_failed_over, text
+from bridge.producer import Producer
+from bridge.settings import JournalSettings, Settings
+from tests.integration.paired_support import create_backlog_queues, mark_failed_over, namespace_settings, text
 from tests.integration.worker_support import entity_status, make_stack, outbox_depth, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -110,3 +115,44 @@ def test_a_paired_entity_aliases_the_rest_of_the_ttl_into_the_backlog_queue(make
     assert TTL - waited - 1.0 <= ttl <= TTL - WAIT + 0.5, (ttl, waited)
     # And the expired one went to the local dead-letter stream, not to the backlog
     _expired_locally(stack, "orders", expired)
+
+
+def test_a_scheduled_message_counts_its_ttl_from_the_later_of_acceptance_and_its_scheduled_time(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    entity = unique_name
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(shared_namespace),
+            "entities": {entity: {"replication": "none"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+    # Given two scheduled messages with 60 s to live: one due in an hour, one due 1 s after acceptance
+    now = dt.datetime.now(dt.UTC)
+    with Producer(settings=settings) as p:
+        later = p.send(
+            entity, b"later", time_to_live=TTL, scheduled_enqueue_time_utc=now + dt.timedelta(hours=1)
+        )
+        soon = p.send(
+            entity, b"soon", time_to_live=TTL, scheduled_enqueue_time_utc=now + dt.timedelta(seconds=1)
+        )
+    # When they wait in the outbox for longer than the second one's schedule, then a drain sends them
+    time.sleep(WAIT)
+    ctx = DeliveryContext.build(settings)
+    try:
+        assert ShardDrainer(ctx, entity, 0).run(budget=5).sent == 2
+    finally:
+        ctx.close()
+    # Then the one not due yet keeps its whole TTL (Service Bus counts it from the scheduled time), and the
+    # one whose time passed in the outbox has what is left counted from its scheduled time
+    with (
+        ServiceBusClient.from_connection_string(shared_namespace.connection_string, retry_total=1) as client,
+        client.get_queue_receiver(entity) as receiver,
+    ):
+        peeked = {m.message_id: m for m in receiver.peek_messages(max_message_count=10, sequence_number=1)}
+    assert set(peeked) == {later, soon}
+    assert _ttl_seconds(peeked[later].time_to_live) == TTL
+    waited = (dt.datetime.now(dt.UTC) - now).total_seconds() - 1
+    assert TTL - waited - 1.0 <= _ttl_seconds(peeked[soon].time_to_live) <= TTL - (WAIT - 1) + 0.5
