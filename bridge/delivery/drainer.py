@@ -346,14 +346,18 @@ class ShardDrainer:
                 raw_id = entry.fields.get(b"id")
                 message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
                 self._write_journal([journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)])
-                self.ctx.reader.move(
-                    entry,
-                    to="quarantine",
-                    code="corrupt_entry",
-                    reason=reason,
-                    now=self.ctx.clock(),
-                    fence=self.fence,
-                )
+                try:
+                    self.ctx.reader.move(
+                        entry,
+                        to="quarantine",
+                        code="corrupt_entry",
+                        reason=reason,
+                        now=self.ctx.clock(),
+                        fence=self.fence,
+                    )
+                except ProblemStreamFullError as full:  # filled since the check (another shard): held
+                    self._problem_stream_full(full)
+                    return False
                 self.report.quarantined += 1
                 log.warning("entity %s: outbox entry %s quarantined: %s", self.entity, entry.entry_id, reason)
                 transitions.quarantined(self.entity, "outbox", reason)
