@@ -91,6 +91,22 @@ class BackpressureError(BridgeError):
         self.retry_after = retry_after
 
 
+class ProblemStreamFullError(BackpressureError):
+    """An entity's quarantine or dead-letter stream holds ``entities.<name>.max_problem_entries``: the entry
+    that should go there stays where it is (the outbox, the ingress stream) until an operator makes room."""
+
+    def __init__(self, entity: str, stream: str, length: int, bound: int, retry_after: float = 5.0) -> None:
+        super().__init__(
+            f"entity {entity}: the {stream} stream is full ({length} of {bound} entries); "
+            "the entry stays where it is until room is made",
+            retry_after,
+        )
+        self.entity = entity
+        self.stream = stream
+        self.length = length
+        self.bound = bound
+
+
 class StateStoreUnavailableError(BridgeError):
     """Redis (the bridge's state store) is unreachable, read-only or refused a command.
 

@@ -126,6 +126,11 @@ class EntitySettings(BaseModel):
     requires_duplicate_detection: bool = False
     max_pending_messages: int = Field(default=1_000_000, gt=0, description="Backpressure bound (messages).")
     max_pending_bytes: int = Field(default=1024**3, gt=0, description="Backpressure bound (bytes).")
+    max_problem_entries: int = Field(
+        default=100_000,
+        gt=0,
+        description="Bound of the quarantine and of the dead-letter stream (entries, each); never trimmed.",
+    )
     success_policy: Literal["any", "all"] = Field(
         default="any", description="Active replication: acknowledge when one namespace accepted, or both."
     )

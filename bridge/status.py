@@ -11,7 +11,10 @@ Keys are only ever added, never renamed or retyped (``docs/operations.md``). The
                    "dead_letter_depth": int}]}     # entries in the local dead-letter stream
 
 Additive fields: per entity ``configured``, ``epoch``, ``role_swapped_at``, ``role_reason``,
-``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``retry_not_before`` (shard -> epoch seconds
+``outbox_bytes``, ``quarantine_depth``, ``ingress_depth``, ``max_problem_entries`` (the bound of each
+problem stream) and ``problem_streams_full`` (``"quarantine"`` / ``"deadletter"`` for each stream at that
+bound: its entries are held where they are, ``docs/durability.md``; empty when none),
+``retry_not_before`` (shard -> epoch seconds
 on Redis's clock), ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
 ``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
@@ -118,6 +121,10 @@ def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str,
         "outbox_bytes": depth["pending_bytes"],
         "quarantine_depth": depth["quarantine"],
         "ingress_depth": depth["ingress"],
+        "max_problem_entries": options.max_problem_entries,
+        "problem_streams_full": [
+            which for which in ("quarantine", "deadletter") if depth[which] >= options.max_problem_entries
+        ],
         "retry_not_before": {str(k): v for k, v in sorted(RetryStore(client).all_not_before(name).items())},
         "cost": {**asdict(cost), "total": cost.total},
         "journal": _journal(settings, client, name),

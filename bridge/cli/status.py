@@ -74,6 +74,11 @@ def _health(namespace: dict[str, Any]) -> str:
     return text
 
 
+def _problem_depth(entity: dict[str, Any], which: str, depth: int) -> str:
+    """A problem stream's depth, marked FULL at its bound (its entries are then held where they are)."""
+    return f"{depth} FULL" if which in entity.get("problem_streams_full", ()) else str(depth)
+
+
 def _ago(at: float) -> str:
     seconds = max(0, int(time.time() - at))
     if seconds < 120:
@@ -107,8 +112,8 @@ def _print_table(report: dict[str, Any]) -> None:
             _health(entity["namespaces"]["secondary"]),
             str(entity["outbox_depth"]),
             str(entity["outbox_bytes"]),
-            str(entity["dead_letter_depth"]),
-            str(entity["quarantine_depth"]),
+            _problem_depth(entity, "deadletter", entity["dead_letter_depth"]),
+            _problem_depth(entity, "quarantine", entity["quarantine_depth"]),
             str(entity["cost"]["total"]),
         )
         table.add_row(*(Text(cell) for cell in cells))

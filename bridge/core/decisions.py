@@ -76,6 +76,9 @@ class DeadLetter:
     delivered_to: tuple[Target, ...] = ()
     changes: tuple[Change, ...] = ()
     alerts: tuple[str, ...] = ()
+    code: str = "message_permanent"
+    """The dead-letter entry's ``code``: ``message_permanent`` (Service Bus refused it for good) or
+    ``expired_before_delivery`` (its TTL ran out in the outbox, ``bridge.core.expiry``)."""
 
 
 @dataclass(frozen=True)

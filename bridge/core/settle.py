@@ -43,6 +43,7 @@ class DeadLetterEntry:
     """The message can never be delivered: move the entry to the local dead-letter stream."""
 
     reason: str
+    code: str = "message_permanent"
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def _fates(
         if isinstance(settlement, Ack):
             fates.append(Acknowledge())
         elif isinstance(settlement, DeadLetter):
-            fates.append(DeadLetterEntry(settlement.reason))
+            fates.append(DeadLetterEntry(settlement.reason, settlement.code))
         elif isinstance(settlement, Hold):
             if key in holding:
                 fates.append(StayPending())

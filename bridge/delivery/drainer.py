@@ -52,10 +52,11 @@ from bridge.core.settle import (
 )
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
 from bridge.delivery.settler import Settler
-from bridge.errors import LeaseLostError, StateStoreUnavailableError
+from bridge.errors import LeaseLostError, ProblemStreamFullError, StateStoreUnavailableError
 from bridge.journal.emit import BatchJournal, JournalBatch, namespace_names, paired_events
 from bridge.observability import metrics, transitions
 from bridge.outbox.layout import LayoutStore
@@ -68,6 +69,8 @@ READ_COUNT = 200
 """Entries per read: one batched send (or a few, as the size limit allows) per read."""
 LAYOUT_WAIT = 0.5
 """Seconds a new-layout entry waits before the drainer looks again whether the old layout is drained."""
+PROBLEM_FULL_WAIT = 5.0
+"""Seconds a shard holds before it decides again an entry whose quarantine or dead-letter stream was full."""
 BLOCK_MS = 2000
 """How long an idle owned shard blocks in one ``XREAD`` (stays below the client's 5 s socket timeout): one
 command per shard per 2 s while idle, and how soon a stop is noticed."""
@@ -359,18 +362,26 @@ class ShardDrainer:
         self.journal.clear()
         for entry in entries:
             if entry.envelope is None:
+                if not self.ctx.reader.problem_room(self.entity, "quarantine"):
+                    # Held (with everything after it) until there is room: never moved, never lost.
+                    self._problem_stream_full(self._full("quarantine"))
+                    return False
                 reason = str(entry.error) if entry.error else "undecodable outbox entry"
                 raw_id = entry.fields.get(b"id")
                 message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
                 self._write_journal([journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)])
-                self.ctx.reader.move(
-                    entry,
-                    to="quarantine",
-                    code="corrupt_entry",
-                    reason=reason,
-                    now=self.ctx.clock(),
-                    fence=self.fence,
-                )
+                try:
+                    self.ctx.reader.move(
+                        entry,
+                        to="quarantine",
+                        code="corrupt_entry",
+                        reason=reason,
+                        now=self.ctx.clock(),
+                        fence=self.fence,
+                    )
+                except ProblemStreamFullError as full:  # filled since the check (another shard): held
+                    self._problem_stream_full(full)
+                    return False
                 self.report.quarantined += 1
                 log.warning("entity %s: outbox entry %s quarantined: %s", self.entity, entry.entry_id, reason)
                 transitions.quarantined(self.entity, "outbox", reason)
@@ -381,7 +392,8 @@ class ShardDrainer:
         good = self._not_held(good)
         if not good:
             return True
-        decisions = sender_for(self.mode).settle(self, good)
+        # Only what has TTL left is sent, with what is left of it (``bridge.delivery.expiry``).
+        decisions = settle_unexpired(sender_for(self.mode), self, good, self.ctx.clock())
         return self._apply(good, decisions)
 
     def retry_context(self) -> RetryContext:
@@ -507,34 +519,62 @@ class ShardDrainer:
             self.settler.submit(lambda: self._settle_accepted(batch, accepted))
             return True
         self.settler.flush()
-        self._settle_in_line(entries, plan)
-        if plan.stop is None:
-            return True
-        self._stop(plan.stop)
-        return False
+        full = self._settle_in_line(entries, plan)
+        if plan.stop is not None:
+            self._stop(plan.stop)
+        if full is not None:
+            self._problem_stream_full(full)
+        return plan.stop is None and full is None
 
-    def _settle_in_line(self, entries: Sequence[OutboxEntry], plan: SettlePlan) -> None:
+    def _settle_in_line(
+        self, entries: Sequence[OutboxEntry], plan: SettlePlan
+    ) -> ProblemStreamFullError | None:
         """Journal first, then dead-letter moves, holds and what retried entries already reached, then
-        the acknowledgements."""
+        the acknowledgements. The dead-letter entries the stream has no room for stay pending (neither
+        journaled nor moved): the refusal is returned, and the shard holds until there is room."""
         fates = list(zip(entries, plan.fates, strict=True))
+        dead = [entry.entry_id for entry, fate in fates if isinstance(fate, DeadLetterEntry)]
+        room = self.ctx.reader.problem_room(self.entity, "deadletter") if dead else 0
+        kept = set(dead[room:])
         for entry, fate in fates:
-            if isinstance(fate, DeadLetterEntry):
+            if isinstance(fate, DeadLetterEntry) and entry.entry_id not in kept:
                 self.journal.dead_lettered(_message_id(entry), plan.now, fate.reason)
         # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
         self.journal.take().write(self.ctx.journal, self.entity)
+        full = self._full("deadletter") if kept else None
         for entry, fate in fates:
             if isinstance(fate, DeadLetterEntry):
-                self._dead_letter(entry, fate.reason, plan.now)
+                if entry.entry_id in kept:
+                    continue
+                try:
+                    self._dead_letter(entry, fate, plan.now)
+                except ProblemStreamFullError as exc:  # filled meanwhile by another shard: held as well
+                    full = exc
             elif isinstance(fate, HoldKey):
                 self._hold(fate)
             elif isinstance(fate, StayPending) and fate.delivered_to:
                 self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
         self._ack([entry.entry_id for entry, fate in fates if isinstance(fate, Acknowledge)])
+        return full
 
-    def _dead_letter(self, entry: OutboxEntry, reason: str, now: float) -> None:
-        self.ctx.reader.move(
-            entry, to="deadletter", code="message_permanent", reason=reason, now=now, fence=self.fence
-        )
+    def _full(self, stream: str) -> ProblemStreamFullError:
+        bound = self.ctx.settings.entity(self.entity).max_problem_entries
+        return ProblemStreamFullError(self.entity, stream, bound, bound, retry_after=PROBLEM_FULL_WAIT)
+
+    def _problem_stream_full(self, full: ProblemStreamFullError) -> None:
+        """A problem entry found its stream full: it stays pending and the shard holds (loudly) until
+        ``PROBLEM_FULL_WAIT`` has passed, then decides it again (docs/durability.md, "Bounded problem
+        streams")."""
+        now = self.ctx.clock()
+        self.not_before = max(self.not_before or now, now + PROBLEM_FULL_WAIT)
+        self.report.retry_after = max(self.report.retry_after or 0.0, PROBLEM_FULL_WAIT)
+        self.report.notes.append(str(full))
+        log.error("entity %s shard %d holds: %s", self.entity, self.shard, full)
+        transitions.problem_stream_full(self.entity, full.stream)
+
+    def _dead_letter(self, entry: OutboxEntry, fate: DeadLetterEntry, now: float) -> None:
+        reason = fate.reason
+        self.ctx.reader.move(entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.fence)
         self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
         self.report.dead_lettered += 1
         log.warning(

@@ -98,8 +98,13 @@ function render(data) {
     namespaceCell(row, "secondary", e.namespaces.secondary);
     cell(row, "outbox_depth", e.outbox_depth, "num");
     cell(row, "outbox_oldest_age", age(e.outbox_oldest_age), "num");
-    cell(row, "dead_letter_depth", e.dead_letter_depth, "num");
-    cell(row, "quarantine_depth", e.quarantine_depth, "num");
+    const full = e.problem_streams_full || [];
+    const problem = (field, which, depth) => {
+      const held = full.includes(which);
+      cell(row, field, depth + (held ? " FULL" : ""), held ? "num down" : "num");
+    };
+    problem("dead_letter_depth", "deadletter", e.dead_letter_depth);
+    problem("quarantine_depth", "quarantine", e.quarantine_depth);
     const fo = e.last_failover;
     cell(row, "last_failover", fo ? when(fo.at) + " " + fo.kind + (fo.reason ? ": " + fo.reason : "") : "");
     const err = e.last_error;

@@ -95,6 +95,12 @@ DEAD_LETTERED = Counter(
     "Messages moved to the local dead-letter stream (Service Bus will never take them).",
     ["entity"],
 )
+PROBLEM_STREAM_FULL = Counter(
+    "bridge_problem_stream_full_total",
+    "Entries held back (left in the outbox or the ingress stream) because their quarantine or dead-letter "
+    "stream was at entities.<name>.max_problem_entries.",
+    ["entity", "stream"],
+)
 PINGS = Counter(
     "bridge_pings_total",
     "Pings of failed-over paired entities, by result (accepted, or the error class).",
@@ -205,6 +211,7 @@ PROCESS_METRICS: tuple[Counter | Histogram, ...] = (
     ROTATION_REMOVALS,
     QUARANTINED,
     DEAD_LETTERED,
+    PROBLEM_STREAM_FULL,
     PINGS,
     SYPHON_MESSAGES,
 )

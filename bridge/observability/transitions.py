@@ -60,6 +60,11 @@ def dead_lettered(entity: str, reason: str) -> None:
     transition_event("dead_letter", entity, None, reason, event=False)
 
 
+def problem_stream_full(entity: str, stream: str) -> None:
+    """An entry bound for the quarantine or dead-letter stream stays where it is: the stream is full."""
+    metrics.PROBLEM_STREAM_FULL.labels(entity, stream).inc()
+
+
 def redis_door_moved(entity: str, moved: int, duplicates: int, problems: Sequence[tuple[str, str]]) -> None:
     """One Redis-door move: stored and duplicate counts, and each quarantined entry (code, reason) logged."""
     metrics.record_redis_door(entity, moved, duplicates, [code for code, _ in problems])

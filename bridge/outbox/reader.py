@@ -25,7 +25,7 @@ from typing import Any
 import redis
 
 from bridge.core.envelope import Envelope
-from bridge.errors import CorruptEntryError, LeaseLostError, OutboxUnavailableError
+from bridge.errors import CorruptEntryError, LeaseLostError, OutboxUnavailableError, ProblemStreamFullError
 from bridge.outbox import keys
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.problems import problem_fields, problem_stream
@@ -171,7 +171,11 @@ class OutboxReader:
         fence: Fence | None = None,
     ) -> None:
         """Move an entry to ``quarantine`` or ``deadletter`` with the reason, atomically with its ack
-        (with ``fence``: only while that lease is held, else ``LeaseLostError`` and nothing moves)."""
+        (with ``fence``: only while that lease is held, else ``LeaseLostError`` and nothing moves).
+
+        ``ProblemStreamFullError`` and nothing moves (the entry stays pending) when that stream already
+        holds ``entities.<name>.max_problem_entries`` entries.
+        """
         fields = problem_fields(
             entry.fields,
             code=code,
@@ -189,11 +193,22 @@ class OutboxReader:
             script = FENCED_MOVE
             script_keys.append(fence.key)
             args.insert(2, fence.token)
+        bound = self.settings.entity(entry.entity).max_problem_entries
         with driver_errors(OutboxUnavailableError):
-            reply = run_script(self.client, script, script_keys, [*args, *problem])
+            reply = run_script(self.client, script, script_keys, [*args, str(bound), *problem])
         _check_fence(reply, entry.entity, entry.shard)
+        if reply[0] == -2:
+            raise ProblemStreamFullError(entry.entity, to, int(reply[1]), bound)
         with driver_errors(OutboxUnavailableError):
             self._uncount_totals(reply)
+
+    def problem_room(self, entity: str, which: str) -> int:
+        """How many more entries the entity's ``quarantine`` or ``deadletter`` stream takes (its bound,
+        ``entities.<name>.max_problem_entries``, less its length; 0 when full)."""
+        bound = self.settings.entity(entity).max_problem_entries
+        with driver_errors(OutboxUnavailableError):
+            held = int(self.client.xlen(problem_stream(entity, which)))
+        return max(0, bound - held)
 
     def depth(self, entity: str) -> dict[str, int]:
         """Pending messages and bytes of the entity's outbox, and the lengths of its problem streams."""

@@ -30,7 +30,7 @@ import redis
 from bridge.core.door_formats import door_message_id, redis_door_message
 from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, validate_entity
-from bridge.errors import BridgeError, InvalidMessageError, OutboxUnavailableError
+from bridge.errors import BridgeError, InvalidMessageError, OutboxUnavailableError, ProblemStreamFullError
 from bridge.observability import transitions
 from bridge.outbox import keys
 from bridge.outbox.problems import problem_fields
@@ -75,8 +75,9 @@ def move_ingress(
 ) -> MoveReport:
     """Validate up to ``count`` ingress entries, oldest first, and move them to the outbox or to quarantine.
 
-    Returns an empty report when another mover holds the entity's lease. Raises ``BackpressureError`` /
-    ``OutboxUnavailableError`` with nothing acknowledged, so the caller (a Celery task) simply runs again
+    Returns an empty report when another mover holds the entity's lease. Raises ``BackpressureError``
+    (``ProblemStreamFullError`` when invalid entries find the quarantine full) / ``OutboxUnavailableError``
+    with nothing acknowledged, so the caller (a Celery task) simply runs again
     later; the refused entries stay pending and go first next time. ``reclaim_idle_ms`` only matters to a
     caller that shares the group outside the lease (none in the bridge).
     """
@@ -112,6 +113,16 @@ def _pending_first(
     return items
 
 
+def _check_quarantine_room(client: SyncRedis, entity: str, wanted: int, bound: int) -> None:
+    """``ProblemStreamFullError`` (nothing moved, every entry stays pending and goes first next time) when
+    the entity's quarantine has no room for ``wanted`` more entries."""
+    with driver_errors(OutboxUnavailableError):
+        held = int(client.xlen(keys.quarantine(entity)))
+    if held + wanted > bound:
+        transitions.problem_stream_full(entity, "quarantine")
+        raise ProblemStreamFullError(entity, "quarantine", held, bound)
+
+
 def _move(
     outbox: SyncOutbox, entity: str, *, consumer: str, now: float, count: int, reclaim_idle_ms: int
 ) -> MoveReport:
@@ -133,6 +144,10 @@ def _move(
             envelopes.append(build_envelope(entity, body, props, rules=rules, now=now, new_id=_no_new_id))
         except InvalidMessageError as refused:
             problems.append((entry_id, fields, refused))
+    if problems:
+        _check_quarantine_room(
+            client, entity, len(problems), outbox.writer.settings.entity(entity).max_problem_entries
+        )
     duplicates = 0
     if envelopes:
         (result,) = outbox.write([outbox.writer.group(entity, envelopes, door="redis-door")])

@@ -237,14 +237,22 @@ ACK = LuaScript(
     "#!lua\n" + _ACK_ENTRIES + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 3, #ARGV)\n"
 )
 
+# The bound of a problem stream (``entities.<name>.max_problem_entries``): a move into a stream that holds
+# that many entries writes nothing, acknowledges nothing and replies {-2, length}. Never trimmed.
+_BOUND = (
+    "local held = redis.call('XLEN', KEYS[4])\n"
+    "if held >= tonumber(ARGV[{bound}]) then return {{-2, held}} end\n"
+)
+
 # KEYS: stats, the shard stream, totals (or stats again), the quarantine or dead-letter stream.
-# ARGV: group, use_totals (1/0), entry id, then the field/value pairs of the problem entry.
+# ARGV: group, use_totals (1/0), entry id, bound, then the field/value pairs of the problem entry.
 # Writes the problem entry and acknowledges the outbox entry in one step, so an entry is never in both
-# streams or in neither. Reply: {messages, bytes} removed.
+# streams or in neither. Reply: {messages, bytes} removed, or {-2, length} when the stream is full.
 MOVE = LuaScript(
     "#!lua\n"
     + _ACK_ENTRIES
-    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 4))\n"
+    + _BOUND.format(bound=4)
+    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5))\n"
     + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 3, 3)\n"
 )
 
@@ -266,12 +274,13 @@ FENCED_ACK = LuaScript(
 )
 
 # KEYS: stats, the shard stream, totals (or stats again), the problem stream, lease.
-# ARGV: group, use_totals, token, entry id, then the field/value pairs of the problem entry.
+# ARGV: group, use_totals, token, entry id, bound, then the field/value pairs of the problem entry.
 FENCED_MOVE = LuaScript(
     "#!lua\n"
     + _ACK_ENTRIES
     + _FENCE.format(lease=5, token=3)
-    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5))\n"
+    + _BOUND.format(bound=5)
+    + "redis.call('XADD', KEYS[4], '*', unpack(ARGV, 6))\n"
     + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 4, 4)\n"
 )
 

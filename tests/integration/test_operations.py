@@ -300,8 +300,9 @@ def test_a_scrape_contains_every_series(run: Run) -> None:
     present = set().union(*(s.names() for s in run.scrapes.values()))
     bases = {re.sub(r"_(bucket|sum|count)$", "", n) for n in present}
     missing = [name for name in exposed_names() if name not in present and name not in bases]
-    # A rotation removal needs a backlog queue that fails while the primary is down: not in this story.
-    assert missing == ["bridge_backlog_rotation_removals_total"]
+    # A rotation removal needs a backlog queue that fails while the primary is down, a full problem stream
+    # needs max_problem_entries problem messages: neither is in this story.
+    assert sorted(missing) == ["bridge_backlog_rotation_removals_total", "bridge_problem_stream_full_total"]
 
 
 def test_no_series_is_labelled_per_message(run: Run) -> None:
@@ -318,9 +319,10 @@ def test_every_grafana_query_names_a_scraped_series(run: Run) -> None:
     assert len(queries) >= 15
     used = {name for q in queries for name in re.findall(r"\bbridge_[a-z0-9_]+", q)}
     assert used - present == set()
-    # and the dashboard shows every series the bridge has, but the one this story cannot produce
+    # and the dashboard shows every series the bridge has, but the two this story cannot produce
     assert set(exposed_names()) - {re.sub(r"_(bucket|sum|count)$", "", n) for n in used} == {
-        "bridge_backlog_rotation_removals_total"
+        "bridge_backlog_rotation_removals_total",
+        "bridge_problem_stream_full_total",
     }
 
 
