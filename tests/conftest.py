@@ -4,6 +4,11 @@ Redis: one private ``redis-server`` per test session (free port, own temporary d
 ``appendfsync always``), never the shared server on 6379. Each test that asks for ``redis_url`` or
 ``redis_client`` gets it flushed first, so tests do not see each other's keys. A test that needs to kill or
 restart Redis starts its own ``RedisServer`` instead of using the session one.
+
+Parallel runs: pyproject's ``addopts`` run the suite on pytest-xdist workers (``-n 4 --dist loadgroup``). Each
+worker is its own pytest session, so every session fixture below exists once per worker, and each starts its
+processes on free ports with private directories: workers share nothing. The hooks at the end of this file
+keep tests that share an expensive fixture on one worker and start the longest work first.
 """
 
 from __future__ import annotations
@@ -109,3 +114,108 @@ def namespace_factory(tmp_path: Path) -> Iterator[Callable[..., LocalNamespace]]
 def namespace_pair(namespace_factory: Callable[..., LocalNamespace]) -> tuple[LocalNamespace, LocalNamespace]:
     """A primary and a secondary namespace, each its own process (auto-creating queues)."""
     return (namespace_factory("primary", auto_create=True), namespace_factory("secondary", auto_create=True))
+
+
+# ---- parallel runs (pytest-xdist) --------------------------------------------------------------------
+# ``addopts`` carries ``-n``/``--dist``; these hooks only decide which tests stay together on one worker and
+# in which order the work is handed out. Nothing here changes what a test does.
+
+# Tests that run several minutes of real processes on their own: handed out first, so that no worker is
+# still busy with one of them long after the others have finished. In the order they are started.
+LONGEST_FIRST = (
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_demo.py",
+    "@spark",
+    "tests/integration/test_up.py",
+)
+
+# Rough seconds a test costs by the fixtures it takes: the order in which the rest is handed out (most
+# expensive first, so the end of the run is short tests filling the gaps). Only the order depends on it.
+FIXTURE_COST = {"make_stack": 20.0, "namespace_factory": 8.0, "namespace_pair": 8.0, "spark": 15.0}
+INTEGRATION_COST = 2.0
+UNIT_COST = 0.1
+
+
+def _shared_scope_fixtures(item: pytest.Item) -> list[str]:
+    """Fixtures of ``item`` that live longer than one test but less than the session (one per module)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope in ("module", "class", "package")
+    ]
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """With xdist disabled (``-p no:xdist``), accept and ignore its options from ``addopts``."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "distributed testing (pytest-xdist is disabled: options ignored)")
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=0, help="ignored without xdist")
+    group.addoption("--dist", dest="dist", default="no", help="ignored without xdist")
+    group.addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false", default=True)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Keep tests sharing an expensive fixture on one worker (``--dist loadgroup``).
+
+    A module-scoped fixture (a stack, a namespace, a PySpark scenario) would otherwise be started once on
+    every worker that runs one of its tests; the JVM of ``spark`` is started once, by one worker.
+    """
+    if item.get_closest_marker("xdist_group") is not None:
+        return
+    if "spark" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.xdist_group("spark"))
+    elif _shared_scope_fixtures(item):
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _estimated_cost(item: pytest.Item) -> float:
+    names = set(getattr(item, "fixturenames", ()))
+    cost = sum(seconds for name, seconds in FIXTURE_COST.items() if name in names)
+    if item.nodeid.startswith("tests/integration/"):
+        return cost + INTEGRATION_COST
+    return cost + UNIT_COST
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, order the work units longest first (the controller hands them out in this order).
+
+    A work unit is a group (``@name`` ends its node id) or a single test; a group keeps its tests' order.
+    Every worker computes the same order, as xdist requires. Serial runs keep pytest's own order.
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        nodeid = item.nodeid
+        # xdist's own test for a group suffix (a parametrize id may contain "@" too)
+        unit = nodeid[nodeid.rindex("@") :] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+        units.setdefault(unit, []).append(item)
+
+    def rank(entry: tuple[int, tuple[str, list[pytest.Item]]]) -> tuple[int, float, int]:
+        position, (unit, members) = entry
+        for index, prefix in enumerate(LONGEST_FIRST):
+            if unit == prefix or unit.startswith(prefix) or members[0].nodeid.startswith(prefix):
+                return (index, 0.0, position)
+        return (len(LONGEST_FIRST), -sum(_estimated_cost(m) for m in members), position)
+
+    ordered = sorted(enumerate(units.items()), key=rank)
+    items[:] = [item for _, (_, members) in ordered for item in members]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Named tests only (every argument a ``path::test`` node id) run in this process, unless ``-n`` says
+    otherwise: starting the workers takes longer than such a run."""
+    if not config.pluginmanager.has_plugin("xdist") or config.args_source != pytest.Config.ArgsSource.ARGS:
+        return
+    explicit = any(
+        arg.startswith("--numprocesses") or (arg.startswith("-n") and not arg.startswith("--"))
+        for arg in config.invocation_params.args
+    )
+    if not explicit and config.args and all("::" in arg for arg in config.args):
+        config.option.numprocesses = 0
