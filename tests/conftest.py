@@ -117,35 +117,62 @@ def namespace_pair(namespace_factory: Callable[..., LocalNamespace]) -> tuple[Lo
 
 
 # ---- parallel runs (pytest-xdist) --------------------------------------------------------------------
-# ``addopts`` carries ``-n``/``--dist``; these hooks only decide which tests stay together on one worker and
-# in which order the work is handed out. Nothing here changes what a test does.
+# ``addopts`` carries ``-n 4 --dist loadgroup``. These hooks decide which tests stay together on one worker
+# and in which order the work is handed out; nothing here changes what a test does.
+#
+# Groups: a test marked ``xdist_group(name)``, a test taking ``spark`` (one JVM, started by one worker), and
+# the tests of a module that share a module-scoped fixture (a stack, a namespace, a ledger scenario that
+# would otherwise be built once per worker). xdist's own ``loadgroup`` does not work with pytest 9.2 (it
+# renames ``item._nodeid``, which pytest no longer reads), so the scheduler below does the grouping: each
+# worker writes the groups of its collection to a file the controller names, and the controller's
+# scheduler (xdist's LoadScopeScheduling, with these groups as its scopes) reads it.
+#
+# Order: the workers sort their collection longest work first, and the controller hands out work in that
+# order (``--no-loadscope-reorder``), so no worker starts a long test when the others are nearly done.
 
-# Tests that run several minutes of real processes on their own: handed out first, so that no worker is
-# still busy with one of them long after the others have finished. In the order they are started.
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
+
+# Tests that run minutes of real processes on their own: handed out first, in this order.
 LONGEST_FIRST = (
     "tests/integration/test_chaos.py",
-    "tests/integration/test_demo.py",
     "@spark",
+    "tests/integration/test_demo.py",
     "tests/integration/test_up.py",
 )
 
 # Rough seconds a test costs by the fixtures it takes: the order in which the rest is handed out (most
 # expensive first, so the end of the run is short tests filling the gaps). Only the order depends on it.
-FIXTURE_COST = {"make_stack": 20.0, "namespace_factory": 8.0, "namespace_pair": 8.0, "spark": 15.0}
+FIXTURE_COST = {"make_stack": 20.0, "namespace_factory": 8.0, "namespace_pair": 8.0}
 INTEGRATION_COST = 2.0
 UNIT_COST = 0.1
 
+_GROUPS_FILE = "bridge_xdist_groups"
+_groups_dir = pytest.StashKey[Path]()
 
-def _shared_scope_fixtures(item: pytest.Item) -> list[str]:
-    """Fixtures of ``item`` that live longer than one test but less than the session (one per module)."""
+
+def _group(item: pytest.Item) -> str | None:
+    """The group that keeps ``item`` on one worker with others, or None."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is not None:
+        return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    if "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return []
-    return [
-        name
-        for name, defs in info.name2fixturedefs.items()
-        if defs and defs[-1].scope in ("module", "class", "package")
-    ]
+    if info is not None and any(
+        defs and defs[-1].scope in ("module", "class", "package") for defs in info.name2fixturedefs.values()
+    ):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def _cost(item: pytest.Item) -> float:
+    names = set(getattr(item, "fixturenames", ()))
+    cost = sum(seconds for name, seconds in FIXTURE_COST.items() if name in names)
+    return cost + (INTEGRATION_COST if item.nodeid.startswith("tests/integration/") else UNIT_COST)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -156,55 +183,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group._addoption("-n", "--numprocesses", dest="numprocesses", default=0, help="ignored without xdist")
     group.addoption("--dist", dest="dist", default="no", help="ignored without xdist")
     group.addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false", default=True)
-
-
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """Keep tests sharing an expensive fixture on one worker (``--dist loadgroup``).
-
-    A module-scoped fixture (a stack, a namespace, a PySpark scenario) would otherwise be started once on
-    every worker that runs one of its tests; the JVM of ``spark`` is started once, by one worker.
-    """
-    if item.get_closest_marker("xdist_group") is not None:
-        return
-    if "spark" in getattr(item, "fixturenames", ()):
-        item.add_marker(pytest.mark.xdist_group("spark"))
-    elif _shared_scope_fixtures(item):
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
-def _estimated_cost(item: pytest.Item) -> float:
-    names = set(getattr(item, "fixturenames", ()))
-    cost = sum(seconds for name, seconds in FIXTURE_COST.items() if name in names)
-    if item.nodeid.startswith("tests/integration/"):
-        return cost + INTEGRATION_COST
-    return cost + UNIT_COST
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers, order the work units longest first (the controller hands them out in this order).
-
-    A work unit is a group (``@name`` ends its node id) or a single test; a group keeps its tests' order.
-    Every worker computes the same order, as xdist requires. Serial runs keep pytest's own order.
-    """
-    if not hasattr(config, "workerinput"):
-        return
-    units: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        nodeid = item.nodeid
-        # xdist's own test for a group suffix (a parametrize id may contain "@" too)
-        unit = nodeid[nodeid.rindex("@") :] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
-        units.setdefault(unit, []).append(item)
-
-    def rank(entry: tuple[int, tuple[str, list[pytest.Item]]]) -> tuple[int, float, int]:
-        position, (unit, members) = entry
-        for index, prefix in enumerate(LONGEST_FIRST):
-            if unit == prefix or unit.startswith(prefix) or members[0].nodeid.startswith(prefix):
-                return (index, 0.0, position)
-        return (len(LONGEST_FIRST), -sum(_estimated_cost(m) for m in members), position)
-
-    ordered = sorted(enumerate(units.items()), key=rank)
-    items[:] = [item for _, (_, members) in ordered for item in members]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -219,3 +197,82 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     )
     if not explicit and config.args and all("::" in arg for arg in config.args):
         config.option.numprocesses = 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of a parallel run: a private directory for the workers' group files."""
+    distributed = config.pluginmanager.has_plugin("xdist") and config.getoption("dist", "no") != "no"
+    if distributed and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
+        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="bridge-xdist-"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory = config.stash.get(_groups_dir, None)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each worker where to write its groups (``node`` is xdist's WorkerController)."""
+    directory = node.config.stash.get(_groups_dir, None)
+    if directory is not None:
+        node.workerinput[_GROUPS_FILE] = str(directory / "groups.json")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: order the work units longest first and write the groups for the controller.
+
+    A work unit is a group or a single test; a group keeps its tests in pytest's order. Every worker
+    computes the same order and the same groups, as xdist requires. Serial runs keep pytest's own order.
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    groups: dict[str, str] = {}
+    for item in items:
+        group = _group(item)
+        if group is not None:
+            groups[item.nodeid] = group
+        units.setdefault(f"@{group}" if group is not None else item.nodeid, []).append(item)
+
+    def rank(entry: tuple[int, tuple[str, list[pytest.Item]]]) -> tuple[int, float, int]:
+        position, (unit, members) = entry
+        for index, prefix in enumerate(LONGEST_FIRST):
+            if unit == prefix or members[0].nodeid.startswith(prefix):
+                return (index, 0.0, position)
+        return (len(LONGEST_FIRST), -sum(_cost(m) for m in members), position)
+
+    ordered = sorted(enumerate(units.items()), key=rank)
+    items[:] = [item for _, (_, members) in ordered for item in members]
+    path = workerinput.get(_GROUPS_FILE)
+    if path is not None:
+        # Every worker writes the same content; the rename makes each write whole.
+        partial = f"{path}.{os.getpid()}"
+        Path(partial).write_text(json.dumps(groups))
+        os.replace(partial, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups the workers wrote (see above)."""
+    if config.getoption("dist") != "loadgroup" or _groups_dir not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    path = config.stash[_groups_dir] / "groups.json"
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's scope scheduling; a scope is a group, or one test."""
+
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                # Written by the workers during their collection, which is complete before scheduling.
+                self._groups = json.loads(path.read_text()) if path.exists() else {}
+            return f"@{self._groups[nodeid]}" if nodeid in self._groups else nodeid
+
+    return GroupScheduling(config, log)
