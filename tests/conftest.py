@@ -13,6 +13,7 @@ keep tests that share an expensive fixture on one worker and start the longest w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,13 @@ from bridge.embedded.redis_server import RedisServer
 
 # pytester runs inner pytest sessions, e.g. to prove fixtures clean up after a failing test.
 pytest_plugins = ["pytester"]
+
+# The JVMs the tests start (PySpark's driver: the ``spark`` fixture, and ``bridge report`` run by the demo,
+# chaos and ledger tests) each run a few short jobs: the client compiler alone and the serial collector
+# halve their CPU time (about 64 s to 30 s for tests/integration/ledger/test_report.py), which matters with
+# several workers on two cores. spark-submit adds SPARK_SUBMIT_OPTS to the driver's command line, and child
+# processes inherit it. A value set by the caller is kept.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 SHARED_REDIS_PORT = 6379
 
@@ -131,7 +139,6 @@ def namespace_pair(namespace_factory: Callable[..., LocalNamespace]) -> tuple[Lo
 # order (``--no-loadscope-reorder``), so no worker starts a long test when the others are nearly done.
 
 import json  # noqa: E402
-import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
