@@ -125,40 +125,43 @@ def namespace_pair(namespace_factory: Callable[..., LocalNamespace]) -> tuple[Lo
 
 
 # ---- parallel runs (pytest-xdist) --------------------------------------------------------------------
-# ``addopts`` carries ``-n 4 --dist loadgroup``. These hooks decide which tests stay together on one worker
-# and in which order the work is handed out; nothing here changes what a test does.
+# ``addopts`` carries ``-n 4 --dist loadgroup``. The hooks below decide which tests stay together on one
+# worker and in which order the work is handed out; nothing here changes what a test does.
 #
 # Groups: a test marked ``xdist_group(name)``, a test taking ``spark`` (one JVM, started by one worker), and
 # the tests of a module that share a module-scoped fixture (a stack, a namespace, a ledger scenario that
 # would otherwise be built once per worker). xdist's own ``loadgroup`` does not work with pytest 9.2 (it
 # renames ``item._nodeid``, which pytest no longer reads), so the scheduler below does the grouping: each
-# worker writes the groups of its collection to a file the controller names, and the controller's
-# scheduler (xdist's LoadScopeScheduling, with these groups as its scopes) reads it.
+# worker writes the groups and estimated costs of its collection to a file the controller names, and the
+# controller's scheduler (xdist's LoadScopeScheduling, with these groups as its scopes) reads it.
 #
-# Order: the workers sort their collection longest work first, and the controller hands out work in that
-# order (``--no-loadscope-reorder``), so no worker starts a long test when the others are nearly done.
+# Order: longest work first. An xdist worker always holds the test it runs plus the next one (it must know
+# the next test before it runs the current one), so a test queued behind a long one would wait for it:
+# behind an integration test the scheduler queues the cheapest unit left (a unit test), and a worker gets
+# the most expensive unit left when all it holds is cheap.
 
 import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
-# Tests that run minutes of real processes on their own: handed out first, in this order.
-LONGEST_FIRST = (
-    "tests/integration/test_chaos.py",
-    "@spark",
-    "tests/integration/test_demo.py",
-    "tests/integration/test_up.py",
-)
-
-# Rough seconds a test costs by the fixtures it takes: the order in which the rest is handed out (most
-# expensive first, so the end of the run is short tests filling the gaps). Only the order depends on it.
-FIXTURE_COST = {"make_stack": 20.0, "namespace_factory": 8.0, "namespace_pair": 8.0}
+# Rough seconds on two busy cores (from ``--durations``); only the order of the work depends on them.
+# Tests that run minutes of real processes on their own, by node id prefix:
+KNOWN_COST = {
+    "tests/integration/test_chaos.py": 200.0,
+    "tests/integration/test_demo.py": 200.0,
+    "tests/integration/test_up.py": 40.0,
+    "tests/integration/test_ingress_fuzz.py": 30.0,
+}
+# The rest by the fixtures they take, plus a base cost for an integration or a unit test:
+FIXTURE_COST = {"make_stack": 20.0, "spark": 15.0, "namespace_factory": 8.0, "namespace_pair": 8.0}
 INTEGRATION_COST = 2.0
 UNIT_COST = 0.1
+# A worker holding a unit at least this expensive gets the cheapest unit left as its next test.
+BUSY_COST = 1.0
 
-_GROUPS_FILE = "bridge_xdist_groups"
-_groups_dir = pytest.StashKey[Path]()
+_PLAN_FILE = "bridge_xdist_plan"
+_plan_dir = pytest.StashKey[Path]()
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -177,6 +180,9 @@ def _group(item: pytest.Item) -> str | None:
 
 
 def _cost(item: pytest.Item) -> float:
+    for prefix, seconds in KNOWN_COST.items():
+        if item.nodeid.startswith(prefix):
+            return seconds
     names = set(getattr(item, "fixturenames", ()))
     cost = sum(seconds for name, seconds in FIXTURE_COST.items() if name in names)
     return cost + (INTEGRATION_COST if item.nodeid.startswith("tests/integration/") else UNIT_COST)
@@ -207,32 +213,32 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the controller of a parallel run: a private directory for the workers' group files."""
+    """On the controller of a parallel run: a private directory for the workers' plan files."""
     distributed = config.pluginmanager.has_plugin("xdist") and config.getoption("dist", "no") != "no"
     if distributed and not hasattr(config, "workerinput") and not config.getoption("collectonly"):
-        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="bridge-xdist-"))
+        config.stash[_plan_dir] = Path(tempfile.mkdtemp(prefix="bridge-xdist-"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    directory = config.stash.get(_groups_dir, None)
+    directory = config.stash.get(_plan_dir, None)
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """Tell each worker where to write its groups (``node`` is xdist's WorkerController)."""
-    directory = node.config.stash.get(_groups_dir, None)
+    """Tell each worker where to write its plan (``node`` is xdist's WorkerController)."""
+    directory = node.config.stash.get(_plan_dir, None)
     if directory is not None:
-        node.workerinput[_GROUPS_FILE] = str(directory / "groups.json")
+        node.workerinput[_PLAN_FILE] = str(directory / "plan.json")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker: order the work units longest first and write the groups for the controller.
+    """On an xdist worker: order the work units most expensive first; write the groups and costs.
 
     A work unit is a group or a single test; a group keeps its tests in pytest's order. Every worker
-    computes the same order and the same groups, as xdist requires. Serial runs keep pytest's own order.
+    computes the same order and plan, as xdist requires. Serial runs keep pytest's own order.
     """
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
@@ -244,42 +250,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group is not None:
             groups[item.nodeid] = group
         units.setdefault(f"@{group}" if group is not None else item.nodeid, []).append(item)
-
-    def rank(entry: tuple[int, tuple[str, list[pytest.Item]]]) -> tuple[int, float, int]:
-        position, (unit, members) = entry
-        for index, prefix in enumerate(LONGEST_FIRST):
-            if unit == prefix or members[0].nodeid.startswith(prefix):
-                return (index, 0.0, position)
-        return (len(LONGEST_FIRST), -sum(_cost(m) for m in members), position)
-
-    ordered = sorted(enumerate(units.items()), key=rank)
-    items[:] = [item for _, (_, members) in ordered for item in members]
-    path = workerinput.get(_GROUPS_FILE)
+    ordered = sorted(units.values(), key=lambda members: -sum(_cost(m) for m in members))
+    items[:] = [item for members in ordered for item in members]
+    path = workerinput.get(_PLAN_FILE)
     if path is not None:
-        # Every worker writes the same content; the rename makes each write whole.
+        plan = {"groups": groups, "costs": {item.nodeid: _cost(item) for item in items}}
+        # Every worker writes the same plan; the rename makes each write whole.
         partial = f"{path}.{os.getpid()}"
-        Path(partial).write_text(json.dumps(groups))
+        Path(partial).write_text(json.dumps(plan))
         os.replace(partial, path)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` with the groups the workers wrote (see above)."""
-    if config.getoption("dist") != "loadgroup" or _groups_dir not in config.stash:
+    """``--dist loadgroup`` with the workers' plan (see above)."""
+    if config.getoption("dist") != "loadgroup" or _plan_dir not in config.stash:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    path = config.stash[_groups_dir] / "groups.json"
+    path = config.stash[_plan_dir] / "plan.json"
 
-    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """xdist's scope scheduling; a scope is a group, or one test."""
+    class PlannedScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's scope scheduling; a scope is a group or one test, and the next test is chosen by cost."""
 
-        _groups: dict[str, str] | None = None
+        _plan: dict[str, dict[str, Any]] | None = None
+
+        def _read_plan(self) -> dict[str, dict[str, Any]]:
+            if self._plan is None:
+                # Written by the workers during their collection, which is complete before scheduling.
+                self._plan = json.loads(path.read_text()) if path.exists() else {"groups": {}, "costs": {}}
+            return self._plan
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._groups is None:
-                # Written by the workers during their collection, which is complete before scheduling.
-                self._groups = json.loads(path.read_text()) if path.exists() else {}
-            return f"@{self._groups[nodeid]}" if nodeid in self._groups else nodeid
+            groups = self._read_plan()["groups"]
+            return f"@{groups[nodeid]}" if nodeid in groups else nodeid
 
-    return GroupScheduling(config, log)
+        def _assign_work_unit(self, node: Any) -> None:
+            costs = self._read_plan()["costs"]
+            assigned = self.assigned_work.setdefault(node, {})
+            busy = any(
+                sum(costs.get(nodeid, 0.0) for nodeid in unit) >= BUSY_COST
+                for unit in assigned.values()
+                if not all(unit.values())
+            )
+            # The queue runs from the most to the least expensive unit.
+            scope, work_unit = self.workqueue.popitem(last=busy)
+            assigned[scope] = work_unit
+            collection = self.registered_collections[node]
+            todo = [nodeid for nodeid, done in work_unit.items() if not done]
+            node.send_runtest_some([collection.index(nodeid) for nodeid in todo])
+
+    return PlannedScheduling(config, log)
