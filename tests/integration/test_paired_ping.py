@@ -79,7 +79,7 @@ def test_a_session_entity_accepts_the_ping(make_stack: Any) -> None:
     stack.start_worker()
     stack.start_beat()
     # Then the first ping (with its random SessionId) is accepted and the entity is available again
-    wait_until(lambda: not paired_state(stack, "sessions").failed_over, 15, what="ping accepted")
+    wait_until(lambda: not paired_state(stack, "sessions").failed_over, 60, what="ping accepted")
     assert cost(stack, "sessions").pings >= 1
     assert paired_state(stack, "sessions").last_ping_at is not None
 

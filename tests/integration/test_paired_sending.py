@@ -176,7 +176,7 @@ def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack
         client.hdel(keys.rotation(_primary_name(stack)), "1", "2")
     finally:
         client.close()
-    got = _backlog_messages(stack, 20, timeout=40, skip=(0,))
+    got = _backlog_messages(stack, 20, timeout=120, skip=(0,))
     assert sorted(m.message_id for m in got) == sorted(ids)
     backlog = status_json(stack)["backlog"]
     assert list(backlog["removed"]) == ["0"] and "outage" in (backlog["removed"]["0"]["error"] or "").lower()

@@ -134,6 +134,8 @@ def test_start_while_running_does_not_spawn_a_second_process() -> None:
             client.close()
 
 
+# The two tests below run in this order on one worker: the second proves the first's key was flushed.
+@pytest.mark.xdist_group("session-fixture-flush")
 def test_session_fixture_gives_each_test_an_empty_private_database(
     redis_server: RedisServer, redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -144,6 +146,7 @@ def test_session_fixture_gives_each_test_an_empty_private_database(
     redis_client.set("left-behind", "1")
 
 
+@pytest.mark.xdist_group("session-fixture-flush")
 def test_session_fixture_flushes_between_tests(redis_client: redis.Redis) -> None:
     assert redis_client.get("left-behind") is None
     assert redis_client.dbsize() == 0

@@ -50,7 +50,7 @@ def test_healthy_delivery_keeps_properties_and_order_per_key(make_stack: Any) ->
         p.send("orders", b"later", scheduled_enqueue_time_utc=due)
     # Then each arrives once, with its properties, in order per key (the scheduled one too, once it is due:
     # on a loaded machine the 60 may take longer than its 6 s, so it is received with them)
-    received = receive_all(stack.primary, "orders", 61)
+    received = receive_all(stack.primary, "orders", 61, timeout=60)
     orders = [m for m in received if str(m) != "later"]
     later = [m for m in received if str(m) == "later"]
     assert len(orders) == 60

@@ -121,6 +121,10 @@ def test_blackholed_active_namespace_costs_one_deadline_then_fails_over(make_sta
     assert [m.message_id for m in receive_all(stack.secondary, "orders", 1)] == [later]
 
 
+def _primary_error(stack: Any) -> str:
+    return str(entity_status(stack, "orders")["namespaces"]["primary"]["last_error"] or "").lower()
+
+
 def test_busy_is_retried_on_the_same_namespace_without_failover(make_stack: Any) -> None:
     # Escalation is switched off here, so only the error class decides: busy is transient.
     stack = make_stack(
@@ -136,7 +140,9 @@ def test_busy_is_retried_on_the_same_namespace_without_failover(make_stack: Any)
         # Given a primary that answers "server busy"
         stack.primary.control.busy(probability=1.0)
         ids = [p.send("orders", f"m{i}".encode()) for i in range(5)]
-        time.sleep(3)
+        # (the first attempt may take a while on a loaded machine: the worker is still starting)
+        wait_until(lambda: "busy" in _primary_error(stack), 60, interval=1, what="an attempt answered busy")
+        time.sleep(3)  # several more retries, all answered busy
         # Then nothing failed over: the entries wait in the outbox and are retried
         assert count_in(stack.secondary, "orders") == 0
         status = entity_status(stack, "orders")
