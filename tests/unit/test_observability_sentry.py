@@ -82,11 +82,20 @@ def transport() -> Iterator[CapturingTransport]:
     try:
         yield capture
     finally:
-        sentry_sdk.get_client().close()
-        sentry_sdk.init(dsn=None)
+        _no_client()
+
+
+def _no_client() -> None:
+    """Close the current Sentry client and leave none (``init(dsn=None)`` would leave an active client that
+    sends nothing, and a later test of this worker process would see it)."""
+    sentry_sdk.get_client().close()
+    sentry_sdk.get_global_scope().set_client(None)
 
 
 def test_without_a_dsn_nothing_starts() -> None:
+    # Given no Sentry client (another test in this worker process may have left one active)
+    _no_client()
+    # When the bridge sets up Sentry without a DSN, then nothing starts
     assert init_sentry(Settings(), component="test") is False
     assert not sentry_sdk.get_client().is_active()
 
