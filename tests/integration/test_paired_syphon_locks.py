@@ -14,6 +14,8 @@ import pytest
 from bridge.core.paired import backlog_queue_paths
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.stack import wait_until
+from bridge.errors import NamespaceError
 from bridge.paired.syphon_run import lease_name, run_syphon
 from bridge.redis.lease import Lease
 from bridge.servicebus.admin import NamespaceAdmin
@@ -50,9 +52,20 @@ def ctx(redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace]) -
         admin.create_queue(backlog(settings), lock_duration=timedelta(seconds=4))
     context = DeliveryContext.build(settings)
     try:
+        # The backlog queue's receive link open before the test (the syphon reuses the pool's cached link):
+        # with the 3 s attempt deadline, a link that a loaded machine opens slowly would fail the run.
+        wait_until(lambda: _link_open(context, backlog(settings)), 60, what="the backlog receive link")
         yield context
     finally:
         context.close()
+
+
+def _link_open(context: DeliveryContext, queue: str) -> bool:
+    try:
+        context.pool.peek("secondary", queue, 0, 1)
+    except NamespaceError:
+        return False
+    return True
 
 
 def backlog(settings: Settings) -> str:
