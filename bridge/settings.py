@@ -30,7 +30,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -176,6 +184,16 @@ class IngressSettings(BaseModel):
     require_api_key: bool = Field(default=False, description="Also on loopback (always when not loopback).")
     sas_key_name: str | None = None
     sas_key: SecretStr | None = None
+    tls_certificate: Path | None = Field(
+        default=None, description="PEM certificate (chain) of `bridge serve`: it then speaks HTTPS only."
+    )
+    tls_key: Path | None = Field(default=None, description="PEM private key of tls_certificate.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> IngressSettings:
+        if (self.tls_certificate is None) != (self.tls_key is None):
+            raise ValueError("ingress.tls_certificate and ingress.tls_key are set together or not at all")
+        return self
 
 
 class RetrySettings(BaseModel):

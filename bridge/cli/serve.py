@@ -33,6 +33,7 @@ def serve(
     import uvicorn
 
     from bridge.http.app import create_app, is_loopback
+    from bridge.http.server import uvicorn_options
 
     settings = settings_or_exit()
     require_auth = settings.ingress.require_api_key or not is_loopback(host)
@@ -58,4 +59,5 @@ def serve(
         access_log=False,
         lifespan="on",
         server_header=False,
+        **uvicorn_options(settings),
     )

@@ -8,6 +8,14 @@ Bus checks it: HMAC-SHA256 of ``<url-encoded resource>\\n<expiry>`` with the con
 and scoped: the path of the token's resource (``sr``) must be the requested path or one of its parent
 paths, so a token signed for ``/orders`` does not open ``/payments``.
 
+Clients encode ``sr`` differently, and each signs the text it puts in the token: Node's ``azure-sb`` and
+Python's ``azure-servicebus`` 0.x lower-case the whole URI and its ``%xx`` escapes, .NET's
+``HttpUtility.UrlEncode`` (PowerShell's examples) writes lower-case escapes, ``WebUtility.UrlEncode`` and
+Python's ``quote_plus`` upper-case ones, some tokens carry ``sr`` unencoded. So the signature is checked
+over ``sr`` exactly as it appears in the token and over its canonical encodings (``sas_candidates``); the
+HMAC still needs the key, and every candidate names the same decoded resource, on which scope is checked
+(scheme, host, port and query string are not part of the scope).
+
 Pure: no I/O, ``now`` passed in. Errors never echo what the caller presented.
 """
 
@@ -16,9 +24,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qs, quote_plus
+from urllib.parse import quote, quote_plus, unquote
 
 from bridge.errors import AuthenticationError, EntityNotAllowedError
 
@@ -64,23 +73,65 @@ def authenticate_key(presented: str, keys: Sequence[ApiKey]) -> Caller:
 
 def sas_signature(resource: str, expiry: int, key: str) -> str:
     """The ``sig`` of a SAS token for ``resource`` (a URL, signed URL-encoded as Azure does)."""
-    to_sign = f"{quote_plus(resource)}\n{expiry}".encode()
-    return base64.b64encode(hmac.new(key.encode(), to_sign, hashlib.sha256).digest()).decode()
+    return _sign(quote_plus(resource), expiry, key).decode()
+
+
+_LOWER_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def decoded_resource(resource: str) -> str:
+    """``sr`` with its ``%xx`` escapes undone until none is left (a token may encode it more than once)."""
+    for _ in range(4):
+        decoded = unquote(resource)
+        if decoded == resource:
+            break
+        resource = decoded
+    return resource
 
 
 def resource_path(resource: str) -> str:
     """The path of a SAS resource URI, lower-cased, without slashes at either end (``""``: the namespace).
 
-    ``sr`` is usually ``https://<host>/<entity>`` but may omit the scheme (``<host>/<entity>``).
+    ``sr`` is usually ``https://<host>/<entity>`` but may omit the scheme (``<host>/<entity>``), carry a
+    port (Python's 0.x SDK writes ``https://<host>:<port>:443/...``) or a query string (Node's ``azure-sb``
+    signs ``...?api-version=2016-07``); it may arrive encoded or not. None of these is part of the scope.
     """
-    rest = resource.split("://", 1)[1] if "://" in resource else resource
+    text = decoded_resource(resource)
+    text = text.split("?", 1)[0].split("#", 1)[0]
+    rest = text.split("://", 1)[1] if "://" in text else text
     return rest.partition("/")[2].strip("/").lower()
+
+
+def sas_candidates(raw_resource: str) -> list[str]:
+    """The texts a client may have signed for a token whose ``sr`` reads ``raw_resource`` (see above)."""
+    plain = decoded_resource(raw_resource)
+    upper = [quote_plus(plain), quote(plain, safe="")]
+    lower = [_LOWER_ESCAPE.sub(lambda m: m.group(0).lower(), text) for text in upper]
+    out: list[str] = []
+    for text in (raw_resource, *upper, *lower):
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def _sign(text: str, expiry: int, key: str) -> bytes:
+    return base64.b64encode(hmac.new(key.encode(), f"{text}\n{expiry}".encode(), hashlib.sha256).digest())
 
 
 def within_scope(scope: str, path: str) -> bool:
     """Whether the request ``path`` lies under the token's resource path ``scope`` (Service Bus's rule)."""
     target = path.strip("/").lower()
     return not scope or target == scope or target.startswith(scope + "/")
+
+
+def _token_fields(params: str) -> dict[str, str]:
+    """``sr=..&sig=..`` split on ``&`` and the first ``=``, values as written (``sr`` is signed so)."""
+    fields: dict[str, str] = {}
+    for part in params.strip().split("&"):
+        name, sep, value = part.partition("=")
+        if sep and name not in fields:
+            fields[name.strip()] = value
+    return fields
 
 
 def authenticate_sas(token: str, *, key_name: str, key: str, now: float, path: str | None = None) -> Caller:
@@ -91,9 +142,10 @@ def authenticate_sas(token: str, *, key_name: str, key: str, now: float, path: s
     scheme, _, params = token.partition(" ")
     if scheme != "SharedAccessSignature" or not params:
         raise AuthenticationError("malformed SharedAccessSignature")
-    fields = {name: values[0] for name, values in parse_qs(params.strip(), keep_blank_values=True).items()}
+    fields = _token_fields(params)
     try:
-        resource, signature, expiry_text, name = fields["sr"], fields["sig"], fields["se"], fields["skn"]
+        resource, signature = fields["sr"], unquote(fields["sig"])
+        expiry_text, name = unquote(fields["se"]), unquote(fields["skn"])
         expiry = int(expiry_text)
     except (KeyError, ValueError):
         raise AuthenticationError("SharedAccessSignature lacks sr, sig, se or skn") from None
@@ -101,8 +153,11 @@ def authenticate_sas(token: str, *, key_name: str, key: str, now: float, path: s
         raise AuthenticationError("SharedAccessSignature names an unknown key")
     if expiry < now:
         raise AuthenticationError("SharedAccessSignature has expired")
-    expected = sas_signature(resource, expiry, key)
-    if not hmac.compare_digest(expected.encode(), signature.encode()):
+    presented = signature.encode()
+    matched = False
+    for text in sas_candidates(resource):  # every candidate is compared: no early exit to time
+        matched |= hmac.compare_digest(_sign(text, expiry, key), presented)
+    if not matched:
         raise AuthenticationError("SharedAccessSignature signature does not match")
     if path is not None and not within_scope(resource_path(resource), path):
         raise AuthenticationError("SharedAccessSignature is for another resource")

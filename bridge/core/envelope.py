@@ -14,6 +14,7 @@ Outbox entry layout, version 1 (all values are bytes; absent optional fields are
     ct    ContentType                cid  CorrelationId       sub  Subject (Label)
     rt    ReplyTo                    to   To                  sid  SessionId
     pk    PartitionKey               ttl  TimeToLive, seconds as a decimal string
+    rsid  ReplyToSessionId           vpk  ViaPartitionKey (the ``x-opt-via-partition-key`` annotation)
     sch   ScheduledEnqueueTimeUtc, ISO-8601 with offset
     ap    application properties, JSON object (see ``encode_properties``)
 
@@ -46,6 +47,8 @@ _OPTIONAL_TEXT = (
     ("to", b"to"),
     ("session_id", b"sid"),
     ("partition_key", b"pk"),
+    ("reply_to_session_id", b"rsid"),
+    ("via_partition_key", b"vpk"),
 )
 
 
@@ -64,6 +67,8 @@ class Envelope:
     to: str | None = None
     session_id: str | None = None
     partition_key: str | None = None
+    reply_to_session_id: str | None = None
+    via_partition_key: str | None = None
     time_to_live: float | None = None
     scheduled_enqueue_time_utc: datetime | None = None
     application_properties: dict[str, PropertyValue] = field(default_factory=dict)
@@ -105,6 +110,8 @@ class Envelope:
             and self.subject is None
             and self.reply_to is None
             and self.to is None
+            and self.reply_to_session_id is None
+            and self.via_partition_key is None
             and self.time_to_live is None
             and self.scheduled_enqueue_time_utc is None
             and not self.application_properties

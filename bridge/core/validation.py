@@ -16,7 +16,8 @@ unknown_field                       a property name the envelope does not have
 invalid_type                        a property of the wrong type (e.g. a number for ``message_id``)
 invalid_utf8                        text that has no UTF-8 form (a lone surrogate, e.g. JSON ``"\\ud800"``)
 message_id_empty / _too_long        MessageId is 1..128 characters
-session_id_too_long                 SessionId is at most 128 characters
+session_id_too_long                 SessionId is at most 128 characters (as are ReplyToSessionId and
+                                    ViaPartitionKey: ``reply_to_session_id_too_long``, ...)
 partition_key_too_long              PartitionKey is at most 128 characters
 session_partition_mismatch          SessionId and PartitionKey both set and different (InvalidOperation)
 session_id_required                 the entity requires sessions and SessionId is missing
@@ -68,6 +69,8 @@ RESERVED_ENTITIES = frozenset(("bridge",))
 (``bridge.redis.keys``): an entity ``bridge`` would count its messages into the totals twice."""
 
 TEXT_FIELDS = ("content_type", "correlation_id", "subject", "reply_to", "to")
+ID_FIELDS = ("reply_to_session_id", "via_partition_key")
+"""Text fields limited to ``MAX_ID_LENGTH`` like SessionId and PartitionKey (``<field>_too_long``)."""
 ENVELOPE_FIELDS = frozenset(
     (
         "message_id",
@@ -77,6 +80,7 @@ ENVELOPE_FIELDS = frozenset(
         "scheduled_enqueue_time_utc",
         "application_properties",
         *TEXT_FIELDS,
+        *ID_FIELDS,
     )
 )
 
@@ -204,6 +208,12 @@ def _check_ids(values: dict[str, Any], message_id: str, rules: EntityRules, inde
             field="partition_key",
             index=index,
         )
+    for name in ID_FIELDS:
+        value = values.get(name)
+        if value is not None and len(value) > MAX_ID_LENGTH:
+            raise InvalidMessageError(
+                f"{name}_too_long", f"{name} is longer than {MAX_ID_LENGTH}", field=name, index=index
+            )
     if session_id is not None and partition_key is not None and session_id != partition_key:
         raise InvalidMessageError(
             "session_partition_mismatch",

@@ -56,6 +56,8 @@ ENVELOPE: dict[str, Any] = {
         "correlation_id": _TEXT,
         "subject": _TEXT,
         "reply_to": _TEXT,
+        "reply_to_session_id": _ID,
+        "via_partition_key": {**_ID, "description": "The transaction's partition key (send-via)."},
         "to": _TEXT,
         "application_properties": {
             "type": ["object", "null"],

@@ -4,8 +4,9 @@ Body of every error: ``{"error": {"code": ..., "message": ..., "field": ..., "in
 ``/v1``: 400 malformed JSON (or text, or an incomplete body), 422 a message or batch that breaks a rule,
 413 too large, 408 a body that did not arrive in time, 401 no or bad credentials, 403 key not allowed for
 the entity, 404 unknown entity, 503 + ``Retry-After`` when the outbox is full or Redis is unavailable. The
-Service Bus REST door answers 400 where ``/v1`` answers 422, as Service Bus does. After a 408 or a 413 for
-the request's size the connection is closed (``Connection: close``): the rest of the body is not read.
+Service Bus REST door answers 400 where ``/v1`` answers 422 and 403 where ``/v1`` answers 413, as Microsoft's
+reference for Send Message documents ("403: Quota exceeded or message too large"). After a 408 or a 413 (403)
+for the request's size the connection is closed (``Connection: close``): the rest of the body is not read.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ CLOSES_CONNECTION = frozenset(("request_timeout", "request_too_large"))
 def status_of(exc: BridgeError, *, rest: bool = False) -> int:
     """The HTTP status for a bridge error."""
     if isinstance(exc, MessageTooLargeError):
-        return 413
+        return 403 if rest else 413
     if isinstance(exc, InvalidMessageError) and exc.code == "request_timeout":
         return 408
     if isinstance(exc, InvalidMessageError):

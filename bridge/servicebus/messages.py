@@ -2,8 +2,11 @@
 
 Field mapping (``Envelope`` → broker message): ``message_id`` → MessageId, ``session_id`` → SessionId,
 ``partition_key`` → PartitionKey, ``time_to_live`` (seconds) → TimeToLive, ``scheduled_enqueue_time_utc``
-→ ScheduledEnqueueTimeUtc, ``correlation_id``, ``subject`` (Label), ``reply_to``, ``to``,
-``content_type``, the body as one AMQP data section, and application properties with their AMQP types.
+→ ScheduledEnqueueTimeUtc, ``correlation_id``, ``subject`` (Label), ``reply_to``, ``reply_to_session_id``,
+``to``, ``content_type``, ``via_partition_key`` → the ``x-opt-via-partition-key`` message annotation (the
+SDK has no keyword for it), the body as one AMQP data section, and application properties with their AMQP
+types. The SDK's ``time_to_live`` setter truncates to whole seconds; the AMQP header carries milliseconds,
+so ``_build`` writes the TTL there rounded to the millisecond (90.5 s arrives as 90.5 s).
 
 Application property types. The SDK's own encoder would send every ``int`` as a 32-bit AMQP int (and fail
 on larger ones), turns ``bytes`` into strings (failing on non-UTF-8) and cannot send a ``timedelta``; here
@@ -129,6 +132,8 @@ def _build(
     reply_to: str | None,
     to: str | None,
     extra_properties: dict[str, PropertyValue] | None = None,
+    reply_to_session_id: str | None = None,
+    via_partition_key: str | None = None,
 ) -> ServiceBusMessage:
     # dict[str | bytes, Any]: typed values such as {"TYPE": "LONG", ...} are what the SDK's encoder reads.
     properties: dict[str | bytes, Any] = {
@@ -137,7 +142,7 @@ def _build(
     for name, value in (extra_properties or {}).items():
         properties[name] = sdk_property_value(value)
     ttl = None if fields.time_to_live is None else timedelta(seconds=fields.time_to_live)
-    return ServiceBusMessage(
+    message = ServiceBusMessage(
         body,
         application_properties=properties or None,
         session_id=fields.session_id,
@@ -150,7 +155,31 @@ def _build(
         partition_key=fields.partition_key,
         to=to,
         reply_to=reply_to,
+        reply_to_session_id=reply_to_session_id,
     )
+    raw = message.raw_amqp_message
+    if fields.time_to_live is not None and raw.header is not None:
+        _exact_time_to_live(message, fields.time_to_live)
+    if via_partition_key is not None:
+        raw.annotations = {**(raw.annotations or {}), VIA_PARTITION_KEY: via_partition_key}
+    return message
+
+
+VIA_PARTITION_KEY = b"x-opt-via-partition-key"
+_MAX_DURATION_MS = 2**63 - 1  # the SDK's MAX_DURATION_VALUE: an AMQP header TTL the broker reads as "none"
+_MAX_EXPIRY_MS = 253402243199000  # the SDK's MAX_ABSOLUTE_EXPIRY_TIME: 9999-12-31 in epoch milliseconds
+
+
+def _exact_time_to_live(message: ServiceBusMessage, seconds: float) -> None:
+    """Write the TTL in milliseconds (the SDK's setter keeps whole seconds) and its absolute expiry."""
+    raw = message.raw_amqp_message
+    millis = max(1, round(seconds * 1000))
+    if raw.header is None or raw.header.time_to_live in (None, millis) or millis >= _MAX_DURATION_MS:
+        return
+    raw.header.time_to_live = millis
+    properties = raw.properties
+    if properties is not None and properties.creation_time is not None:
+        properties.absolute_expiry_time = min(_MAX_EXPIRY_MS, int(properties.creation_time) + millis)
 
 
 def to_message(envelope: Envelope) -> ServiceBusMessage:
@@ -163,6 +192,8 @@ def to_message(envelope: Envelope) -> ServiceBusMessage:
         subject=envelope.subject,
         reply_to=envelope.reply_to,
         to=envelope.to,
+        reply_to_session_id=envelope.reply_to_session_id,
+        via_partition_key=envelope.via_partition_key,
     )
 
 
@@ -211,6 +242,8 @@ def to_backlog_message(
         reply_to=envelope.reply_to,
         to=envelope.to,
         extra_properties=extra,
+        reply_to_session_id=envelope.reply_to_session_id,
+        via_partition_key=envelope.via_partition_key,
     )
     return BacklogMessage(message=message, destination=target, size=probe.size + extra_bytes)
 
@@ -284,6 +317,8 @@ def from_backlog_message(received: ServiceBusReceivedMessage, now: float) -> Res
         subject=_text(received.subject),
         reply_to=_text(received.reply_to),
         to=_text(received.to),
+        reply_to_session_id=_text(received.reply_to_session_id),
+        via_partition_key=_text((received.raw_amqp_message.annotations or {}).get(VIA_PARTITION_KEY)),
     )
     return RestoredMessage(message=message, destination=decision.destination, fields=decision.fields)
 

@@ -14,6 +14,7 @@ import uvicorn
 
 from bridge.embedded.ports import free_port
 from bridge.http.app import create_app
+from bridge.http.server import uvicorn_options
 from bridge.settings import Settings
 from tests.integration.outbox_support import read_all
 
@@ -22,7 +23,8 @@ __all__ = ["read_all", "running_ingress", "snapshot"]
 
 @contextmanager
 def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterator[str]:
-    """Serve the real app with uvicorn on a free loopback port; yield its base URL."""
+    """Serve the real app with uvicorn on a free loopback port, as ``bridge serve`` does; yield its base URL
+    (``https://`` when the settings name a TLS certificate)."""
     port = free_port()
     config = uvicorn.Config(
         create_app(settings, require_auth=require_auth),
@@ -30,6 +32,7 @@ def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterat
         port=port,
         log_level="warning",
         lifespan="on",
+        **uvicorn_options(settings),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -40,7 +43,8 @@ def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterat
             raise RuntimeError("ingress server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        scheme = "https" if settings.ingress.tls_certificate is not None else "http"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)

@@ -153,7 +153,6 @@ def test_rest_batch_needs_a_list_of_items_with_body():
     for bad in (
         {"Body": "a"},
         [{"Body": 1}],
-        [{"Body": "a", "Extra": 1}],
         [{"Body": "a", "UserProperties": []}],
     ):
         with pytest.raises(InvalidMessageError):
