@@ -238,12 +238,13 @@ def test_service_bus_rest_single_message(base_url: str, redis_url: str, settings
     assert stored.scheduled_enqueue_time_utc == datetime(2033, 11, 6, 8, 49, 37, tzinfo=UTC)
     assert stored.content_type == "application/xml"
     assert stored.body == b"<x/>"
+    # named as the client wrote them, as Azure keeps them
     assert stored.application_properties == {
-        "priority": "High",
-        "count": 3,
-        "ratio": 0.5,
-        "flag": True,
-        "quoted": "12",
+        "Priority": "High",
+        "Count": 3,
+        "Ratio": 0.5,
+        "Flag": True,
+        "Quoted": "12",
     }
 
 

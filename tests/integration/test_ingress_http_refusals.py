@@ -178,8 +178,18 @@ CASES = [
         query="?transactional=maybe",
     ),
     rest("broker properties not json", 400, "invalid_broker_properties", headers={"BrokerProperties": "{"}),
-    rest("unknown broker property", 400, "unknown_field", headers={"BrokerProperties": '{"Priority": 1}'}),
-    rest("broker ttl as text", 400, "invalid_type", headers={"BrokerProperties": '{"TimeToLive": "x"}'}),
+    rest(
+        "broker ttl text not a number",
+        400,
+        "time_to_live_invalid",
+        headers={"BrokerProperties": '{"TimeToLive": "x"}'},
+    ),
+    rest(
+        "broker ttl timespan malformed",
+        400,
+        "time_to_live_invalid",
+        headers={"BrokerProperties": '{"TimeToLiveTimeSpan": "soon"}'},
+    ),
     rest(
         "broker schedule garbage",
         400,
@@ -221,7 +231,8 @@ CASES = [
         content=b"[{",
         headers={"Content-Type": "application/vnd.microsoft.servicebus.json"},
     ),
-    rest("rest body over entity limit", 413, "body_too_large", content=b"x" * (256 * 1024 + 1)),
+    # Microsoft's Send Message reference: "403 Quota exceeded or message too large".
+    rest("rest body over entity limit", 403, "body_too_large", content=b"x" * (256 * 1024 + 1)),
 ]
 
 
