@@ -10,6 +10,11 @@ The settings every process uses are written to ``<data dir>/bridge.env`` (mode 0
 keys and the Redis password), so ``set -a; . <file>; set +a`` gives your shell the same view:
 ``bridge status``, ``bridge send``, ``bridge emulator-ctl`` (``BRIDGE_EMULATOR_CONTROL_URL`` of each
 namespace is in the file too). Ctrl-C (or SIGTERM) stops everything, bridge processes first.
+
+With ``tls=True`` (``bridge up --tls``) the ingress speaks HTTPS only, with a self-signed certificate made
+in ``<data dir>/ingress-tls`` (``bridge.emulator.certs``); the env file then also holds its settings and
+``BRIDGE_INGRESS_CA_FILE``, the certificate a client trusts (``REQUESTS_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
+``curl --cacert``), for HTTPS-only REST clients.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from types import FrameType
 
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.stack import LocalStack
+from bridge.emulator.certs import ensure_certificate
 from bridge.errors import EmulatorError
 
 Say = Callable[[str], None]
@@ -62,6 +68,7 @@ class Stack:
     ingress_url: str = ""
     env_file: Path = field(default_factory=Path)
     metrics: dict[str, str] = field(default_factory=dict)
+    ingress_ca: Path | None = None
 
 
 def start(
@@ -75,6 +82,7 @@ def start(
     settings: dict[str, str] | None = None,
     on_start: Callable[[Stack], None] | None = None,
     namespace_entities: Path | None = None,
+    tls: bool = False,
 ) -> Stack:
     """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
     entities file both local namespaces create at start (other queues are created on first use).
@@ -112,21 +120,34 @@ def start(
                 f"receive-{entity}", "receive", entity, "--handler", RECEIVER_HANDLER, **with_metrics(entity)
             )
     ingress_port = port or free_port(host)
-    serve = local.start_bridge("serve", "serve", "--host", host, "--port", str(ingress_port))
+    ingress_env = ingress_tls(stack, host) if tls else {}
+    serve = local.start_bridge("serve", "serve", "--host", host, "--port", str(ingress_port), **ingress_env)
     if not wait_listening(host, ingress_port, 30):
         raise EmulatorError(f"bridge serve did not listen on {host}:{ingress_port}: {serve.log_tail()}")
-    stack.ingress_url = f"http://{host}:{ingress_port}"
+    stack.ingress_url = f"{'https' if tls else 'http'}://{host}:{ingress_port}"
     stack.metrics["ingress"] = f"{stack.ingress_url}/metrics"
-    stack.env_file = write_env_file(local)
+    stack.env_file = write_env_file(local, ingress_env)
     return stack
 
 
-def write_env_file(local: LocalStack) -> Path:
+def ingress_tls(stack: Stack, host: str) -> dict[str, str]:
+    """A self-signed pair for the ingress; the settings that make ``bridge serve`` use it."""
+    pair = ensure_certificate(stack.base / "ingress-tls", host)
+    stack.ingress_ca = pair.cert
+    return {
+        "BRIDGE_INGRESS__TLS_CERTIFICATE": str(pair.cert),
+        "BRIDGE_INGRESS__TLS_KEY": str(pair.key),
+        "BRIDGE_INGRESS_CA_FILE": str(pair.cert),
+    }
+
+
+def write_env_file(local: LocalStack, extra: dict[str, str] | None = None) -> Path:
     """The processes' ``BRIDGE_*`` settings (and the namespaces' control URLs), readable by you only."""
     path = local.base_dir / "bridge.env"
     path.touch(mode=0o600)
     path.chmod(0o600)
     lines = [f"{k}={_quoted(v)}" for k, v in sorted(local.env().items()) if k.startswith("BRIDGE_")]
+    lines += [f"{k}={_quoted(v)}" for k, v in sorted((extra or {}).items())]
     lines += [
         f"BRIDGE_PRIMARY_CONTROL_URL={local.primary.control.url}",
         f"BRIDGE_SECONDARY_CONTROL_URL={local.secondary.control.url}",
@@ -151,6 +172,11 @@ def describe(stack: Stack) -> list[str]:
         f"data         {stack.base}  (process logs: *.log)",
         f"settings     {stack.env_file}  (holds the local keys and the Redis password; mode 0600)",
         f"use it:      set -a; . {stack.env_file}; set +a; bridge status",
+        *(
+            [f"https:       trust {stack.ingress_ca} (BRIDGE_INGRESS_CA_FILE in the settings)"]
+            if stack.ingress_ca
+            else []
+        ),
         "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",
         "Ctrl-C stops everything.",
     ]

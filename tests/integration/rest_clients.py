@@ -60,7 +60,9 @@ def _install(name: str, ready: Path, build: list[list[str]], staging: Path) -> N
         shutil.rmtree(target, ignore_errors=True)
         staging.mkdir(parents=True)
         for command in build:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+            done = subprocess.run(
+                command, check=False, capture_output=True, text=True, timeout=INSTALL_TIMEOUT
+            )
             if done.returncode != 0:
                 raise RuntimeError(
                     f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"

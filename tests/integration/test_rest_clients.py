@@ -16,9 +16,11 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import re
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ import redis
 from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage
 
 from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.redis_server import RedisServer
 from bridge.emulator.certs import ensure_certificate
 from bridge.outbox.reader import OutboxReader
@@ -107,6 +110,8 @@ def delivered(door: Door, entity: str, expected: int) -> list[ServiceBusReceived
 
 class AssignedId:
     """Matches a MessageId the bridge assigned (32 hex digits)."""
+
+    __hash__ = None  # type: ignore[assignment]  # compared, never hashed
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, str) and re.fullmatch("[0-9a-f]{32}", other) is not None
@@ -196,7 +201,10 @@ const messages = JSON.parse(process.env.MESSAGES);
 function next(i) {
   if (i === messages.length) { console.log('sent ' + i); return; }
   sb.sendQueueMessage(queue, messages[i], (error, result, response) => {
-    if (error) { console.error('send ' + i + ' failed: ' + error + ' ' + (response && response.body)); process.exit(1); }
+    if (error) {
+      console.error('send ' + i + ' failed: ' + error + ' ' + (response && response.body));
+      process.exit(1);
+    }
     next(i + 1);
   });
 }
@@ -259,6 +267,7 @@ def test_node_azure_sb_sends_through_the_door_unmodified(door: Door, tmp_path: P
         capture_output=True,
         text=True,
         timeout=CLIENT_TIMEOUT,
+        check=False,
     )
     assert done.returncode == 0, done.stderr + done.stdout
     # Then every field arrives as the client sent it
@@ -310,7 +319,8 @@ service.send_queue_message("py-orders", Message(
     },
 ))
 service.send_queue_message_batch("py-orders", [
-    Message("py two", custom_properties={"Count": 7, "Name": "x"}, broker_properties={"MessageId": "py-2", "TimeToLive": 60}),
+    Message("py two", custom_properties={"Count": 7, "Name": "x"},
+            broker_properties={"MessageId": "py-2", "TimeToLive": 60}),
     Message("py three", broker_properties={"MessageId": "py-3", "ScheduledEnqueueTimeUtc": schedule}),
 ])
 print("sent")
@@ -336,6 +346,7 @@ def test_python_azure_servicebus_0_21_sends_through_the_door_unmodified(door: Do
         capture_output=True,
         text=True,
         timeout=CLIENT_TIMEOUT,
+        check=False,
     )
     assert done.returncode == 0, done.stderr + done.stdout
     got = [fields_of(message) for message in delivered(door, "py-orders", 3)]
@@ -374,7 +385,11 @@ def curl(door: Door, path: str, headers: list[str], body: bytes) -> tuple[int, d
     for header in headers:
         args += ["-H", header]
     done = subprocess.run(
-        [*args, f"https://localhost:{door.port}{path}"], input=body, capture_output=True, timeout=60
+        [*args, f"https://localhost:{door.port}{path}"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     head, _, rest = done.stdout.partition(b"\r\n\r\n")
@@ -418,8 +433,10 @@ def test_reference_send_message_example_verbatim(door: Door) -> None:
 
 
 REFERENCE_BATCH = (
-    b'[{"Body":"This is the first message","BrokerProperties":{"Label":"M1","TimeToLiveTimeSpan":"0.00:00:40"}},'
-    b'{"Body":"This is the second message","BrokerProperties":{"Label":"M2"},"UserProperties":{"Priority":"Low"}},'
+    b'[{"Body":"This is the first message",'
+    b'"BrokerProperties":{"Label":"M1","TimeToLiveTimeSpan":"0.00:00:40"}},'
+    b'{"Body":"This is the second message",'
+    b'"BrokerProperties":{"Label":"M2"},"UserProperties":{"Priority":"Low"}},'
     b'{"Body":"This is the third message","BrokerProperties":{"Label":"M3"},'
     b'"UserProperties":{"Priority":"Medium","Customer":"ABC"}}]'
 )
@@ -516,3 +533,35 @@ def test_keep_alive_carries_several_sends_on_one_connection(door: Door) -> None:
             assert answer.status_code == 201, answer.text
     assert len(seen) == 1
     assert [fields_of(m)["message_id"] for m in delivered(door, "keepalive", 3)] == ["k0", "k1", "k2"]
+
+
+def test_bridge_serve_speaks_https_with_the_configured_pair(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Given the certificate settings, as `bridge up --tls` writes them into its env file
+    tls = ensure_certificate(tmp_path / "tls", "127.0.0.1")
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")},
+        "BRIDGE_REDIS_URL": redis_server.url,
+        "BRIDGE_INGRESS__TLS_CERTIFICATE": str(tls.cert),
+        "BRIDGE_INGRESS__TLS_KEY": str(tls.key),
+    }
+    log = (tmp_path / "serve.log").open("wb")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli.main", "serve", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        assert wait_listening("127.0.0.1", port, 30), (tmp_path / "serve.log").read_text()
+        trust = ssl.create_default_context(cafile=str(tls.cert))
+        # When a client that trusts it connects over HTTPS, and one tries plain HTTP
+        assert httpx.get(f"https://localhost:{port}/healthz", verify=trust, timeout=10).status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    finally:
+        serve.terminate()
+        serve.wait(10)
+        log.close()
