@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 
-from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from bridge.core.door_formats import rest_batch, rest_message
 from bridge.core.validation import check_batch
+from bridge.http import paths  # noqa: F401  (registers the {entity} and {messages} path convertors)
 from bridge.http.server import HEADER_NAMES
 from bridge.http.v1 import answers_errors, ingress_of
 
@@ -159,36 +159,4 @@ async def post_messages(request: Request) -> Response:
     return Response(status_code=201, headers=headers)
 
 
-class EntityConvertor(Convertor[str]):
-    """An entity path as sent, any character included: a newline (``%0A``) or ``{`` reaches the entity
-    rules (``entity_name_invalid``) instead of falling through to 404."""
-
-    regex = r"[\s\S]+?"
-
-    def convert(self, value: str) -> str:
-        """The path text itself."""
-        return value
-
-    def to_string(self, value: str) -> str:
-        """The path text itself."""
-        return value
-
-
-class MessagesConvertor(Convertor[str]):
-    """The ``messages`` segment in any letter case."""
-
-    regex = "[Mm][Ee][Ss][Ss][Aa][Gg][Ee][Ss]"
-
-    def convert(self, value: str) -> str:
-        """The segment as sent."""
-        return value
-
-    def to_string(self, value: str) -> str:
-        """The segment as sent."""
-        return value
-
-
-register_url_convertor("sb_entity", EntityConvertor())
-register_url_convertor("sb_messages", MessagesConvertor())
-
-routes = [Route("/{entity:sb_entity}/{segment:sb_messages}", post_messages, methods=["POST"])]
+routes = [Route("/{entity:entity}/{segment:messages}", post_messages, methods=["POST"])]

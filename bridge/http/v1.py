@@ -21,6 +21,7 @@ from starlette.routing import Route
 from bridge.core.door_formats import v1_message
 from bridge.core.validation import check_batch
 from bridge.errors import BridgeError, InvalidMessageError
+from bridge.http import paths  # noqa: F401  (registers the {entity} path convertor)
 from bridge.http.ingress import Ingress
 from bridge.http.problems import error_code, error_response
 from bridge.observability import metrics
@@ -148,9 +149,9 @@ async def get_outbox(request: Request) -> Response:
 
 
 routes = [
-    Route("/v1/entities/{entity:path}/messages:batch", post_batch, methods=["POST"]),
-    Route("/v1/entities/{entity:path}/messages", post_message, methods=["POST"]),
-    Route("/v1/entities/{entity:path}/quarantine", get_quarantine, methods=["GET"]),
-    Route("/v1/entities/{entity:path}/deadletter", get_deadletter, methods=["GET"]),
-    Route("/v1/entities/{entity:path}/outbox", get_outbox, methods=["GET"]),
+    Route("/v1/entities/{entity:entity}/messages:batch", post_batch, methods=["POST"]),
+    Route("/v1/entities/{entity:entity}/messages", post_message, methods=["POST"]),
+    Route("/v1/entities/{entity:entity}/quarantine", get_quarantine, methods=["GET"]),
+    Route("/v1/entities/{entity:entity}/deadletter", get_deadletter, methods=["GET"]),
+    Route("/v1/entities/{entity:entity}/outbox", get_outbox, methods=["GET"]),
 ]

@@ -2,7 +2,8 @@
 
 Layout of an ingress entry (``docs/doors/redis-stream.md``): ``body`` (required, raw bytes), optional
 ``body_encoding`` (``text`` or ``base64``), ``message_id``, ``content_type``, ``correlation_id``,
-``subject``, ``reply_to``, ``to``, ``session_id``, ``partition_key``, ``time_to_live`` (seconds, decimal),
+``subject``, ``reply_to``, ``reply_to_session_id``, ``to``, ``session_id``, ``partition_key``,
+``via_partition_key``, ``time_to_live`` (seconds, decimal),
 ``scheduled_enqueue_time_utc`` (ISO-8601 with offset), ``application_properties`` (JSON object).
 
 ``move_ingress`` reads entries with the consumer group ``ingress``, writes the valid ones to the outbox as one

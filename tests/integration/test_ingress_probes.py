@@ -48,7 +48,7 @@ ENTITY_CODES = {
     "entity_name_empty",
     "entity_name_reserved",
     "entity_not_sendable",
-    "not_found",  # the router's own: a path no route matches (e.g. a newline in a listing's entity)
+    "not_found",  # the router's own: a path no route matches
 }
 
 
@@ -713,7 +713,17 @@ VALUE_PROBES: list[tuple[str, str, str, bytes, dict[str, str], int, str]] = [
     ),
     ("unknown path", "GET", "/nothing/here", b"", {}, 404, "not_found"),
     ("method a route lacks", "DELETE", _V1, b"", {}, 405, "method_not_allowed"),
-    ("newline in a listing's entity", "GET", "/v1/entities/a%0Ab/quarantine", b"", {}, 404, "not_found"),
+    # a newline reaches the entity rules (it used to fall through the router to 404)
+    (
+        "newline in a listing's entity",
+        "GET",
+        "/v1/entities/a%0Ab/quarantine",
+        b"",
+        {},
+        422,
+        "entity_name_invalid",
+    ),
+    ("newline in a REST entity", "POST", "/a%0Ab/messages", b"x", {}, 400, "entity_name_invalid"),
 ]
 
 

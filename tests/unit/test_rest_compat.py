@@ -12,7 +12,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from bridge.core.auth import authenticate_sas, resource_path, sas_candidates
-from bridge.core.door_formats import rest_batch, rest_message, timespan_seconds
+from bridge.core.door_formats import redis_door_message, rest_batch, rest_message, timespan_seconds
 from bridge.errors import AuthenticationError, InvalidMessageError
 from bridge.http.rest_door import is_http_priority
 
@@ -215,3 +215,10 @@ def test_only_rfc9218_priority_is_an_http_header():
     assert is_http_priority("priority", "u=3, i")
     assert not is_http_priority("priority", "High")
     assert not is_http_priority("customer", "u=1")
+
+
+def test_the_redis_door_takes_the_same_new_fields():
+    _, props = redis_door_message(
+        {b"body": b"x", b"reply_to_session_id": b"rs", b"via_partition_key": b"v"}, "id-1"
+    )
+    assert props == {"message_id": "id-1", "reply_to_session_id": "rs", "via_partition_key": "v"}

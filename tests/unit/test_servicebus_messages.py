@@ -148,3 +148,26 @@ def test_ping_messages() -> None:
     scheduled = ping_message("schedule", "sess", 1_000.0)
     assert scheduled.scheduled_enqueue_time_utc == datetime.fromtimestamp(1_000.0, UTC) + PING_SCHEDULE_AHEAD
     assert plain.message_id != scheduled.message_id
+
+
+def test_reply_to_session_via_partition_key_and_a_fractional_ttl_are_carried():
+    envelope = Envelope(
+        entity="q",
+        message_id="m",
+        body=b"x",
+        accepted_at=1.0,
+        time_to_live=90.5,
+        reply_to_session_id="rs",
+        via_partition_key="via",
+    )
+    message = to_message(envelope)
+    raw = message.raw_amqp_message
+    # The SDK's setter keeps whole seconds (90 000 ms); the header carries 90 500
+    assert raw.header.time_to_live == 90_500
+    assert raw.properties.absolute_expiry_time - raw.properties.creation_time == 90_500
+    assert message.reply_to_session_id == "rs"
+    assert raw.annotations[b"x-opt-via-partition-key"] == "via"
+    assert Envelope.decode(envelope.encode()) == envelope
+    backlog = to_backlog_message(envelope)
+    assert isinstance(backlog, BacklogMessage)
+    assert backlog.message.reply_to_session_id == "rs"
