@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -32,7 +33,18 @@ def _processes_using(path: Path) -> list[str]:
 
 def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge.cli.main", "up", "--data-dir", str(tmp_path), "--concurrency", "1"],
+        # --tls: the ingress speaks HTTPS with the self-signed pair `bridge up` makes (plain HTTP: the demo)
+        [
+            sys.executable,
+            "-m",
+            "bridge.cli.main",
+            "up",
+            "--data-dir",
+            str(tmp_path),
+            "--concurrency",
+            "1",
+            "--tls",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -50,26 +62,31 @@ def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
             if "Ctrl-C stops everything" in line:
                 break
         out = "".join(lines)
-        url = re.search(r"^ingress\s+(http://\S+)", out, re.M)
+        url = re.search(r"^ingress\s+(https://\S+)", out, re.M)
         env_file = re.search(r"^settings\s+(\S+)", out, re.M)
         metrics = dict(
-            (name, link) for link, name in re.findall(r"^metrics\s+(http://\S+)\s+\((\S+)\)", out, re.M)
+            (name, link) for link, name in re.findall(r"^metrics\s+(https?://\S+)\s+\((\S+)\)", out, re.M)
         )
         assert url and env_file, out
         assert {"worker", "beat", "beat-2", "ingress", "orders"} <= set(metrics), out
         settings = Path(env_file.group(1))
         assert settings.stat().st_mode & 0o777 == 0o600
         assert "BRIDGE_REDIS_URL=" in settings.read_text()
+        ca_file = re.search(r"^BRIDGE_INGRESS_CA_FILE='(\S+)'$", settings.read_text(), re.M)
+        assert ca_file, settings.read_text()
+        trust = ssl.create_default_context(cafile=ca_file.group(1))
 
         # Given the running stack, when a message is posted, then the receiver of the entity hands it over.
-        answer = httpx.post(f"{url.group(1)}/v1/entities/orders/messages", json={"body": "up"}, timeout=10)
+        answer = httpx.post(
+            f"{url.group(1)}/v1/entities/orders/messages", json={"body": "up"}, timeout=10, verify=trust
+        )
         assert answer.status_code == 202
         message_id = answer.json()["message_id"]
         receiver_log = tmp_path / "receive-orders.log"
         wait_until(
             lambda: receiver_log.exists() and message_id in receiver_log.read_text(), 60, 0.5, "received"
         )
-        assert httpx.get(f"{url.group(1)}/status", timeout=10).status_code == 200
+        assert httpx.get(f"{url.group(1)}/status", timeout=10, verify=trust).status_code == 200
         worker = scrape(metrics["worker"])
         assert worker.value("bridge_send_messages_total", entity="orders", result="accepted") == 1
         receiver = scrape(metrics["orders"])
