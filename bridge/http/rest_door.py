@@ -16,6 +16,7 @@ clients already send.
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -153,10 +154,21 @@ async def post_messages(request: Request) -> Response:
     await ingress.store(entity, envelopes, fresh, door="rest")
     headers = {}
     if ignored:
-        names = ", ".join(dict.fromkeys(ignored))
-        headers[IGNORED_HEADER] = names
-        log.debug("REST send to %s: ignored broker properties %s", entity, names)
+        headers[IGNORED_HEADER] = ignored_names(ignored)
+        log.debug("REST send to %s: ignored broker properties %s", entity, headers[IGNORED_HEADER])
     return Response(status_code=201, headers=headers)
+
+
+MAX_IGNORED_NAMES = 20
+
+
+def ignored_names(names: list[str]) -> str:
+    """The ``X-Bridge-Ignored-Properties`` value: distinct names, percent-encoded beyond ``[A-Za-z0-9-._~]``
+    (a JSON name may hold a newline or non-Latin-1 text, which a header must not), at most 20, then
+    ``...``."""
+    distinct = list(dict.fromkeys(names))
+    shown = [quote(name, safe="") for name in distinct[:MAX_IGNORED_NAMES]]
+    return ", ".join(shown + (["..."] if len(distinct) > MAX_IGNORED_NAMES else []))
 
 
 routes = [Route("/{entity:entity}/{segment:messages}", post_messages, methods=["POST"])]

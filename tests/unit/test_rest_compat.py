@@ -14,7 +14,7 @@ import pytest
 from bridge.core.auth import authenticate_sas, resource_path, sas_candidates
 from bridge.core.door_formats import redis_door_message, rest_batch, rest_message, timespan_seconds
 from bridge.errors import AuthenticationError, InvalidMessageError
-from bridge.http.rest_door import is_http_priority
+from bridge.http.rest_door import ignored_names, is_http_priority
 
 KEY = "k3y+/="
 EXPIRY = 2_000_000_000
@@ -222,3 +222,11 @@ def test_the_redis_door_takes_the_same_new_fields():
         {b"body": b"x", b"reply_to_session_id": b"rs", b"via_partition_key": b"v"}, "id-1"
     )
     assert props == {"message_id": "id-1", "reply_to_session_id": "rs", "via_partition_key": "v"}
+
+
+def test_ignored_names_are_safe_in_a_header():
+    assert ignored_names(["State", "State", "Sequence Number"]) == "State, Sequence%20Number"
+    assert (
+        ignored_names(["a\r\nSet-Cookie: x", "\u00e9\u4e2d"]) == "a%0D%0ASet-Cookie%3A%20x, %C3%A9%E4%B8%AD"
+    )
+    assert ignored_names([f"p{n}" for n in range(25)]).endswith("p19, ...")
