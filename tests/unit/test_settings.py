@@ -349,3 +349,16 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(ValueError, match="frozen"):
         settings.log_level = "DEBUG"  # type: ignore[misc]
+
+
+def test_ingress_tls_certificate_and_key_come_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_INGRESS__TLS_CERTIFICATE", "/etc/bridge/cert.pem")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert "tls_key" in str(info.value)
+    monkeypatch.setenv("BRIDGE_INGRESS__TLS_KEY", "/etc/bridge/key.pem")
+    ingress = load_settings().ingress
+    assert (ingress.tls_certificate, ingress.tls_key) == (
+        Path("/etc/bridge/cert.pem"),
+        Path("/etc/bridge/key.pem"),
+    )
