@@ -67,6 +67,11 @@ def known_secrets(settings: Settings) -> list[str]:
     for namespace in (settings.primary, settings.secondary):
         if namespace is None:
             continue
+        for secret in (namespace.client_secret, namespace.proxy):
+            if secret is not None:
+                found += [secret.get_secret_value(), *_url_passwords(secret.get_secret_value())]
+        if namespace.connection_string is None:
+            continue
         text = namespace.connection_string.get_secret_value()
         found.append(text)
         parts = parse_connection_string(text)
