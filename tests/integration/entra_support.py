@@ -116,11 +116,11 @@ def port_of(ns: LocalNamespace) -> int:
 def entra_client(ns: LocalNamespace, credential: TokenCredential, **options: object) -> ServiceBusClient:
     """A client built from a host name and a credential, over AMQPS to the namespace's port."""
     options.setdefault("retry_total", 0)
+    options.setdefault("transport_type", TransportType.Amqp)
     return ServiceBusClient(
         "localhost",
         credential,
         custom_endpoint_address=f"sb://localhost:{ns.port}",
-        transport_type=TransportType.Amqp,
         connection_verify=ns.certificate,
         **options,  # type: ignore[arg-type]
     )

@@ -3,7 +3,8 @@
 A client built from a namespace name (``ServiceBusClient(fully_qualified_namespace, credential)``) dials
 AMQP over TLS; the administration client dials HTTPS to the same host and port. After the handshake the
 first four bytes say which: ``AMQP`` (the protocol header, SASL or plain) goes to the AMQP engine, anything
-else is HTTP (management requests, and the WebSocket upgrade of AMQP over WebSockets). The decision is
+else is HTTP: ``GET /$servicebus/websocket`` asking to upgrade becomes AMQP over WebSockets
+(``websocket.py``), every other request goes to the management endpoint. The decision is
 taken once per connection by swapping the TLS transport's protocol, so no byte is read twice or lost.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from bridge.emulator.amqp import websocket
 
 AMQP_HEADER = b"AMQP"
 
@@ -41,6 +44,15 @@ class TlsSniffer(asyncio.Protocol):
             return
         transport = self._transport
         assert transport is not None
+        if (
+            head != AMQP_HEADER
+            and self._buffer.startswith(b"GET ")
+            and not websocket.head_complete(self._buffer)
+        ):
+            return  # a GET may be the WebSocket upgrade: wait for its whole head
+        if head != AMQP_HEADER and websocket.is_upgrade(self._buffer.split(b"\r\n\r\n", 1)[0]):
+            websocket.upgrade(transport, self._buffer, self._make_amqp)
+            return
         if head == AMQP_HEADER:
             amqp = self._make_amqp()
             transport.set_protocol(amqp)
