@@ -15,6 +15,10 @@ def up(
     port: Annotated[int | None, typer.Option(help="Ingress port (default: a free one).")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Send worker processes (prefork children).")] = 2,
     receivers: Annotated[bool, typer.Option(help="Start a logging receiver per entity.")] = True,
+    entra: Annotated[
+        bool,
+        typer.Option(help="Sign in with Microsoft Entra ID only: local token issuer, SAS disabled."),
+    ] = False,
 ) -> None:
     """Start Redis, two local namespaces, the ingress, a worker, two beats and receivers; Ctrl-C stops."""
     from rich.console import Console
@@ -31,7 +35,12 @@ def up(
     status = 1
     try:
         stack = stack_up.start(
-            data_dir, port=port, concurrency=concurrency, receivers=receivers, on_start=started.append
+            data_dir,
+            port=port,
+            concurrency=concurrency,
+            receivers=receivers,
+            on_start=started.append,
+            entra=entra,
         )
         for line in stack_up.describe(stack):
             typer.echo(line)  # not rich: URLs and paths must not be wrapped

@@ -166,8 +166,12 @@ class EmulatorServer:
         )
         self.control_port = self._control_server.sockets[0].getsockname()[1]
         if self.config.amqps_port is not None:
-            self._amqps_listener = _listen(self.config.host, self.config.amqps_port)
-            asyncio.get_running_loop().create_task(self._accept_loop(self._amqps_listener))
+            try:
+                self._amqps_listener = _listen(self.config.host, self.config.amqps_port)
+            except OSError as exc:  # "where free": another namespace (or program) may hold 5671
+                log.warning("not serving AMQPS on port %d: %s", self.config.amqps_port, exc.strerror)
+            else:
+                asyncio.get_running_loop().create_task(self._accept_loop(self._amqps_listener))
         if self.identity is not None:
             await self.identity.start(
                 self.config.host, self.config.identity_port, self.config.authority_port, self.ssl_context
