@@ -193,22 +193,33 @@ def test_wrong_audience_expired_and_unsigned_tokens_are_refused(ns: LocalNamespa
 def test_token_refresh_keeps_a_sender_working(tmp_path: Path) -> None:
     # Given tokens that live 15 s (the SDK renews at 10 % of the lifetime left, so 1 s ahead), and a
     # namespace that closes a connection whose token runs out
-    ns = entra_namespace(tmp_path, "refresh", lifetime=15, log_level="INFO")
+    renewals_while_sending(tmp_path, lifetime=15, seconds=33, interval=0.25)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_token_refresh_every_120_s_for_ten_minutes(tmp_path: Path) -> None:
+    renewals_while_sending(tmp_path, lifetime=120, seconds=600, interval=1.0)
+
+
+def renewals_while_sending(tmp_path: Path, *, lifetime: int, seconds: float, interval: float) -> None:
+    """Send on one sender for ``seconds``: no send may fail and every token must have been renewed."""
+    ns = entra_namespace(tmp_path, "refresh", lifetime=lifetime, log_level="INFO")
     try:
         with managed_identity_env(ns):
             credential = system_managed_identity()
-            # When one sender sends for three lifetimes on one connection
-            deadline = time.monotonic() + 33
+            # When one sender sends for several lifetimes on one connection
+            deadline = time.monotonic() + seconds
             sent = 0
             with entra_client(ns, credential) as client, client.get_queue_sender("refresh") as sender:
                 while time.monotonic() < deadline:
                     sender.send_messages(ServiceBusMessage(f"m{sent}"))
                     sent += 1
-                    time.sleep(0.25)
+                    time.sleep(interval)
             # Then no send failed and every message is there
             with entra_admin(ns, credential) as admin:
                 assert admin.get_queue_runtime_properties("refresh").active_message_count == sent
     finally:
         ns.close()
     issued = (tmp_path / "refresh" / "emulator.log").read_text().count("token issued to owner")
-    assert issued >= 3, "the credential did not renew its token"
+    assert issued >= int(seconds // lifetime) + 1, "the credential did not renew its token"
