@@ -53,7 +53,10 @@ def emulator(
     identity_port: Annotated[int, typer.Option(help="Managed-identity endpoint port (HTTP).")] = 0,
     authority_port: Annotated[int, typer.Option(help="OAuth2 authority port (HTTPS).")] = 0,
     amqps_port: Annotated[
-        int | None, typer.Option(help="Also serve AMQPS/HTTPS here (5671 = the SDK's default port).")
+        list[int] | None,
+        typer.Option(
+            help="Also serve AMQPS/HTTPS here where free (repeatable: 5671 AMQPS, 443 HTTPS/WebSockets)."
+        ),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON line with the endpoints.")
@@ -83,7 +86,7 @@ def emulator(
         identity_dir=identity_dir,
         identity_port=identity_port,
         authority_port=authority_port,
-        amqps_port=amqps_port,
+        amqps_ports=tuple(amqps_port or ()),
     )
     try:
         asyncio.run(_serve(config, json_output, run))

@@ -9,8 +9,9 @@ secrets into ``<data dir>/identity/identities.toml`` (mode 0600):
 - ``sender`` and ``receiver``: Data Sender and Data Receiver with client secrets, for trying what a
   role-limited identity may do.
 
-The primary also serves AMQPS on 5671 when that port is free on loopback, so a client built as
-``ServiceBusClient("localhost", DefaultAzureCredential())`` reaches it unchanged. Each namespace has its own
+The primary also serves AMQPS on 5671 and HTTPS (management, AMQP over WebSockets) on 443 where those
+ports are free on loopback, so a client built as ``ServiceBusClient("localhost", DefaultAzureCredential())``
+or ``ServiceBusAdministrationClient("localhost", ...)`` reaches it unchanged. Each namespace has its own
 self-signed certificate; ``ca-bundle.pem`` holds both (after the system's CA bundle, so other HTTPS keeps
 working in a shell that sources the env file) and is what ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` and the
 namespaces' ``certificate`` setting name. The SDK reads neither variable for AMQPS (it pins certifi's
@@ -21,13 +22,13 @@ bundle), so the env file also puts ``python-trust/`` on ``PYTHONPATH``: its ``si
 from __future__ import annotations
 
 import secrets
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.embedded.namespaces import LocalNamespace
 
 AMQPS_PORT = 5671
+HTTPS_PORT = 443
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 FQNS = "localhost"
 
@@ -38,13 +39,11 @@ class EntraSetup:
 
     base: Path
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
-    amqps_port: int | None = None
 
     def __post_init__(self) -> None:
         self.identity_dir = self.base / "identity"
         self.identities_file = self.identity_dir / "identities.toml"
         self.bundle = self.base / "ca-bundle.pem"
-        self.amqps_port = AMQPS_PORT if _free(AMQPS_PORT) else None
 
     def write_identities(self) -> Path:
         """The identities file with fresh secrets (readable by the owner only)."""
@@ -62,9 +61,7 @@ class EntraSetup:
     def primary_args(self) -> tuple[str, ...]:
         """``bridge emulator`` options of the primary: the issuer, trust, no SAS, and 5671 when free."""
         args = ("--identities", str(self.write_identities()), *self.secondary_args())
-        if self.amqps_port is not None:
-            args += ("--amqps-port", str(self.amqps_port))
-        return args
+        return (*args, "--amqps-port", str(AMQPS_PORT), "--amqps-port", str(HTTPS_PORT))
 
     def secondary_args(self) -> tuple[str, ...]:
         """``bridge emulator`` options of the secondary: trust the issuer's key, no SAS."""
@@ -129,7 +126,7 @@ class EntraSetup:
         """What a shell (and the SDK's samples) needs beyond ``BRIDGE_*``: issuer, certificates, namespace."""
         endpoints = primary.endpoints
         assert endpoints is not None and endpoints.identity_endpoint and endpoints.identity_header
-        served = endpoints.amqps_port == str(AMQPS_PORT)
+        served = str(AMQPS_PORT) in (endpoints.amqps_ports or "").split(",")
         namespace = FQNS if served else f"{FQNS}:{primary.port}"
         return {
             "IDENTITY_ENDPOINT": endpoints.identity_endpoint,
@@ -139,12 +136,3 @@ class EntraSetup:
             "PYTHONPATH": str(self.write_certifi_override()),
             "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": namespace,
         }
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

@@ -34,7 +34,7 @@ class NamespaceEndpoints:
     management_endpoint: str
     certificate: str
     control_url: str
-    amqps_port: str | None = None
+    amqps_ports: str | None = None
     identity_endpoint: str | None = None
     identity_header: str | None = None
     authority: str | None = None

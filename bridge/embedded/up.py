@@ -166,9 +166,9 @@ def describe(stack: Stack) -> list[str]:
     if local.entra is not None:
         endpoints = local.primary.endpoints
         amqps = (
-            f"AMQPS on localhost:{endpoints.amqps_port}"
-            if endpoints is not None and endpoints.amqps_port
-            else "port 5671 was busy: clients need custom_endpoint_address"
+            f"also on localhost ports {endpoints.amqps_ports} (AMQPS 5671, HTTPS 443)"
+            if endpoints is not None and endpoints.amqps_ports
+            else "ports 5671 and 443 were busy: clients need custom_endpoint_address"
         )
         lines.insert(
             -1, f"entra        Entra ID only (SAS refused); managed identity in the env file; {amqps}"

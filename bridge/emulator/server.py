@@ -75,8 +75,9 @@ class EmulatorConfig:
     identities_file: Path | None = None
     identity_port: int = 0
     authority_port: int = 0
-    # A second port for AMQPS/HTTPS (5671 lets a client built from a host name connect unchanged).
-    amqps_port: int | None = None
+    # More ports for AMQPS/HTTPS/WebSockets: 5671 (AMQPS) and 443 (HTTPS, WebSockets) let a client built
+    # from a host name connect unchanged. Each is bound where free, skipped otherwise.
+    amqps_ports: tuple[int, ...] = ()
 
 
 class EmulatorServer:
@@ -109,7 +110,7 @@ class EmulatorServer:
         self.broker = Broker(self.namespace, self.faults, self.auth, self.wal)
         self.ssl_context: ssl.SSLContext = server_ssl_context(self.cert.cert, self.cert.key)
         self._listener: socket.socket | None = None
-        self._amqps_listener: socket.socket | None = None
+        self._amqps_listeners: list[socket.socket] = []
         self._accept_task: asyncio.Task[None] | None = None
         self._control_server: asyncio.Server | None = None
         self._parked: list[socket.socket] = []
@@ -165,13 +166,14 @@ class EmulatorServer:
             lambda r, w: serve_http(r, w, control_app), self.config.host, self.control_port or 0
         )
         self.control_port = self._control_server.sockets[0].getsockname()[1]
-        if self.config.amqps_port is not None:
+        for port in self.config.amqps_ports:
             try:
-                self._amqps_listener = _listen(self.config.host, self.config.amqps_port)
-            except OSError as exc:  # "where free": another namespace (or program) may hold 5671
-                log.warning("not serving AMQPS on port %d: %s", self.config.amqps_port, exc.strerror)
-            else:
-                asyncio.get_running_loop().create_task(self._accept_loop(self._amqps_listener))
+                listener = _listen(self.config.host, port)
+            except OSError as exc:  # "where free": another namespace (or program) may hold it
+                log.warning("not serving AMQPS/HTTPS on port %d: %s", port, exc.strerror)
+                continue
+            self._amqps_listeners.append(listener)
+            asyncio.get_running_loop().create_task(self._accept_loop(listener))
         if self.identity is not None:
             await self.identity.start(
                 self.config.host, self.config.identity_port, self.config.authority_port, self.ssl_context
@@ -324,8 +326,8 @@ class EmulatorServer:
             "certificate": str(self.cert.cert),
             "control_url": f"http://{host}:{self.control_port}",
         }
-        if self._amqps_listener is not None:
-            info["amqps_port"] = str(self._amqps_listener.getsockname()[1])
+        if self._amqps_listeners:
+            info["amqps_ports"] = ",".join(str(s.getsockname()[1]) for s in self._amqps_listeners)
         if self.identity is not None:
             info.update(self.identity.info(host))
         return info
@@ -333,8 +335,8 @@ class EmulatorServer:
     def close(self) -> None:
         """Stop accepting and flush the log."""
         self._close_listener()
-        if self._amqps_listener is not None:
-            self._amqps_listener.close()
+        for listener in self._amqps_listeners:
+            listener.close()
         if self.identity is not None:
             self.identity.close()
         if self._control_server is not None:
