@@ -22,6 +22,8 @@ Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own r
 - A refusal that names a missing right (``'Listen' claim(s) are required``, whatever SDK class carries it)
   is ``NamespaceRoleMissingError``, a CONFIGURATION error whose message names the role to assign
   (``bridge.core.access``).
+- "CBS Authentication Expired" (``IDLE_LINK_EXPIRY``: a token that ran out on an idle link) is TRANSIENT,
+  whatever class carries it: the next attempt gets a fresh token.
 - A generic ``ServiceBusError`` is classified by the error it wraps (``inner_exception``): the SDK wraps a
   credential's ``ClientAuthenticationError`` (no token could be obtained) that way.
 - Receiver/settlement errors (lock lost, already settled, session cannot be locked, message not found)
@@ -128,6 +130,11 @@ SDK_TIMEOUTS: frozenset[str] = frozenset(
 )
 """SDK class names that are timeouts: they start the paired FailoverInterval timer even when TRANSIENT."""
 
+IDLE_LINK_EXPIRY = "CBS Authentication Expired"
+"""The SDK's text when a link's Entra ID token ran out while the link sat idle (it renews only on links that
+work): TRANSIENT, because the next attempt reconnects with a fresh token; it says nothing about the
+namespace's health, so it must not count as an outage (the SDK wraps it in ``ServiceBusConnectionError``)."""
+
 SDK_ENTITY_MISSING: frozenset[str] = frozenset({"MessagingEntityNotFoundError", "ResourceNotFoundError"})
 """SDK class names meaning the entity does not exist (the syphon dead-letters such messages)."""
 
@@ -154,6 +161,8 @@ def translate(exc: BaseException, namespace: str | None = None, context: str = "
             exc.namespace = namespace
         return exc
     verdict = classify_sdk_type(type(_wrapped(exc)))
+    if IDLE_LINK_EXPIRY in str(exc):
+        verdict = Classification(ErrorClass.TRANSIENT)
     where = " ".join(part for part in (namespace, context) if part)
     message = scrub_secrets(f"{where}: {describe_error(exc)}" if where else describe_error(exc))
     if verdict.error_class is ErrorClass.MESSAGE_PERMANENT:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,12 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from bridge.embedded.namespaces import LocalNamespace
-from bridge.errors import NamespaceConfigurationError, NamespaceRoleMissingError
+from bridge.errors import (
+    NamespaceConfigurationError,
+    NamespaceOutageError,
+    NamespaceRoleMissingError,
+    TransientNamespaceError,
+)
 from bridge.servicebus.pool import NamespacePool
 from bridge.servicebus.provisioning import provision
 from bridge.servicebus.receiving import EntityLink
@@ -170,3 +176,32 @@ def test_check_config_masks_secrets_and_proxy_password(tmp_path: Path) -> None:
     assert shown["credential"] == "client_secret" and shown["client_secret"] == "**********"
     assert "very-secret-client-value" not in out.stdout + out.stderr
     assert "proxy-password-value" not in out.stdout + out.stderr
+
+
+def test_a_sender_idle_past_its_token_lifetime_is_not_an_outage(tmp_path: Path) -> None:
+    # Given 12 s tokens and a pool without SDK retries: the SDK renews a token only on a link that works
+    ns = entra_namespace(tmp_path, "idle", lifetime=12)
+    try:
+        with managed_identity_env(ns):
+            config = Settings(
+                primary=namespace(ns, Path(ns.certificate), ns, credential="managed_identity"),
+                retry={"attempt_deadline": 10.0, "retry_total": 0},
+            )
+            pool = NamespacePool(config)
+            try:
+                assert pool.send("primary", "idle", [ServiceBusMessage("before")]).failed == {}
+                # When the sender sits idle past its token's lifetime
+                time.sleep(14)
+                outcomes = [
+                    pool.send("primary", "idle", [ServiceBusMessage(f"after{i}")]).failed for i in range(3)
+                ]
+            finally:
+                pool.close()
+    finally:
+        ns.close()
+    # Then a failed attempt is transient (retried on the same namespace, no failover), and a later one works
+    failures = [f[0] for f in outcomes if f]
+    assert all(
+        isinstance(f, TransientNamespaceError) and not isinstance(f, NamespaceOutageError) for f in failures
+    )
+    assert outcomes[-1] == {}

@@ -6,10 +6,19 @@ import pytest
 from azure.core.exceptions import ClientAuthenticationError
 from azure.identity import ClientSecretCredential, DefaultAzureCredential, ManagedIdentityCredential
 from azure.servicebus import TransportType
-from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
+from azure.servicebus.exceptions import (
+    ServiceBusAuthenticationError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+)
 from pydantic import ValidationError
 
-from bridge.errors import ConfigurationError, NamespaceConfigurationError, NamespaceRoleMissingError
+from bridge.errors import (
+    ConfigurationError,
+    NamespaceConfigurationError,
+    NamespaceRoleMissingError,
+    TransientNamespaceError,
+)
 from bridge.servicebus.credentials import credential_for, http_proxy, transport_options
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, load_settings
@@ -126,3 +135,11 @@ def test_a_token_that_cannot_be_obtained_is_a_configuration_error() -> None:
     error = translate(wrapped, "secondary")
     assert isinstance(error, NamespaceConfigurationError)
     assert "eyJ" not in str(error)  # a token in an SDK message is scrubbed
+
+
+def test_a_token_that_ran_out_on_an_idle_link_is_transient_not_an_outage() -> None:
+    expired = ServiceBusConnectionError(
+        message="CBS Authentication Expired. Error condition: amqp:internal-error."
+    )
+    error = translate(expired, "primary", "send to orders")
+    assert type(error) is TransientNamespaceError
