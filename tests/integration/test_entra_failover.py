@@ -16,6 +16,7 @@ from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 
 from bridge.core.paired import PING_CONTENT_TYPE
 from bridge.embedded.stack import LocalStack, wait_until
+from bridge.observability.snapshot import BacklogProbe
 from bridge.servicebus.credentials import service_bus_client
 from bridge.servicebus.provisioning import provision
 from bridge.settings import NamespaceSettings, Settings
@@ -105,6 +106,10 @@ def test_paired_failover_and_syphon_with_entra_id_only(entra_stack: Any) -> None
         backlogged = [p.send("orders", f"down-{i}".encode()) for i in range(10)]
         wait_until(lambda: paired_state(stack, "orders").failed_over, 40, what="failover engaged")
         wait_until(lambda: cost(stack, "orders").backlog_sends >= 10, 40, what="backlog sends")
+        # The status page's backlog depths are read with the same credential (administration client)
+        depths = BacklogProbe(settings(stack), ttl=0).depths()
+        assert all(d.error is None for d in depths.values()), depths
+        assert sum(d.messages or 0 for d in depths.values()) == 10
         # When the primary comes back, the ping restores it and the syphon moves the backlog home
         stack.primary.control.restore()
         wait_until(lambda: not paired_state(stack, "orders").failed_over, 30, what="ping restoring orders")
