@@ -191,9 +191,9 @@ def test_wrong_audience_expired_and_unsigned_tokens_are_refused(ns: LocalNamespa
 
 
 def test_token_refresh_keeps_a_sender_working(tmp_path: Path) -> None:
-    # Given tokens that live 15 s (the SDK renews at 10 % of the lifetime left, so 1 s ahead), and a
-    # namespace that closes a connection whose token runs out
-    renewals_while_sending(tmp_path, lifetime=15, seconds=33, interval=0.25)
+    # Given tokens that live 20 s (the SDK renews at 10 % of the lifetime left, 2 s ahead: room for a slow
+    # send on a loaded machine), and a namespace that closes a connection whose token runs out
+    renewals_while_sending(tmp_path, lifetime=20, seconds=25, interval=0.25)
 
 
 @pytest.mark.slow
