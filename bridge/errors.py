@@ -211,5 +211,15 @@ class NamespaceEntityNotFoundError(NamespaceConfigurationError):
     entity_missing = True
 
 
+class NamespaceRoleMissingError(NamespaceConfigurationError):
+    """The identity signed in but lacks a right (Send, Listen, Manage); the message names the role."""
+
+    error_class = ErrorClass.CONFIGURATION
+
+    def __init__(self, message: str, namespace: str | None = None, right: str = "") -> None:
+        super().__init__(message, namespace)
+        self.right = right
+
+
 class EmulatorError(BridgeError):
     """The local Service Bus failed or refused something; the root of ``bridge.emulator.errors``."""

@@ -12,8 +12,12 @@ The field names are a public contract for scripts and operators; add fields, nev
     management_endpoint = "https://127.0.0.1:5301"   # optional; default: the Endpoint's host
     certificate = "/path/to/ca.pem"                  # optional; CA/cert for the management endpoint
 
-    [secondary]
-    connection_string = "..."
+    [secondary]                                      # or sign in with Microsoft Entra ID:
+    fully_qualified_namespace = "ns2.servicebus.windows.net"
+    credential = "managed_identity"                  # default | managed_identity | workload_identity |
+                                                     # client_secret | certificate | azure_cli
+    transport = "amqp_websocket"                     # amqp (5671) | amqp_websocket (443)
+    proxy = "http://user:pass@proxy:3128"            # optional; a secret
 
     [entities.orders]
     replication = "passive"   # passive | active | paired | none
@@ -29,6 +33,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -53,6 +58,19 @@ from bridge.errors import ConfigurationError
 
 CONFIG_ENV = "BRIDGE_CONFIG"
 Replication = Literal["passive", "active", "paired", "none"]
+CredentialKind = Literal[
+    "default", "managed_identity", "workload_identity", "client_secret", "certificate", "azure_cli"
+]
+# Fields each credential kind cannot do without (the others come from the environment when unset, as
+# azure-identity reads AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_FEDERATED_TOKEN_FILE).
+_CREDENTIAL_NEEDS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "managed_identity": (),
+    "workload_identity": (),
+    "client_secret": ("tenant_id", "client_id", "client_secret"),
+    "certificate": ("tenant_id", "client_id", "client_certificate"),
+    "azure_cli": (),
+}
 
 _ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}\Z")  # \Z: "$" passes a trailing newline
 _REDIS_SCHEMES = (
@@ -68,11 +86,27 @@ _REDIS_SCHEMES = (
 
 
 class NamespaceSettings(BaseModel):
-    """One Service Bus namespace: where it is and how to authenticate."""
+    """One Service Bus namespace: where it is, how to sign in and how to reach it.
+
+    Sign in either with ``connection_string`` (SAS) or with ``fully_qualified_namespace`` and a Microsoft
+    Entra ID ``credential`` (``bridge/servicebus/credentials.py`` builds it; docs/settings.md lists what
+    each kind needs). ``transport``, ``proxy`` and ``custom_endpoint_address`` say how AMQP travels.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    connection_string: SecretStr
+    connection_string: SecretStr | None = None
+    fully_qualified_namespace: str | None = None
+    credential: CredentialKind | None = None
+    client_id: str | None = None
+    tenant_id: str | None = None
+    client_secret: SecretStr | None = None
+    client_certificate: Path | None = None
+    token_file: Path | None = None
+    authority: str | None = None
+    transport: Literal["amqp", "amqp_websocket"] = "amqp"
+    proxy: SecretStr | None = None
+    custom_endpoint_address: str | None = None
     management_endpoint: str | None = None
     certificate: Path | None = None
     name: str | None = Field(
@@ -81,8 +115,10 @@ class NamespaceSettings(BaseModel):
 
     @field_validator("connection_string")
     @classmethod
-    def _well_formed(cls, value: SecretStr) -> SecretStr:
+    def _well_formed(cls, value: SecretStr | None) -> SecretStr | None:
         # Messages name the missing part only; the value itself is never echoed (it holds the key).
+        if value is None:
+            return None
         parts = parse_connection_string(value.get_secret_value())
         if "endpoint" not in parts:
             raise ValueError("connection string has no Endpoint=sb://... part")
@@ -97,11 +133,43 @@ class NamespaceSettings(BaseModel):
             )
         return value
 
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value()
+        if not text.startswith("http://") or not urlsplit(text).hostname or urlsplit(text).port is None:
+            raise ValueError("proxy must be http://[user:password@]host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_sign_in(self) -> NamespaceSettings:
+        if (self.connection_string is None) == (self.fully_qualified_namespace is None):
+            raise ValueError("set either connection_string or fully_qualified_namespace (with credential)")
+        if self.connection_string is not None and self.credential is not None:
+            raise ValueError("credential applies to fully_qualified_namespace, not to connection_string")
+        if self.fully_qualified_namespace is not None:
+            missing = [f for f in _CREDENTIAL_NEEDS[self.credential or "default"] if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"credential {self.credential!r} needs {', '.join(missing)}")
+        return self
+
     @property
     def endpoint_host(self) -> str:
         """``host[:port]`` of the AMQP endpoint (no secret in it)."""
+        if self.fully_qualified_namespace is not None:
+            return self.fully_qualified_namespace.split("://", 1)[-1].rstrip("/")
+        assert self.connection_string is not None  # the validator guarantees one of the two
         endpoint = parse_connection_string(self.connection_string.get_secret_value())["endpoint"]
         return endpoint.removeprefix("sb://").rstrip("/")
+
+    @property
+    def credential_kind(self) -> CredentialKind | None:
+        """The Entra ID credential in use (``default`` when only the namespace is named), or None for SAS."""
+        if self.fully_qualified_namespace is None:
+            return None
+        return self.credential or "default"
 
     @property
     def namespace_name(self) -> str:

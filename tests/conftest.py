@@ -33,6 +33,11 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 SHARED_REDIS_PORT = 6379
 
+# No credential in a test may probe the cloud metadata address (169.254.169.254): with IDENTITY_ENDPOINT set
+# and no IDENTITY_HEADER, ManagedIdentityCredential is unavailable at once. Tests that sign in with a managed
+# identity point both variables at a local namespace's token issuer (tests/integration/entra_support.py).
+os.environ.setdefault("IDENTITY_ENDPOINT", "http://127.0.0.1:9/no-managed-identity-in-tests")
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:

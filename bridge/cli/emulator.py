@@ -39,6 +39,25 @@ def emulator(
     auto_create: Annotated[
         bool, typer.Option(help="Create a queue on first use of an unknown name.")
     ] = False,
+    disable_local_auth: Annotated[
+        bool, typer.Option(help="Refuse SAS tokens (Azure's disableLocalAuth): Entra ID tokens only.")
+    ] = False,
+    identities: Annotated[
+        Path | None,
+        typer.Option(help="Run the local token issuer for the identities in this TOML file."),
+    ] = None,
+    identity_dir: Annotated[
+        Path | None,
+        typer.Option(help="Issuer key directory: trust its tokens (shared by the namespaces of one stack)."),
+    ] = None,
+    identity_port: Annotated[int, typer.Option(help="Managed-identity endpoint port (HTTP).")] = 0,
+    authority_port: Annotated[int, typer.Option(help="OAuth2 authority port (HTTPS).")] = 0,
+    amqps_port: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Also serve AMQPS/HTTPS here where free (repeatable: 5671 AMQPS, 443 HTTPS/WebSockets)."
+        ),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON line with the endpoints.")
     ] = False,
@@ -62,6 +81,12 @@ def emulator(
         data_dir=data_dir,
         entities_file=entities,
         auto_create=auto_create,
+        disable_local_auth=disable_local_auth,
+        identities_file=identities,
+        identity_dir=identity_dir,
+        identity_port=identity_port,
+        authority_port=authority_port,
+        amqps_ports=tuple(amqps_port or ()),
     )
     try:
         asyncio.run(_serve(config, json_output, run))

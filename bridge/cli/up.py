@@ -21,6 +21,10 @@ def up(
             help="Serve the ingress over HTTPS with a self-signed certificate (HTTPS-only clients)."
         ),
     ] = False,
+    entra: Annotated[
+        bool,
+        typer.Option(help="Sign in with Microsoft Entra ID only: local token issuer, SAS disabled."),
+    ] = False,
 ) -> None:
     """Start Redis, two local namespaces, the ingress, a worker, two beats and receivers; Ctrl-C stops."""
     from rich.console import Console
@@ -43,6 +47,7 @@ def up(
             receivers=receivers,
             on_start=started.append,
             tls=tls,
+            entra=entra,
         )
         for line in stack_up.describe(stack):
             typer.echo(line)  # not rich: URLs and paths must not be wrapped

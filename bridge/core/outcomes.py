@@ -16,12 +16,17 @@ from bridge.core.error_classes import Classification, ErrorClass
 MAX_ERROR_LENGTH = 300
 
 # Credentials that can appear in SDK messages: connection-string parts and SAS tokens (sig=..., the whole
-# "SharedAccessSignature sr=...&sig=...&se=...&skn=..." string) and passwords in redis URLs.
+# "SharedAccessSignature sr=...&sig=...&se=...&skn=..." string), passwords in URLs (redis, proxy) and
+# Entra ID tokens and secrets.
 _SECRET_PATTERNS = (
     re.compile(r"(SharedAccessKey\s*=\s*)[^;\s]+", re.IGNORECASE),
     re.compile(r"SharedAccessSignature\s+[^\s'\",]+", re.IGNORECASE),
     re.compile(r"(\bsig=)[^&\s'\",]+", re.IGNORECASE),
     re.compile(r"(\w+://[^:/@\s]*:)[^@\s]+(@)"),
+    # Entra ID: a JWT (access token, federated token, client assertion), a bearer header, a client secret.
+    re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),
+    re.compile(r"(\bBearer\s+)[^\s'\",]+", re.IGNORECASE),
+    re.compile(r"(client_secret\s*[=:]\s*['\"]?)[^&\s'\",;]+", re.IGNORECASE),
 )
 
 
@@ -30,7 +35,10 @@ def scrub_secrets(text: str) -> str:
     text = _SECRET_PATTERNS[0].sub(r"\1***", text)
     text = _SECRET_PATTERNS[1].sub("SharedAccessSignature ***", text)
     text = _SECRET_PATTERNS[2].sub(r"\1***", text)
-    return _SECRET_PATTERNS[3].sub(r"\1***\2", text)
+    text = _SECRET_PATTERNS[3].sub(r"\1***\2", text)
+    text = _SECRET_PATTERNS[4].sub("***", text)
+    text = _SECRET_PATTERNS[5].sub(r"\1***", text)
+    return _SECRET_PATTERNS[6].sub(r"\1***", text)
 
 
 def describe_error(exc: BaseException) -> str:

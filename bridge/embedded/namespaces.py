@@ -34,6 +34,12 @@ class NamespaceEndpoints:
     management_endpoint: str
     certificate: str
     control_url: str
+    amqps_ports: str | None = None
+    identity_endpoint: str | None = None
+    identity_header: str | None = None
+    authority: str | None = None
+    tenant_id: str | None = None
+    federated_tokens: str | None = None
 
 
 class LocalNamespace:
@@ -49,6 +55,7 @@ class LocalNamespace:
         data_dir: Path | None = None,
         key: str | None = None,
         log_level: str = "WARNING",
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.entities_file = entities_file
@@ -58,6 +65,8 @@ class LocalNamespace:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=f"bridge-ns-{name}-"))
         self.key = key or secrets.token_urlsafe(24)
         self.log_level = log_level
+        # More ``bridge emulator`` options, e.g. ``("--disable-local-auth", "--identity-dir", DIR)``.
+        self.extra_args = extra_args
         self.port = 0
         self.control_port = 0
         self.endpoints: NamespaceEndpoints | None = None
@@ -93,6 +102,7 @@ class LocalNamespace:
             args += ["--entities", str(self.entities_file)]
         if self.auto_create:
             args.append("--auto-create")
+        args += list(self.extra_args)
         env = dict(os.environ, BRIDGE_EMULATOR_KEY=self.key)  # keeps the key out of `ps`
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "emulator.log").open("a")

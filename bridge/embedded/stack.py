@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bridge.embedded.entra import EntraSetup
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.redis_server import RedisServer
 
@@ -90,23 +91,28 @@ class LocalStack:
         auto_create: bool = True,
         *,
         redis_password: str | None = None,
+        entra: bool = False,
     ) -> None:
         self.base_dir = base_dir
         base_dir.mkdir(parents=True, exist_ok=True)
         self.entities = dict(entities or {})
         self.extra_settings = dict(settings or {})
         self.redis = RedisServer(data_dir=base_dir / "redis", password=redis_password)
+        # Entra ID only (``bridge/embedded/entra.py``): one issuer, SAS refused by both namespaces.
+        self.entra = EntraSetup(base_dir) if entra else None
         self.primary = LocalNamespace(
             "primary",
             data_dir=base_dir / "primary",
             auto_create=auto_create,
             entities_file=namespace_entities_file,
+            extra_args=self.entra.primary_args() if self.entra else (),
         )
         self.secondary = LocalNamespace(
             "secondary",
             data_dir=base_dir / "secondary",
             auto_create=auto_create,
             entities_file=namespace_entities_file,
+            extra_args=self.entra.secondary_args() if self.entra else (),
         )
         self.processes: list[BridgeProcess] = []
 
@@ -117,6 +123,8 @@ class LocalStack:
         self.secondary.launch()
         self.primary.wait_ready()
         self.secondary.wait_ready()
+        if self.entra is not None:
+            self.entra.write_bundle(self.primary, self.secondary)
         return self
 
     def env(self, **overrides: str) -> dict[str, str]:
@@ -134,6 +142,10 @@ class LocalStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.entra is not None:
+            for key in [k for k in env if k.endswith("__CONNECTION_STRING")]:
+                del env[key]
+            env.update(self.entra.bridge_env(self.primary, self.secondary))
         env.update(self.extra_settings)
         env.update(overrides)
         return env

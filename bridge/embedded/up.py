@@ -83,6 +83,7 @@ def start(
     on_start: Callable[[Stack], None] | None = None,
     namespace_entities: Path | None = None,
     tls: bool = False,
+    entra: bool = False,
 ) -> Stack:
     """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
     entities file both local namespaces create at start (other queues are created on first use).
@@ -100,6 +101,7 @@ def start(
         },
         redis_password=secrets.token_urlsafe(18),
         namespace_entities_file=namespace_entities,
+        entra=entra,
     )
     stack = Stack(base, local)
     if on_start is not None:
@@ -152,6 +154,13 @@ def write_env_file(local: LocalStack, extra: dict[str, str] | None = None) -> Pa
         f"BRIDGE_PRIMARY_CONTROL_URL={local.primary.control.url}",
         f"BRIDGE_SECONDARY_CONTROL_URL={local.secondary.control.url}",
     ]
+    if local.entra is not None:
+        # Entra ID only: the managed-identity endpoint, the certificates and the namespace for shells and
+        # the SDK's own samples (``set -a; . bridge.env``); IDENTITY_HEADER is a secret, like the keys.
+        for key, value in local.entra.shell_env(local.primary).items():
+            # PYTHONPATH goes in front of the shell's own rather than replacing it.
+            keep = '"${PYTHONPATH:+:$PYTHONPATH}"' if key == "PYTHONPATH" else ""
+            lines.append(f"{key}={_quoted(value)}{keep}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -180,6 +189,16 @@ def describe(stack: Stack) -> list[str]:
         "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",
         "Ctrl-C stops everything.",
     ]
+    if local.entra is not None:
+        endpoints = local.primary.endpoints
+        amqps = (
+            f"also on localhost ports {endpoints.amqps_ports} (AMQPS 5671, HTTPS 443)"
+            if endpoints is not None and endpoints.amqps_ports
+            else "ports 5671 and 443 were busy: clients need custom_endpoint_address"
+        )
+        lines.insert(
+            -1, f"entra        Entra ID only (SAS refused); managed identity in the env file; {amqps}"
+        )
     return lines
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from bridge.emulator.amqp.broker import Broker
 from bridge.emulator.amqp.connection import AmqpConnection
+from bridge.emulator.amqp.tls import TlsSniffer
 from bridge.emulator.certs import ensure_certificate, server_ssl_context
 from bridge.emulator.entities_file import load_entities
 from bridge.emulator.errors import BrokerError
@@ -36,6 +37,9 @@ from bridge.emulator.faults import FaultChange, FaultKind, FaultState
 from bridge.emulator.http.admin import make_admin_app
 from bridge.emulator.http.control import make_control_app
 from bridge.emulator.http.server import serve_http
+from bridge.emulator.identity.grants import AuthPolicy
+from bridge.emulator.identity.keys import ensure_issuer_key
+from bridge.emulator.identity.service import IdentityService
 from bridge.emulator.model import persistence
 from bridge.emulator.model.descriptions import EntityDescription, EntityKind, RuleDescription
 from bridge.emulator.model.namespace import Namespace
@@ -64,6 +68,16 @@ class EmulatorConfig:
     entities_file: Path | None = None
     auto_create: bool = False
     fsync: bool = True
+    # Entra ID (``identity/``): refuse SAS; trust the issuer key in ``identity_dir``; run the issuer for the
+    # identities of ``identities_file`` on ``identity_port`` (HTTP) and ``authority_port`` (HTTPS).
+    disable_local_auth: bool = False
+    identity_dir: Path | None = None
+    identities_file: Path | None = None
+    identity_port: int = 0
+    authority_port: int = 0
+    # More ports for AMQPS/HTTPS/WebSockets: 5671 (AMQPS) and 443 (HTTPS, WebSockets) let a client built
+    # from a host name connect unchanged. Each is bound where free, skipped otherwise.
+    amqps_ports: tuple[int, ...] = ()
 
 
 class EmulatorServer:
@@ -77,15 +91,26 @@ class EmulatorServer:
         if config.data_dir is not None:
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self.wal = WriteAheadLog(config.data_dir / WAL_FILE, fsync=config.fsync)
-        self.broker = Broker(self.namespace, self.faults, {config.key_name: config.key}, self.wal)
         cert_dir = config.cert_dir or (config.data_dir / "tls" if config.data_dir else None)
         if cert_dir is None:
             import tempfile
 
             cert_dir = Path(tempfile.mkdtemp(prefix=f"bridge-emulator-{config.name}-"))
         self.cert = ensure_certificate(cert_dir, config.host)
+        identity_dir = config.identity_dir
+        if identity_dir is None and config.identities_file is not None:
+            identity_dir = cert_dir.parent / "identity"
+        issuer_key = ensure_issuer_key(identity_dir) if identity_dir is not None else None
+        self.auth = AuthPolicy(
+            {config.key_name: config.key}, local_auth=not config.disable_local_auth, issuer=issuer_key
+        )
+        self.identity: IdentityService | None = None
+        if issuer_key is not None and identity_dir is not None and config.identities_file is not None:
+            self.identity = IdentityService(issuer_key, config.identities_file, identity_dir)
+        self.broker = Broker(self.namespace, self.faults, self.auth, self.wal)
         self.ssl_context: ssl.SSLContext = server_ssl_context(self.cert.cert, self.cert.key)
         self._listener: socket.socket | None = None
+        self._amqps_listeners: list[socket.socket] = []
         self._accept_task: asyncio.Task[None] | None = None
         self._control_server: asyncio.Server | None = None
         self._parked: list[socket.socket] = []
@@ -141,15 +166,23 @@ class EmulatorServer:
             lambda r, w: serve_http(r, w, control_app), self.config.host, self.control_port or 0
         )
         self.control_port = self._control_server.sockets[0].getsockname()[1]
+        for port in self.config.amqps_ports:
+            try:
+                listener = _listen(self.config.host, port)
+            except OSError as exc:  # "where free": another namespace (or program) may hold it
+                log.warning("not serving AMQPS/HTTPS on port %d: %s", port, exc.strerror)
+                continue
+            self._amqps_listeners.append(listener)
+            asyncio.get_running_loop().create_task(self._accept_loop(listener))
+        if self.identity is not None:
+            await self.identity.start(
+                self.config.host, self.config.identity_port, self.config.authority_port, self.ssl_context
+            )
         self.faults.subscribe(self._on_fault_change)
         asyncio.get_running_loop().create_task(self._ticker())
 
     def _open_listener(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.config.host, self.port))
-        sock.listen(512)
-        sock.setblocking(False)
+        sock = _listen(self.config.host, self.port)
         self.port = sock.getsockname()[1]
         self._listener = sock
         self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop(sock))
@@ -198,25 +231,27 @@ class EmulatorServer:
             sock.close()
             return
         if first[0] == 0x16:
-            reader = asyncio.StreamReader()
-            protocol = asyncio.StreamReaderProtocol(reader)
-            try:
-                transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self.ssl_context
-                )
-            except (ssl.SSLError, OSError):
-                sock.close()
-                return
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            await serve_http(reader, writer, self._admin_app())
+            await self._serve_tls(sock)
             return
         await loop.connect_accepted_socket(lambda: AmqpConnection(self.broker), sock)
+
+    async def _serve_tls(self, sock: socket.socket) -> None:
+        # AMQPS and HTTPS share the port: the first bytes inside TLS decide (``amqp/tls.py``).
+        loop = asyncio.get_running_loop()
+        app = self._admin_app()
+        sniffer = TlsSniffer(
+            lambda: AmqpConnection(self.broker), lambda reader, writer: serve_http(reader, writer, app)
+        )
+        try:
+            await loop.connect_accepted_socket(lambda: sniffer, sock, ssl=self.ssl_context)
+        except (ssl.SSLError, OSError):
+            sock.close()
 
     def _admin_app(self) -> Any:
         authority = f"{self.config.host}:{self.port}"
         return make_admin_app(
             self.namespace,
-            {self.config.key_name: self.config.key},
+            self.auth,
             lambda request: f"https://{request.headers.get('host') or authority}",
             time.time,
             name=self.config.name,
@@ -282,7 +317,7 @@ class EmulatorServer:
     def info(self) -> dict[str, str]:
         """What clients need: the connection string, management endpoint, certificate and control URL."""
         host = self.config.host if self.config.host not in ("0.0.0.0", "") else "127.0.0.1"  # noqa: S104
-        return {
+        info = {
             "connection_string": (
                 f"Endpoint=sb://{host}:{self.port};SharedAccessKeyName={self.config.key_name};"
                 f"SharedAccessKey={self.config.key};UseDevelopmentEmulator=true"
@@ -291,16 +326,34 @@ class EmulatorServer:
             "certificate": str(self.cert.cert),
             "control_url": f"http://{host}:{self.control_port}",
         }
+        if self._amqps_listeners:
+            info["amqps_ports"] = ",".join(str(s.getsockname()[1]) for s in self._amqps_listeners)
+        if self.identity is not None:
+            info.update(self.identity.info(host))
+        return info
 
     def close(self) -> None:
         """Stop accepting and flush the log."""
         self._close_listener()
+        for listener in self._amqps_listeners:
+            listener.close()
+        if self.identity is not None:
+            self.identity.close()
         if self._control_server is not None:
             self._control_server.close()
         for conn in list(self.broker.connections):
             conn.abort()
         if self.wal is not None:
             self.wal.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
 
 
 async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:

@@ -67,6 +67,11 @@ def known_secrets(settings: Settings) -> list[str]:
     for namespace in (settings.primary, settings.secondary):
         if namespace is None:
             continue
+        for secret in (namespace.client_secret, namespace.proxy):
+            if secret is not None:
+                found += [secret.get_secret_value(), *_url_passwords(secret.get_secret_value())]
+        if namespace.connection_string is None:
+            continue
         text = namespace.connection_string.get_secret_value()
         found.append(text)
         parts = parse_connection_string(text)
@@ -78,9 +83,10 @@ def known_secrets(settings: Settings) -> list[str]:
         found.append(settings.ingress.sas_key.get_secret_value())
     if settings.sentry_dsn is not None:
         found.append(settings.sentry_dsn.get_secret_value())
-    emulator_key = os.environ.get("BRIDGE_EMULATOR_KEY")
-    if emulator_key:
-        found.append(emulator_key)
+    for variable in ("BRIDGE_EMULATOR_KEY", "IDENTITY_HEADER", "AZURE_CLIENT_SECRET"):
+        value = os.environ.get(variable)
+        if value:
+            found.append(value)
     unique = {s for s in found if len(s) >= MIN_SECRET_LENGTH}
     return sorted(unique, key=len, reverse=True)
 

@@ -6,8 +6,9 @@ Built from ``NamespaceSettings``::
     management_endpoint = "https://127.0.0.1:5301"   # optional; default: the Endpoint's host[:port]
     certificate = "/path/to/ca.pem"                  # optional; passed as connection_verify
 
-The SDK always speaks HTTPS to the connection string's Endpoint host; when ``management_endpoint`` is set,
-its host:port replaces the Endpoint for the administration client only (the SAS key stays the same).
+The SDK always speaks HTTPS to the connection string's Endpoint host (or ``fully_qualified_namespace``, with
+the namespace's Entra ID credential, ``credentials.py``); when ``management_endpoint`` is set, its host:port
+replaces it for the administration client only (the key or credential stays the same).
 Options: ``retry_total`` (azure-core retries, default 1) and ``timeout`` (connect and read timeout of each
 HTTP request, default 10 s), so a dead management endpoint fails in seconds.
 
@@ -27,12 +28,12 @@ from typing import Any, TypeVar
 from azure.servicebus.management import (
     QueueProperties,
     QueueRuntimeProperties,
-    ServiceBusAdministrationClient,
     SubscriptionProperties,
     TopicProperties,
 )
 
 from bridge.errors import NamespaceConfigurationError, NamespaceEntityNotFoundError
+from bridge.servicebus.credentials import admin_client
 from bridge.servicebus.translate import translated
 from bridge.settings import NamespaceSettings
 
@@ -40,8 +41,20 @@ T = TypeVar("T")
 _ENDPOINT = re.compile(r"(?i)(endpoint\s*=\s*)[^;]*")
 
 
+def management_host(namespace: NamespaceSettings) -> str | None:
+    """``host[:port]`` of ``management_endpoint``, when set."""
+    if not namespace.management_endpoint:
+        return None
+    host = namespace.management_endpoint.split("://", 1)[-1].rstrip("/")
+    if not host:
+        raise NamespaceConfigurationError("management_endpoint has no host")
+    return host
+
+
 def management_connection_string(namespace: NamespaceSettings) -> str:
     """The connection string for the administration client (Endpoint replaced by ``management_endpoint``)."""
+    if namespace.connection_string is None:
+        raise NamespaceConfigurationError("the namespace signs in with Entra ID: it has no connection string")
     secret = namespace.connection_string.get_secret_value()
     if not namespace.management_endpoint:
         return secret
@@ -70,10 +83,8 @@ class NamespaceAdmin:
         }
         if namespace.certificate is not None:
             options["connection_verify"] = str(namespace.certificate)
-        conn = management_connection_string(namespace)
-        self._client = self._run(
-            "client", lambda: ServiceBusAdministrationClient.from_connection_string(conn, **options)
-        )
+        host = management_host(namespace)
+        self._client = self._run("client", lambda: admin_client(namespace, host, **options))
 
     # ---- queues ------------------------------------------------------------------------------------------
     def get_queue(self, name: str) -> QueueProperties | None:

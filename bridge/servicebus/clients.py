@@ -1,6 +1,7 @@
 """One generation of a namespace role's ``ServiceBusClient`` with its cached senders and receivers.
 
-Connection string (``NamespaceSettings.connection_string``, a ``SecretStr``)::
+Built by ``bridge.servicebus.credentials.service_bus_client`` from a connection string
+(``NamespaceSettings.connection_string``, a ``SecretStr``) or a namespace name and an Entra ID credential::
 
     Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<rule>;SharedAccessKey=<key>
     Endpoint=sb://127.0.0.1:<port>;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true
@@ -21,6 +22,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBus
 
 from bridge.core.roles import Role
 from bridge.errors import NamespaceConfigurationError
+from bridge.servicebus.credentials import service_bus_client
 from bridge.settings import NamespaceSettings, RetrySettings
 
 logger = logging.getLogger(__name__)
@@ -52,14 +54,16 @@ class RoleClient:
     ) -> RoleClient:
         """Build the SDK client (no I/O); ``NamespaceConfigurationError`` when it cannot be built."""
         try:
-            client = ServiceBusClient.from_connection_string(
-                namespace.connection_string.get_secret_value(),
+            client = service_bus_client(
+                namespace,
                 retry_total=retry.retry_total,
                 retry_backoff_factor=retry.retry_backoff_factor,
                 retry_backoff_max=retry.retry_backoff_max,
                 try_timeout=sdk_timeout,
             )
-        except Exception as exc:  # a malformed connection string: name the type, never the value
+        except (
+            Exception
+        ) as exc:  # a malformed connection string or credential: name the type, never the value
             error = NamespaceConfigurationError(
                 f"{role} namespace: cannot build a client ({type(exc).__name__})", namespace=role
             )

@@ -107,8 +107,8 @@ def provision(settings: Settings, *, entities: bool = False, dry_run: bool = Fal
     """Create what is missing, report the rest; see the module docstring."""
     if settings.primary is None or settings.secondary is None:
         raise ConfigurationError(
-            "bridge provision needs both namespaces: set primary.connection_string and "
-            "secondary.connection_string"
+            "bridge provision needs both namespaces: set primary and secondary "
+            "(connection_string, or fully_qualified_namespace and credential)"
         )
     primary, secondary = settings.primary, settings.secondary
     count = settings.paired.backlog_queue_count

@@ -43,6 +43,7 @@ from bridge.core.message_fields import PropertyValue
 from bridge.core.received import ReceivedMessage
 from bridge.errors import NamespaceError, NamespaceTimeoutError
 from bridge.servicebus.admin import NamespaceAdmin
+from bridge.servicebus.credentials import service_bus_client
 from bridge.servicebus.messages import TIMESPAN_DESCRIPTOR, RestoredMessage, from_backlog_message
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, RetrySettings
@@ -160,11 +161,10 @@ class EntityLink:
     # ---- opening -----------------------------------------------------------------------------------------
     def _client(self) -> ServiceBusClient:
         if self.client is None:
-            conn = self.namespace.connection_string.get_secret_value()
             self.client = self._call(
                 "client",
-                lambda: ServiceBusClient.from_connection_string(
-                    conn,
+                lambda: service_bus_client(
+                    self.namespace,
                     retry_total=self.retry.retry_total,
                     retry_backoff_factor=self.retry.retry_backoff_factor,
                     retry_backoff_max=self.retry.retry_backoff_max,

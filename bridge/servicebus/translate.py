@@ -19,6 +19,13 @@ Choices that are not obvious (see ``docs/servicebus-sdk.md`` for the SDK's own r
 - ``MessagingEntityDisabledError`` is OUTAGE (the entity is switched off; the SDK calls it retryable);
   ``MessagingEntityNotFoundError`` and authentication/authorization errors are CONFIGURATION: alert loudly,
   treat the namespace as unavailable for this entity.
+- A refusal that names a missing right (``'Listen' claim(s) are required``, whatever SDK class carries it)
+  is ``NamespaceRoleMissingError``, a CONFIGURATION error whose message names the role to assign
+  (``bridge.core.access``).
+- "CBS Authentication Expired" (``IDLE_LINK_EXPIRY``: a token that ran out on an idle link) is TRANSIENT,
+  whatever class carries it: the next attempt gets a fresh token.
+- A generic ``ServiceBusError`` is classified by the error it wraps (``inner_exception``): the SDK wraps a
+  credential's ``ClientAuthenticationError`` (no token could be obtained) that way.
 - Receiver/settlement errors (lock lost, already settled, session cannot be locked, message not found)
   are TRANSIENT: the broker redelivers or the operation can be repeated later; they say nothing about the
   namespace's health.
@@ -48,6 +55,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TypeVar
 
+from bridge.core.access import missing_right, role_advice
 from bridge.core.error_classes import Classification, ErrorClass, classify_type
 from bridge.core.outcomes import describe_error, scrub_secrets
 from bridge.errors import (
@@ -57,6 +65,7 @@ from bridge.errors import (
     NamespaceEntityNotFoundError,
     NamespaceError,
     NamespaceOutageError,
+    NamespaceRoleMissingError,
     NamespaceTimeoutError,
     TransientNamespaceError,
 )
@@ -121,6 +130,11 @@ SDK_TIMEOUTS: frozenset[str] = frozenset(
 )
 """SDK class names that are timeouts: they start the paired FailoverInterval timer even when TRANSIENT."""
 
+IDLE_LINK_EXPIRY = "CBS Authentication Expired"
+"""The SDK's text when a link's Entra ID token ran out while the link sat idle (it renews only on links that
+work): TRANSIENT, because the next attempt reconnects with a fresh token; it says nothing about the
+namespace's health, so it must not count as an outage (the SDK wraps it in ``ServiceBusConnectionError``)."""
+
 SDK_ENTITY_MISSING: frozenset[str] = frozenset({"MessagingEntityNotFoundError", "ResourceNotFoundError"})
 """SDK class names meaning the entity does not exist (the syphon dead-letters such messages)."""
 
@@ -146,11 +160,18 @@ def translate(exc: BaseException, namespace: str | None = None, context: str = "
         if exc.namespace is None:
             exc.namespace = namespace
         return exc
-    verdict = classify_sdk_type(type(exc))
+    verdict = classify_sdk_type(type(_wrapped(exc)))
+    if IDLE_LINK_EXPIRY in str(exc):
+        verdict = Classification(ErrorClass.TRANSIENT)
     where = " ".join(part for part in (namespace, context) if part)
     message = scrub_secrets(f"{where}: {describe_error(exc)}" if where else describe_error(exc))
     if verdict.error_class is ErrorClass.MESSAGE_PERMANENT:
         return MessagePermanentError(message, namespace=namespace)
+    right = missing_right(describe_error(exc))
+    if right is not None:
+        where = " ".join(part for part in (namespace, context) if part)
+        advice = f"{where}: {role_advice(right)}" if where else role_advice(right)
+        return NamespaceRoleMissingError(advice, namespace=namespace, right=right)
     if verdict.error_class is ErrorClass.CONFIGURATION:
         if verdict.entity_missing:
             return NamespaceEntityNotFoundError(message, namespace=namespace)
@@ -160,6 +181,16 @@ def translate(exc: BaseException, namespace: str | None = None, context: str = "
     if verdict.timeout:
         return NamespaceTimeoutError(message, namespace=namespace)
     return TransientNamespaceError(message, namespace=namespace)
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    """The error a generic ``ServiceBusError`` wraps, if any: the SDK wraps what it does not know
+    (``ServiceBusError("Handler failed: ...", error=<original>)``), e.g. a credential's
+    ``ClientAuthenticationError`` when no token can be obtained, which must stay a configuration error."""
+    inner = getattr(exc, "inner_exception", None)
+    if type(exc).__name__ == "ServiceBusError" and isinstance(inner, BaseException):
+        return inner
+    return exc
 
 
 def translated(call: Callable[[], T], namespace: str | None = None, context: str = "") -> T:

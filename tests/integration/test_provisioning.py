@@ -302,7 +302,7 @@ def test_cli_json_table_unreachable_secondary_and_missing_settings(
     missing = run_cli(cli_env(primary, None, count=3))
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == [
-        "bridge: configuration error: bridge provision needs both namespaces: set primary.connection_string "
-        "and secondary.connection_string"
+        "bridge: configuration error: bridge provision needs both namespaces: set primary and secondary "
+        "(connection_string, or fully_qualified_namespace and credential)"
     ]
     assert primary.key not in missing.stderr

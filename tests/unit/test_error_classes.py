@@ -35,6 +35,7 @@ BRIDGE_TABLE: list[tuple[type[errors.BridgeError], Classification]] = [
     (errors.AttemptDeadlineExceeded, Classification(O, timeout=True)),
     (errors.NamespaceConfigurationError, Classification(C)),
     (errors.NamespaceEntityNotFoundError, Classification(C, entity_missing=True)),
+    (errors.NamespaceRoleMissingError, Classification(C)),
     (errors.MessagePermanentError, Classification(P)),
     (errors.InvalidMessageError, Classification(P)),
     (errors.MessageTooLargeError, Classification(P)),

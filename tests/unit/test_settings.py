@@ -184,7 +184,7 @@ def test_invalid_replication_from_file_names_the_field(
         ("BRIDGE_ENTITIES__ORDERS__COLOUR", "blue", "entities.orders.colour"),
         ("BRIDGE_LOG_LEVEL", "LOUD", "log_level"),
         ("BRIDGE_LOG_JSON", "maybe", "log_json"),
-        ("BRIDGE_PRIMARY__MANAGEMENT_ENDPOINT", "https://x", "primary.connection_string"),
+        ("BRIDGE_PRIMARY__MANAGEMENT_ENDPOINT", "https://x", "primary"),
     ],
 )
 def test_invalid_values_name_their_field(

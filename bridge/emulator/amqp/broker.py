@@ -19,6 +19,7 @@ from proton import Sender
 
 from bridge.emulator.amqp.codec import BrokerStamp, stamp_message
 from bridge.emulator.faults import ActiveFault, FaultState
+from bridge.emulator.identity.grants import AuthPolicy
 from bridge.emulator.model.messages import Delivery
 from bridge.emulator.model.namespace import Namespace
 from bridge.emulator.model.store import MessageStore
@@ -68,7 +69,7 @@ class Broker:
         self,
         namespace: Namespace,
         faults: FaultState,
-        sas_keys: dict[str, str],
+        auth: AuthPolicy,
         wal: WriteAheadLog | None = None,
         *,
         clock: Callable[[], float] = time.time,
@@ -76,7 +77,7 @@ class Broker:
     ) -> None:
         self.namespace = namespace
         self.faults = faults
-        self.sas_keys = sas_keys
+        self.auth = auth
         self.wal = wal
         self.clock = clock
         self.rand = rand

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proton import Collector, Connection, Delivery, Event, Receiver, Sender, Transport
+from proton import Collector, Condition, Connection, Delivery, Event, Receiver, Sender, Transport
 
 from bridge.emulator.amqp import links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
@@ -25,6 +25,8 @@ from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultKind
 
 log = logging.getLogger(__name__)
+# Put-tokens kept per connection: one per entity and audience the client uses, plus its refreshes.
+MAX_TOKENS = 256
 
 
 class AmqpConnection(asyncio.Protocol):
@@ -41,6 +43,9 @@ class AmqpConnection(asyncio.Protocol):
         self.conn.collect(self.collector)
         self.engine.bind(self.conn)
         self.tokens: list[tuple[str, str]] = []  # (token, audience authority) accepted by put-token
+        # When the newest Entra ID token put on this connection expires; then the connection is closed
+        # unless a fresh token arrived first (Azure does the same; the SDK refreshes ahead of expiry).
+        self.token_expiry: float | None = None
         self.reply_links: dict[str, Sender] = {}  # request-node address → our link answering on it
         self.closed = False
 
@@ -94,6 +99,13 @@ class AmqpConnection(asyncio.Protocol):
             link = link.next(0)
         return out
 
+    def remember_token(self, token: str, authority: str, expires_at: float | None) -> None:
+        """Keep a granted put-token; the SDK puts a fresh one before the last expires, so keep a few."""
+        self.tokens.append((token, authority))
+        del self.tokens[:-MAX_TOKENS]
+        if expires_at is not None:
+            self.token_expiry = max(self.token_expiry or 0.0, expires_at)
+
     # ---- called by the broker and the server ------------------------------------------------------------
     def flush_output(self) -> None:
         """Write everything the engine produced; close the socket when the engine is done."""
@@ -117,7 +129,14 @@ class AmqpConnection(asyncio.Protocol):
             self.aio.abort()
 
     def tick(self, now: float) -> None:
-        """Let the engine send heartbeats for the idle timeout the client asked for."""
+        """Let the engine send heartbeats; close the connection once its Entra ID token has expired."""
+        if not self.closed and self.token_expiry is not None and now >= self.token_expiry:
+            self.token_expiry = None
+            log.info("closing a connection whose token expired without renewal")
+            self.conn.condition = Condition(
+                "amqp:unauthorized-access", "ExpiredToken: the token put on $cbs expired and was not renewed."
+            )
+            self.conn.close()
         if not self.closed:
             try:
                 self.engine.tick(now)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from proton import Link, Receiver, Sender, Terminus, symbol
 
-from bridge.emulator import sas
 from bridge.emulator.amqp.broker import Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition, timeout_condition
 from bridge.emulator.errors import (
@@ -31,6 +30,8 @@ from bridge.emulator.errors import (
     UnauthorizedError,
 )
 from bridge.emulator.faults import FaultKind
+from bridge.emulator.identity.grants import missing_right
+from bridge.emulator.identity.rights import Right
 from bridge.emulator.model.store import MessageStore
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def _open_consumer(
 
 def _check_entity(conn: AmqpConnection, path: str, sending: bool) -> None:
     base = path.removesuffix(MANAGEMENT_SUFFIX)
-    _authorize(conn, base)
+    authorize(conn, base, Right.SEND if sending else Right.LISTEN)
     broker = conn.broker
     fault = broker.fault_for(base)
     if fault is not None and fault.kind is FaultKind.OUTAGE:
@@ -258,13 +259,24 @@ def _check_entity(conn: AmqpConnection, path: str, sending: bool) -> None:
             raise EntityNotFoundError(f"The messaging entity '{base}' could not be found.")
 
 
-def _authorize(conn: AmqpConnection, path: str) -> None:
+def authorize(conn: AmqpConnection, path: str, right: Right) -> None:
+    """Pass if a token the connection put covers ``path`` with ``right``; else the most telling refusal.
+
+    A valid token without the right gives Azure's "'Send' claim(s) are required" error, which names what
+    to assign; no valid token at all gives the generic refusal.
+    """
     broker = conn.broker
     now = broker.clock()
+    lacking: UnauthorizedError | None = None
     for token, authority in conn.tokens:
+        resource = f"{authority}/{path}"
         try:
-            sas.validate(token, broker.sas_keys, f"{authority}/{path}", now)
-            return
+            grant = broker.auth.grant(token, resource, now)
         except UnauthorizedError:
             continue
+        if right in grant.rights:
+            return
+        lacking = missing_right(right, resource)
+    if lacking is not None:
+        raise lacking
     raise UnauthorizedError(f"Unauthorized access to '{path}': no valid token covers it.")

@@ -24,17 +24,24 @@ from bridge.emulator.amqp.codec import (
     ts,
 )
 from bridge.emulator.errors import ArgumentError, BrokerError, SessionLockLostError
+from bridge.emulator.identity.rights import Right
 from bridge.emulator.model.entities import Topic
 from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
 from bridge.emulator.model.store import MessageStore
 
 Result = tuple[int, str, Any, str | None]
+_SENDING = {"com.microsoft:schedule-message", "com.microsoft:cancel-scheduled-message"}
 _WAKING = {"com.microsoft:update-disposition", "com.microsoft:schedule-message"}
 
 
 def _operation(request: Message) -> str | None:
     operation = application_properties(request).get("operation")
     return None if operation is None else str(operation)
+
+
+def right_for(request: Message) -> Right:
+    """The right an operation needs: scheduling is sending; everything else reads or settles."""
+    return Right.SEND if _operation(request) in _SENDING else Right.LISTEN
 
 
 def wakes_receivers(request: Message) -> bool:

@@ -4,9 +4,10 @@ A request arrives as a transfer on the client's sender link to the node; we sett
 on the client's receiver link for the same node (the "reply link"). The SDK sets no reply-to: its
 response link's target is the address its request link uses as source, so that address is the reply key.
 
-A granted put-token is remembered on the connection as ``(token, audience authority)``; attaches are then
-authorized against those grants (``links``). A namespace-wide ``stall`` fault delays or swallows the
-put-token answer, which is how a hung authentication is injected.
+A granted put-token (SAS or Entra ID JWT, ``bridge.emulator.identity.grants``) is remembered on the
+connection as ``(token, audience authority)``; attaches and management operations are then authorized
+against those grants and the right they need (``links.authorize``). A namespace-wide ``stall`` fault
+delays or swallows the put-token answer, which is how a hung authentication is injected.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Message, symbol
 
-from bridge.emulator import sas
-from bridge.emulator.amqp import management
+from bridge.emulator.amqp import links, management
 from bridge.emulator.amqp.codec import application_properties
 from bridge.emulator.errors import BrokerError, UnauthorizedError
 from bridge.emulator.faults import FaultKind
@@ -67,12 +67,12 @@ def _answer_cbs(conn: AmqpConnection, request: Request) -> None:
     audience = str(application_properties(message).get("name", ""))
     token = message.body.decode() if isinstance(message.body, bytes) else str(message.body)
     try:
-        sas.validate(token, broker.sas_keys, audience, broker.clock())
+        grant = broker.auth.grant(token, audience, broker.clock())
     except UnauthorizedError as exc:
         log.info("put-token refused: %s", exc)
         _reply(conn, request, {"status-code": 401, "status-description": str(exc)})
     else:
-        conn.tokens.append((token, _authority(audience)))
+        conn.remember_token(token, _authority(audience), grant.expires_at)
         _reply(conn, request, {"status-code": 202, "status-description": "Accepted"})
     broker.after_io()  # may run from a timer (stall delay), outside any data_received
 
@@ -88,6 +88,12 @@ def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) ->
     request = decode_request(dlv, raw)
     conn.settle(dlv)
     broker = conn.broker
+    try:
+        links.authorize(conn, path, management.right_for(request.message))
+    except UnauthorizedError as exc:
+        refusal = {"statusCode": 401, "statusDescription": str(exc), "errorCondition": symbol(exc.condition)}
+        _reply(conn, request, refusal)
+        return
     status, description, body, condition = management.handle(broker, path, request.message)
     props: dict[str, Any] = {"statusCode": status, "statusDescription": description}
     if condition:

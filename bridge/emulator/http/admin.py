@@ -11,7 +11,9 @@ name with ``safe=""`` — ``_generated/operations/_operations.py``):
 - ``GET /$namespaceinfo`` for ``get_namespace_properties``.
 
 Every request needs ``Authorization: SharedAccessSignature ...`` valid for ``<namespace uri>/<path>``
-(``bridge.emulator.sas``); the SDK signs one token for the namespace, which covers every path. Failures
+(``bridge.emulator.sas``; the SDK signs one token for the namespace, which covers every path) or
+``Authorization: Bearer <jwt>`` from the trusted issuer with the Manage right (Data Owner), as checked by
+``bridge.emulator.identity.grants``. Failures
 answer Azure's ``<Error><Code>..</Code><Detail>..</Detail></Error>`` with the ``BrokerError``'s
 ``http_status``, which the SDK maps to ``ClientAuthenticationError`` (401), ``ResourceNotFoundError``
 (404), ``ResourceExistsError`` (409) or ``HttpResponseError``. Entries always carry runtime counts, so
@@ -26,7 +28,6 @@ import logging
 from collections.abc import Callable, Mapping
 from urllib.parse import quote, unquote, urlencode
 
-from bridge.emulator import sas
 from bridge.emulator.errors import (
     ArgumentError,
     BrokerError,
@@ -42,6 +43,8 @@ from bridge.emulator.http.atom import (
     render_namespace,
 )
 from bridge.emulator.http.server import HttpApp, HttpRequest, HttpResponse
+from bridge.emulator.identity.grants import AuthPolicy, require
+from bridge.emulator.identity.rights import Right
 from bridge.emulator.model.catalog import Catalog
 from bridge.emulator.model.descriptions import (
     EntityDescription,
@@ -79,19 +82,20 @@ _TITLES = {
 
 def make_admin_app(
     catalog: Catalog,
-    sas_keys: Mapping[str, str],
+    auth: AuthPolicy | Mapping[str, str],
     namespace_uri_for_sas: Callable[[HttpRequest], str] | str,
     clock: Callable[[], float],
     *,
     name: str = "local",
 ) -> HttpApp:
-    """The management endpoint over ``catalog``; tokens signed with one of ``sas_keys`` (name → key).
+    """The management endpoint over ``catalog``; ``auth`` checks tokens (or is just the SAS keys, name → key).
 
     ``namespace_uri_for_sas`` is the namespace URI tokens are checked against (e.g. ``sb://127.0.0.1:5700``),
     or a function of the request (e.g. built from its ``Host`` header); ``name`` appears as Atom author.
     """
 
     started = clock()
+    policy = auth if isinstance(auth, AuthPolicy) else AuthPolicy(auth)
 
     def namespace_uri(request: HttpRequest) -> str:
         if isinstance(namespace_uri_for_sas, str):
@@ -105,7 +109,9 @@ def make_admin_app(
             if not token:
                 raise UnauthorizedError("MissingToken: the request has no Authorization header.")
             resource = f"{namespace_uri(request).rstrip('/')}/{'/'.join(segments)}"
-            sas.validate(token, sas_keys, resource, clock())
+            if token[:7].lower() == "bearer ":
+                token = token[7:].strip()
+            require(policy.grant(token, resource, clock()), Right.MANAGE, resource)
             return _Call(catalog, request, segments, name=name, started=started, now=clock()).route()
         except BrokerError as exc:
             if isinstance(exc, UnauthorizedError):
