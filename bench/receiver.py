@@ -1,6 +1,7 @@
 """The receiving end against a raw SDK receive loop, and Redis bytes per remembered MessageId, in one run.
 
-    python -m bench.receiver [--messages 10000] [--rounds 2] [--remembered 200000]
+    python -m bench.receiver [--messages 10000] [--rounds 2] [--remembered 200000] [--lookups 20000]
+    python -m bench.receiver --window-only    # only the window's memory and lookups (no namespaces)
 
 Starts a private Redis and two local namespaces (each its own process), then, per round:
 
@@ -18,9 +19,13 @@ Each rate is measured from the first message in hand (first receive returned; fi
 last settled (last complete; the counters saying every message — and in 3 every copy — was settled), so
 connection set-up and the receiver's start-up (administration lookup) are outside both.
 
-Prints 2/1 (target >= 0.8) and 3/1 (target >= 0.5), then the memory of the window: ``--remembered`` ids
-(32 hex digits, what the ingress assigns) claimed and marked done in a fresh Redis database, with
-``MEMORY USAGE`` of the window key and the ``used_memory`` delta, each divided by the number of ids.
+Prints 2/1 (target >= 0.8) and 3/1 (target >= 0.5), then the memory of the window, for ids of 32 hex
+digits (what the ingress assigns) and of 128 characters: ``--remembered`` ids claimed and marked done in
+a fresh Redis database, with ``MEMORY USAGE`` of the record's keys and the ``used_memory`` delta, each
+divided by the number of ids (target <= 32 B), against the same ids in the sorted set an earlier version
+kept (one member per id, scored by its expiry), measured in the same run (ratio). Then lookups/s: claims of
+100 ids at a time through eight live buckets (a 14 s window of 2 s spans, filled span by span), for ids
+never seen (each checks every bucket) and for ids handled before (completed as duplicates).
 """
 
 from __future__ import annotations
@@ -101,23 +106,86 @@ def receiver_rate(settings: Settings, queue: str, total: int, copies: int) -> fl
     return total / (ended - first[0])
 
 
-def memory_per_id(url: str, count: int) -> tuple[float, float]:
-    """(MEMORY USAGE of the window ÷ ids, used_memory delta ÷ ids) after ``count`` ids were handled."""
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    window = DedupWindow(
-        client, ReceiverKeys("memory"), owner="bench", window=3600, max_remembered=10**9, inflight_ttl=30
-    )
-    before = int(client.info("memory")["used_memory"])
+def fill_record(window: DedupWindow, count: int, shape: int) -> None:
+    """Claim and mark done ``count`` fresh ids of ``shape`` characters, 500 per call."""
     for start in range(0, count, 500):
-        ids = [uuid.uuid4().hex for _ in range(min(500, count - start))]
+        ids = [(uuid.uuid4().hex * 4)[:shape] for _ in range(min(500, count - start))]
         window.claim(ids)
         window.done(ids)
+
+
+def memory_per_id(url: str, count: int, shape: int) -> tuple[float, float]:
+    """(MEMORY USAGE of the record ÷ ids, used_memory delta ÷ ids) after ``count`` ids were handled."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    keys = ReceiverKeys("memory")
+    window = DedupWindow(client, keys, owner="bench", window=3600, max_remembered=10**10, inflight_ttl=30)
+    window.check_compact()
+    before = int(client.info("memory")["used_memory"])
+    fill_record(window, count, shape)
     after = int(client.info("memory")["used_memory"])
-    usage = int(client.memory_usage(ReceiverKeys("memory").done, samples=0) or 0)
+    usage = sum(int(client.memory_usage(k, samples=0) or 0) for k in client.scan_iter(f"{keys.seen}*", 10_000))
     assert window.remembered() == count
     client.close()
     return usage / count, (after - before) / count
+
+
+def sorted_set_memory_per_id(url: str, count: int, shape: int) -> tuple[float, float]:
+    """The same two figures for the earlier version's window: a sorted set, MessageId -> expiry ms."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    key = ReceiverKeys("memory").done
+    expiry = int(time.time() * 1000) + 3_600_000
+    before = int(client.info("memory")["used_memory"])
+    for start in range(0, count, 500):
+        ids = [(uuid.uuid4().hex * 4)[:shape] for _ in range(min(500, count - start))]
+        client.zadd(key, dict.fromkeys(ids, expiry))
+    after = int(client.info("memory")["used_memory"])
+    usage = int(client.memory_usage(key, samples=0) or 0)
+    assert client.zcard(key) == count
+    client.close()
+    return usage / count, (after - before) / count
+
+
+def lookup_rates(url: str, per_bucket: int, lookups: int) -> tuple[float, float, int]:
+    """(claims/s of ids never seen, of ids handled before, live buckets) with eight live buckets."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    window = DedupWindow(
+        client, ReceiverKeys("lookups"), owner="bench", window=14, max_remembered=10**10, inflight_ttl=30
+    )
+    handled: list[str] = []
+    for _ in range(7):  # seven spans of 2 s, then the current one: eight buckets
+        span_start = time.time()
+        ids = [uuid.uuid4().hex for _ in range(per_bucket)]
+        for start in range(0, per_bucket, 500):
+            window.claim(ids[start : start + 500])
+            window.done(ids[start : start + 500])
+        handled += ids
+        time.sleep(max(0.0, 2.0 - (time.time() - span_start)))
+    fill_record(window, 500, 32)
+    rates = []
+    for ids in ([uuid.uuid4().hex for _ in range(lookups)], handled[-lookups:]):
+        started = time.perf_counter()
+        for start in range(0, len(ids), 100):
+            window.claim(ids[start : start + 100])
+        rates.append(len(ids) / (time.perf_counter() - started))
+    live = len(client.hgetall(ReceiverKeys("lookups").seen))
+    client.close()
+    return rates[0], rates[1], live
+
+
+def print_memory(url: str, count: int) -> None:
+    """The record against the earlier sorted set, bytes per id, for both id shapes."""
+    for shape, label in ((32, "32 hex digits"), (128, "128 characters")):
+        usage, delta = memory_per_id(url, count, shape)
+        old_usage, old_delta = sorted_set_memory_per_id(url, count, shape)
+        print(
+            f"window memory per MessageId ({count} ids of {label}): record MEMORY USAGE {usage:.1f} B, "
+            f"used_memory delta {delta:.1f} B (target <= 32) | earlier sorted set {old_usage:.1f} B, "
+            f"{old_delta:.1f} B | ratio {usage / old_usage:.3f}, {delta / old_delta:.3f}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -127,8 +195,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--remembered", type=int, default=200_000)
+    parser.add_argument("--lookups", type=int, default=20_000)
+    parser.add_argument("--window-only", action="store_true", help="only the window's memory and lookups")
     args = parser.parse_args()
-    total = args.messages
+    if args.window_only:
+        with RedisServer() as server:
+            window_figures(server.url, args.remembered, args.lookups)
+        return
     with (
         RedisServer() as server,
         LocalNamespace("primary", auto_create=True) as primary,
@@ -147,33 +220,45 @@ def main() -> None:
                 },
             }
         )
-        single = Settings.model_validate({**settings.model_dump(), "secondary": None})
-        ratios, active_ratios = [], []
-        for round_ in range(args.rounds):
-            ids = [f"r{round_}-{uuid.uuid4().hex}" for _ in range(total)]
-            for queue in (f"raw-{round_}", f"raw-again-{round_}", f"one-{round_}", f"two-{round_}"):
-                fill(primary, queue, ids)
-            fill(secondary, f"two-{round_}", ids)
-            # The machine's load may change during a round: the baseline is measured before and after.
-            before = raw_rate(primary, f"raw-{round_}", total)
-            one = receiver_rate(single, f"one-{round_}", total, copies=1)
-            two = receiver_rate(settings, f"two-{round_}", total, copies=2)
-            after = raw_rate(primary, f"raw-again-{round_}", total)
-            raw = (before + after) / 2
-            ratios.append(one / raw)
-            active_ratios.append(two / raw)
-            print(
-                f"round {round_ + 1}: raw SDK receive+complete {raw:7.0f} msgs/s | receiver {one:7.0f} "
-                f"msgs/s ({one / raw:.2f}) | active, 2 copies each {two:7.0f} handled/s ({two / raw:.2f})",
-                flush=True,
-            )
-        print(f"receiver / raw SDK:           median {statistics.median(ratios):.2f} (target >= 0.8)")
-        print(f"active handled / raw SDK:     median {statistics.median(active_ratios):.2f} (target >= 0.5)")
-        usage, delta = memory_per_id(server.url, args.remembered)
+        rounds(settings, primary, secondary, args.messages, args.rounds)
+        window_figures(server.url, args.remembered, args.lookups)
+
+
+def rounds(settings: Settings, primary: LocalNamespace, secondary: LocalNamespace, total: int, count: int
+           ) -> None:  # fmt: skip
+    """The receiver and active rates against the raw SDK, ``count`` rounds, and their medians."""
+    single = Settings.model_validate({**settings.model_dump(), "secondary": None})
+    ratios, active_ratios = [], []
+    for round_ in range(count):
+        ids = [f"r{round_}-{uuid.uuid4().hex}" for _ in range(total)]
+        for queue in (f"raw-{round_}", f"raw-again-{round_}", f"one-{round_}", f"two-{round_}"):
+            fill(primary, queue, ids)
+        fill(secondary, f"two-{round_}", ids)
+        # The machine's load may change during a round: the baseline is measured before and after.
+        before = raw_rate(primary, f"raw-{round_}", total)
+        one = receiver_rate(single, f"one-{round_}", total, copies=1)
+        two = receiver_rate(settings, f"two-{round_}", total, copies=2)
+        after = raw_rate(primary, f"raw-again-{round_}", total)
+        raw = (before + after) / 2
+        ratios.append(one / raw)
+        active_ratios.append(two / raw)
         print(
-            f"window memory per MessageId ({args.remembered} ids of 32 hex digits): "
-            f"MEMORY USAGE {usage:.1f} B, used_memory delta {delta:.1f} B"
+            f"round {round_ + 1}: raw SDK receive+complete {raw:7.0f} msgs/s | receiver {one:7.0f} "
+            f"msgs/s ({one / raw:.2f}) | active, 2 copies each {two:7.0f} handled/s ({two / raw:.2f})",
+            flush=True,
         )
+    print(f"receiver / raw SDK:           median {statistics.median(ratios):.2f} (target >= 0.8)")
+    print(f"active handled / raw SDK:     median {statistics.median(active_ratios):.2f} (target >= 0.5)")
+
+
+def window_figures(url: str, remembered: int, lookups: int) -> None:
+    """Bytes per id against the earlier sorted set, then lookups/s."""
+    print_memory(url, remembered)
+    fresh, again, live = lookup_rates(url, remembered // 10, lookups)
+    print(
+        f"window lookups, claims of 100 through {live} live buckets: never-seen ids {fresh:.0f}/s, "
+        f"ids handled before {again:.0f}/s"
+    )
 
 
 if __name__ == "__main__":

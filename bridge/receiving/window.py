@@ -160,7 +160,7 @@ class DedupWindow:
 
     def check_compact(self) -> None:
         """Raise ``ConfigurationError`` unless the server keeps a hash of ``COMPACT_ENTRIES`` fingerprints in
-        its compact encoding (``hash-max-listpack-entries`` and ``-value``, 128 and 64 by default; a server
+        its compact encoding (``hash-max-listpack-entries`` and ``-value``, 512 and 64 by default; a server
         set lower would hold the record at several times the memory). Checked by building one such hash
         under the scope's own hash tag and deleting it."""
         probe = self.keys.prefix + "seen-probe:" + self.owner
@@ -177,7 +177,7 @@ class DedupWindow:
                 f"Redis keeps a hash of {COMPACT_ENTRIES} fields of {FINGERPRINT_BYTES} bytes as {encoding!r}, "
                 "not in its compact encoding: the receivers' window would take several times the memory "
                 f"documented. Set hash-max-listpack-entries >= {COMPACT_ENTRIES} and "
-                f"hash-max-listpack-value >= {FINGERPRINT_BYTES} (Redis's defaults are 128 and 64)"
+                f"hash-max-listpack-value >= {FINGERPRINT_BYTES} (Redis's defaults are 512 and 64)"
             )
 
     # ---- observation (status, tests, the benchmark) -----------------------------------------------------

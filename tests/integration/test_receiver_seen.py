@@ -184,12 +184,13 @@ def test_a_server_that_would_not_keep_the_record_compact_is_refused_at_start(
     redis_client: redis.Redis,
 ) -> None:
     w = window(redis_client)
-    w.check_compact()  # Redis's defaults: 128 entries, 64 bytes
+    w.check_compact()  # Redis's defaults: 512 entries, 64 bytes
     assert list(redis_client.scan_iter(match="*probe*")) == []
+    default = redis_client.config_get("hash-max-listpack-entries")["hash-max-listpack-entries"]
     redis_client.config_set("hash-max-listpack-entries", COMPACT_ENTRIES // 2)
     try:
         with pytest.raises(ConfigurationError, match="hash-max-listpack-entries"):
             w.check_compact()
     finally:
-        redis_client.config_set("hash-max-listpack-entries", 128)
+        redis_client.config_set("hash-max-listpack-entries", default)
     assert list(redis_client.scan_iter(match="*probe*")) == []
