@@ -124,7 +124,9 @@ def memory_per_id(url: str, count: int, shape: int) -> tuple[float, float]:
     before = int(client.info("memory")["used_memory"])
     fill_record(window, count, shape)
     after = int(client.info("memory")["used_memory"])
-    usage = sum(int(client.memory_usage(k, samples=0) or 0) for k in client.scan_iter(f"{keys.seen}*", 10_000))
+    usage = sum(
+        int(client.memory_usage(k, samples=0) or 0) for k in client.scan_iter(f"{keys.seen}*", 10_000)
+    )
     assert window.remembered() == count
     client.close()
     return usage / count, (after - before) / count

@@ -308,7 +308,7 @@ class ReceiverSettings(BaseModel):
         description="Seconds a handled MessageId is remembered (copies within it are completed unhandled).",
     )
     max_remembered: int = Field(
-        default=100_000_000,
+        default=1_000_000_000,
         gt=0,
         description="Bound of the window (ids per entity); when full, receiving stops until ids expire.",
     )

@@ -185,7 +185,9 @@ class ReceiveEngine:
         try:
             self.window.check_compact()
         except StateStoreUnavailableError as error:
-            logger.warning("could not check that Redis keeps the window compact (Redis unavailable): %s", error)
+            logger.warning(
+                "could not check that Redis keeps the window compact (Redis unavailable): %s", error
+            )
         except ConfigurationError:
             self.close()
             raise

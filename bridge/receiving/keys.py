@@ -7,7 +7,7 @@ subscription of a topic receives its own copy of every message, so it has a wind
 ==============================================  ==============================================================
 key                                             holds
 ==============================================  ==============================================================
-``bridge:{E}:rx:seen``                          hash: the record of handled ids, bucket -> its state (the window)
+``bridge:{E}:rx:seen``                          hash: the window's index, bucket -> its expiry and shape
 ``bridge:{E}:rx:seen:<bucket>:<slot>``          hash: fingerprints of handled ids (``bridge.core.seen``)
 ``bridge:{E}:rx:done``                          sorted set: an earlier version's window, read until it expires
 ``bridge:{E}:rx:inflight:<MessageId>``          string ``<owner>@<deadline>``: who hands the id out, until

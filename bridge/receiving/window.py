@@ -93,7 +93,12 @@ class DedupWindow:
         """
         if not message_ids:
             return []
-        keys = [self.keys.seen, self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
+        keys = [
+            self.keys.seen,
+            self.keys.done,
+            self.keys.clock,
+            *(self.keys.inflight(m) for m in message_ids),
+        ]
         args: list[str | int | bytes] = [
             self.max_remembered, self.inflight_ttl_ms, self.owner, self.keep_ms, self.gap_ms, *message_ids,
             *(fingerprint(m) for m in message_ids),
@@ -149,7 +154,12 @@ class DedupWindow:
         """Extend this owner's in-flight marks of ``message_ids`` (slow handlers) by ``inflight_ttl``: one
         ``Renewal`` per id, in order. Without ids it is the heartbeat that keeps the scope's attended clock
         running (the lock watch sends it every tick)."""
-        keys = [self.keys.seen, self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
+        keys = [
+            self.keys.seen,
+            self.keys.done,
+            self.keys.clock,
+            *(self.keys.inflight(m) for m in message_ids),
+        ]
         args: list[str | int | bytes] = [
             self.owner, self.inflight_ttl_ms, self.keep_ms, self.gap_ms, *message_ids,
             *(fingerprint(m) for m in message_ids),
@@ -163,7 +173,7 @@ class DedupWindow:
         its compact encoding (``hash-max-listpack-entries`` and ``-value``, 512 and 64 by default; a server
         set lower would hold the record at several times the memory). Checked by building one such hash
         under the scope's own hash tag and deleting it."""
-        probe = self.keys.prefix + "seen-probe:" + self.owner
+        probe = self.keys.prefix + "compact-probe:" + self.owner
         fields = {fingerprint(f"{self.owner}:{i}"): b"" for i in range(COMPACT_ENTRIES)}
         with driver_errors():
             pipe = self.client.pipeline(transaction=False)
@@ -174,16 +184,16 @@ class DedupWindow:
             encoding = _text(pipe.execute()[2])
         if encoding not in ("listpack", "ziplist"):
             raise ConfigurationError(
-                f"Redis keeps a hash of {COMPACT_ENTRIES} fields of {FINGERPRINT_BYTES} bytes as {encoding!r}, "
-                "not in its compact encoding: the receivers' window would take several times the memory "
-                f"documented. Set hash-max-listpack-entries >= {COMPACT_ENTRIES} and "
+                f"Redis keeps a hash of {COMPACT_ENTRIES} fields of {FINGERPRINT_BYTES} bytes as "
+                f"{encoding!r}, not in its compact encoding: the receivers' window would take several "
+                "times the memory documented. Set hash-max-listpack-entries >= {COMPACT_ENTRIES} and "
                 f"hash-max-listpack-value >= {FINGERPRINT_BYTES} (Redis's defaults are 512 and 64)"
             )
 
     # ---- observation (status, tests, the benchmark) -----------------------------------------------------
     def _lookup(self, message_id: str) -> tuple[bool, int]:
         keys = [self.keys.seen, self.keys.done]
-        args = [message_id, fingerprint(message_id) if message_id else b""]
+        args: list[str | bytes] = [message_id, fingerprint(message_id) if message_id else b""]
         with driver_errors():
             found, count = run_script(self.client, scripts.LOOKUP, keys, args)
         return bool(found), int(count)

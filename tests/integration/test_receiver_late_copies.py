@@ -54,8 +54,10 @@ def test_a_late_copy_is_handed_again_only_after_the_window(make_stack: Any) -> N
     # Then the late copies arrive from the secondary once it is back
     for entity, proc in (("short", short), ("week", week)):
         wait_until(
-            lambda e=entity: counts(url, e).received_secondary >= 10
-            and counts(url, e).handled + counts(url, e).duplicates_suppressed >= 20,
+            lambda e=entity: (
+                counts(url, e).received_secondary >= 10
+                and counts(url, e).handled + counts(url, e).duplicates_suppressed >= 20
+            ),
             90,
             what=f"the late copies settled: {proc.log_tail()}",
         )

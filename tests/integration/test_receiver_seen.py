@@ -75,7 +75,7 @@ def test_a_bucket_grows_one_slot_at_a_time_and_every_slot_stays_compact(redis_cl
         fields = redis_client.hkeys(key)
         assert all(slot_of(f, level, split) == slot for f in fields)
         assert redis_client.object("encoding", key) == b"listpack"
-        assert 0 < redis_client.pttl(key)
+        assert redis_client.pttl(key) > 0
         sizes.append(len(fields))
     assert sum(sizes) == len(ids) and max(sizes) <= COMPACT_ENTRIES
     assert not redis_client.exists(f"{KEYS.seen}:{name}:{slots}")  # no slot beyond the table
