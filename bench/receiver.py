@@ -24,8 +24,10 @@ digits (what the ingress assigns) and of 128 characters: ``--remembered`` ids cl
 a fresh Redis database, with ``MEMORY USAGE`` of the record's keys and the ``used_memory`` delta, each
 divided by the number of ids (target <= 32 B), against the same ids in the sorted set an earlier version
 kept (one member per id, scored by its expiry), measured in the same run (ratio). Then lookups/s: claims of
-100 ids at a time through eight live buckets (a 14 s window of 2 s spans, filled span by span), for ids
-never seen (each checks every bucket) and for ids handled before (completed as duplicates).
+100 ids at a time through eight live buckets (a 21 s window of 3 s spans, filled span by span), for ids
+never seen (each checks every bucket) and for ids handled before (completed as duplicates), against the
+same claims with the same number of ids in the earlier sorted set (ratio), the four measured in
+alternation (medians of five rounds).
 """
 
 from __future__ import annotations
@@ -106,12 +108,14 @@ def receiver_rate(settings: Settings, queue: str, total: int, copies: int) -> fl
     return total / (ended - first[0])
 
 
-def fill_record(window: DedupWindow, count: int, shape: int) -> None:
-    """Claim and mark done ``count`` fresh ids of ``shape`` characters, 500 per call."""
+def fill_record(window: DedupWindow, count: int, shape: int, into: list[str] | None = None) -> None:
+    """Claim and mark done ``count`` fresh ids of ``shape`` characters, 500 per call (added to ``into``)."""
     for start in range(0, count, 500):
         ids = [(uuid.uuid4().hex * 4)[:shape] for _ in range(min(500, count - start))]
         window.claim(ids)
         window.done(ids)
+        if into is not None:
+            into += ids
 
 
 def memory_per_id(url: str, count: int, shape: int) -> tuple[float, float]:
@@ -149,32 +153,55 @@ def sorted_set_memory_per_id(url: str, count: int, shape: int) -> tuple[float, f
     return usage / count, (after - before) / count
 
 
-def lookup_rates(url: str, per_bucket: int, lookups: int) -> tuple[float, float, int]:
-    """(claims/s of ids never seen, of ids handled before, live buckets) with eight live buckets."""
+LOOKUP_SPAN = 3.0
+"""Seconds per bucket in the lookup measurement (a 21 s window: eight live buckets after seven spans)."""
+
+
+def lookup_rates(url: str, per_bucket: int, lookups: int) -> dict[str, float]:
+    """Claims/s of ids never seen and of ids handled before, with eight live buckets of ``per_bucket``
+    ids, and the same with ``7 * per_bucket`` ids in the earlier version's sorted set (the claim script
+    reads it, for ids it holds, as the earlier claim did: one ``ZSCORE`` per id). The four kinds are
+    measured in alternation, ``lookups`` ids each in all, so a change of the machine's load affects them
+    alike; each figure is the median over the rounds. Also ``live``: the live buckets at the end."""
     client = redis.Redis.from_url(url)
     client.flushall()
-    window = DedupWindow(
-        client, ReceiverKeys("lookups"), owner="bench", window=14, max_remembered=10**10, inflight_ttl=30
-    )
-    handled: list[str] = []
-    for _ in range(7):  # seven spans of 2 s, then the current one: eight buckets
+    new, old = ReceiverKeys("lookups"), ReceiverKeys("lookups-earlier")
+    windows = {
+        name: DedupWindow(client, keys, owner="bench", window=7 * LOOKUP_SPAN, max_remembered=10**10,
+                          inflight_ttl=30)
+        for name, keys in (("record", new), ("earlier", old))
+    }  # fmt: skip
+    expiry = int(time.time() * 1000) + 3_600_000
+    handled: dict[str, list[str]] = {"record": [], "earlier": []}
+    time.sleep(LOOKUP_SPAN - time.time() % LOOKUP_SPAN)  # start with a span
+    for _ in range(7):  # seven spans, then the current one: eight buckets
         span_start = time.time()
+        fill_record(windows["record"], per_bucket, 32, handled["record"])
         ids = [uuid.uuid4().hex for _ in range(per_bucket)]
         for start in range(0, per_bucket, 500):
-            window.claim(ids[start : start + 500])
-            window.done(ids[start : start + 500])
-        handled += ids
-        time.sleep(max(0.0, 2.0 - (time.time() - span_start)))
-    fill_record(window, 500, 32)
-    rates = []
-    for ids in ([uuid.uuid4().hex for _ in range(lookups)], handled[-lookups:]):
-        started = time.perf_counter()
-        for start in range(0, len(ids), 100):
-            window.claim(ids[start : start + 100])
-        rates.append(len(ids) / (time.perf_counter() - started))
-    live = len(client.hgetall(ReceiverKeys("lookups").seen))
+            client.zadd(old.done, dict.fromkeys(ids[start : start + 500], expiry))
+        handled["earlier"] += ids
+        time.sleep(max(0.0, LOOKUP_SPAN - (time.time() - span_start)))
+    fill_record(windows["record"], 500, 32)
+    rates: dict[str, list[float]] = {}
+    rounds, size = 5, max(100, lookups // 5)
+    for r in range(rounds):
+        for name, window in windows.items():
+            fresh = [uuid.uuid4().hex for _ in range(size)]
+            again = handled[name][-(r + 1) * size : len(handled[name]) - r * size]
+            for kind, ids in (("fresh", fresh), ("handled", again)):
+                rates.setdefault(f"{name} {kind}", []).append(claim_rate(window, ids))
+    live = float(len(client.hgetall(new.seen)))
     client.close()
-    return rates[0], rates[1], live
+    return {**{k: statistics.median(v) for k, v in rates.items()}, "live": live}
+
+
+def claim_rate(window: DedupWindow, ids: list[str]) -> float:
+    """Ids claimed per second, 100 per call."""
+    started = time.perf_counter()
+    for start in range(0, len(ids), 100):
+        window.claim(ids[start : start + 100])
+    return len(ids) / (time.perf_counter() - started)
 
 
 def print_memory(url: str, count: int) -> None:
@@ -256,10 +283,13 @@ def rounds(settings: Settings, primary: LocalNamespace, secondary: LocalNamespac
 def window_figures(url: str, remembered: int, lookups: int) -> None:
     """Bytes per id against the earlier sorted set, then lookups/s."""
     print_memory(url, remembered)
-    fresh, again, live = lookup_rates(url, remembered // 10, lookups)
+    rates = lookup_rates(url, remembered // 10, lookups)
     print(
-        f"window lookups, claims of 100 through {live} live buckets: never-seen ids {fresh:.0f}/s, "
-        f"ids handled before {again:.0f}/s"
+        f"window lookups, claims of 100 through {rates['live']:.0f} live buckets (medians): never-seen ids "
+        f"{rates['record fresh']:.0f}/s, ids handled before {rates['record handled']:.0f}/s | earlier sorted "
+        f"set {rates['earlier fresh']:.0f}/s, {rates['earlier handled']:.0f}/s | ratio "
+        f"{rates['record fresh'] / rates['earlier fresh']:.2f}, "
+        f"{rates['record handled'] / rates['earlier handled']:.2f}"
     )
 
 

@@ -91,29 +91,36 @@ local function buckets(index, prune)
   for j = 1, #raw, 2 do
     local e, i, p, n = string.match(raw[j + 1], '^(%d+) (%d+) (%d+) (%d+)$')
     if e and tonumber(e) > now then
-      live[#live + 1] = {name = raw[j], e = tonumber(e), i = tonumber(i), p = tonumber(p), n = tonumber(n)}
+      i = tonumber(i)
+      live[#live + 1] = {
+        name = raw[j], key = index .. ':' .. raw[j] .. ':', e = tonumber(e), i = i, p = tonumber(p),
+        n = tonumber(n), low = 2 ^ i, high = 2 ^ (i + 1),
+      }
     elseif prune then
       redis.call('HDEL', index, raw[j])
     end
   end
+  -- Newest first: the copy of an id is most often near its first (active replication's second copy).
+  table.sort(live, function(a, b) return a.e > b.e end)
   return live
 end
 local function head(fp)
   local b1, b2, b3, b4 = string.byte(fp, 1, 4)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
 end
-local function slot_key(index, b, slot)
-  return index .. ':' .. b.name .. ':' .. string.format('%d', slot)
+local function slot_key(b, slot)
+  return b.key .. string.format('%d', slot)
 end
-local function slot_of(index, b, fp)
+-- The key of the slot of a fingerprint whose first four bytes are h.
+local function slot_of(b, h)
+  local slot = h % b.low
+  if slot < b.p then slot = h % b.high end
+  return slot_key(b, slot)
+end
+local function seen(live, fp)
   local h = head(fp)
-  local slot = h % (2 ^ b.i)
-  if slot < b.p then slot = h % (2 ^ (b.i + 1)) end
-  return slot_key(index, b, slot)
-end
-local function seen(index, live, fp)
   for _, b in ipairs(live) do
-    if redis.call('HEXISTS', slot_of(index, b, fp), fp) == 1 then
+    if redis.call('HEXISTS', slot_of(b, h), fp) == 1 then
       return true
     end
   end
@@ -143,7 +150,7 @@ _REMEMBER = (
     _MS
     + """
 -- The bucket whose span holds now (created empty if new); it expires one window after its span ends.
-local function current(live, window_ms, span_ms)
+local function current(index, live, window_ms, span_ms)
   local start = now - now % span_ms
   local name, e = ms(start), start + span_ms + window_ms
   for _, b in ipairs(live) do
@@ -152,13 +159,14 @@ local function current(live, window_ms, span_ms)
       return b
     end
   end
-  local b = {name = name, e = e, i = 0, p = 0, n = 0, dirty = true}
+  local b = {name = name, key = index .. ':' .. name .. ':', e = e, i = 0, p = 0, n = 0, low = 1, high = 2,
+             dirty = true}
   live[#live + 1] = b
   return b
 end
-local function split(index, b)
-  local high = 2 ^ b.i
-  local from, to = slot_key(index, b, b.p), slot_key(index, b, b.p + high)
+local function split(b)
+  local high = b.low
+  local from, to = slot_key(b, b.p), slot_key(b, b.p + high)
   local moved, flat = {}, {}
   for _, f in ipairs(redis.call('HKEYS', from)) do
     if head(f) % (2 * high) >= high then
@@ -173,16 +181,16 @@ local function split(index, b)
     redis.call('HDEL', from, unpack(moved))
   end
   b.p = b.p + 1
-  if b.p == high then b.i, b.p = b.i + 1, 0 end
+  if b.p == high then b.i, b.p, b.low, b.high = b.i + 1, 0, b.high, 2 * b.high end
 end
 -- Store fp in bucket b (the caller found it in no live bucket).
-local function remember(index, b, fp, fill)
-  local key = slot_of(index, b, fp)
+local function remember(b, fp, fill)
+  local key = slot_of(b, head(fp))
   redis.call('HSET', key, fp, '')
   redis.call('PEXPIREAT', key, ms(b.e))
   b.n, b.dirty = b.n + 1, true
-  while b.n > fill * (2 ^ b.i + b.p) do
-    split(index, b)
+  while b.n > fill * (b.low + b.p) do
+    split(b)
   end
 end
 local function save(index, live)
@@ -222,7 +230,7 @@ local out = {}
 for k = 1, n do
   local id, fp = ARGV[5 + k], ARGV[5 + n + k]
   local holder, deadline = mark_of(KEYS[3 + k])
-  if seen(index, live, fp) or legacy_done(has_legacy, legacy, id) then
+  if seen(live, fp) or legacy_done(has_legacy, legacy, id) then
     out[k] = 1
   elseif holder and (deadline == nil or deadline > attended) then
     out[k] = 2
@@ -269,7 +277,7 @@ for k = 1, n do
     if live == nil then
       live, has_legacy = buckets(index, false), redis.call('EXISTS', legacy) == 1
     end
-    if seen(index, live, fp) or legacy_done(has_legacy, legacy, id) then
+    if seen(live, fp) or legacy_done(has_legacy, legacy, id) then
       out[k] = 3
     else
       set_mark(key, owner, attended, ttl, keep)
@@ -319,7 +327,7 @@ LOOKUP = LuaScript(
 local live = buckets(KEYS[1], false)
 local has_legacy = redis.call('EXISTS', KEYS[2]) == 1
 local found = 0
-if ARGV[1] ~= '' and (seen(KEYS[1], live, ARGV[2]) or legacy_done(has_legacy, KEYS[2], ARGV[1])) then
+if ARGV[1] ~= '' and (seen(live, ARGV[2]) or legacy_done(has_legacy, KEYS[2], ARGV[1])) then
   found = 1
 end
 return {found, remembered(live, has_legacy, KEYS[2])}
@@ -351,13 +359,13 @@ local n = #KEYS - 5
 local first_id = 6 + e
 local live = buckets(index, true)
 local has_legacy = redis.call('EXISTS', legacy) == 1
-local bucket = current(live, window_ms, span_ms)
+local bucket = current(index, live, window_ms, span_ms)
 local new, taken = {}, {}
 for k = 1, n do
   local id, fp = ARGV[first_id + k], ARGV[first_id + n + k]
   -- An id in any live bucket (an earlier span's, or this call's) is not new, and is not stored again.
-  if not seen(index, live, fp) and not legacy_done(has_legacy, legacy, id) then
-    remember(index, bucket, fp, fill)
+  if not seen(live, fp) and not legacy_done(has_legacy, legacy, id) then
+    remember(bucket, fp, fill)
     new[#new + 1] = id
   end
   local holder = mark_of(KEYS[5 + k])
