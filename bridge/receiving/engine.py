@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.receiving import ReceiverCounts
 from bridge.errors import (
+    BackpressureError,
     ConfigurationError,
     NamespaceEntityNotFoundError,
     NamespaceError,
@@ -161,7 +162,8 @@ class ReceiveEngine:
         """Receive until ``stop()`` (or, with ``stop_when_idle``, until every link found nothing).
 
         Raises ``ConfigurationError`` first when Redis would not keep the window compact
-        (``DedupWindow.check_compact``); a Redis that cannot be reached yet is checked the next time."""
+        (``DedupWindow.check_compact``); a Redis that cannot take the check now (unreachable, full) is
+        checked at the next start."""
         self._check_compact()
         self.watch.start()
         for role, namespace in self.namespaces:
@@ -184,9 +186,9 @@ class ReceiveEngine:
     def _check_compact(self) -> None:
         try:
             self.window.check_compact()
-        except StateStoreUnavailableError as error:
+        except (StateStoreUnavailableError, BackpressureError) as error:
             logger.warning(
-                "could not check that Redis keeps the window compact (Redis unavailable): %s", error
+                "could not check that Redis keeps the window compact (Redis unavailable or full): %s", error
             )
         except ConfigurationError:
             self.close()
