@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from bench.chaos_load import Ledger
+from bridge.receiving.keys import ReceiverKeys
+from bridge.receiving.window import DedupWindow
 
 if TYPE_CHECKING:
     from bench.chaos import Chaos
@@ -97,11 +99,14 @@ class Sampler(threading.Thread):
             row["ingress"] = sum(client.xlen(f"bridge:{{{n}}}:in") for n in self.entities)
             row["journal"] = sum(client.xlen(f"bridge:{{{n}}}:journal") for n in self.entities)
             row["dedup_window"] = sum(
-                client.zcard(
-                    f"bridge:{{{s['name']}}}:rx:"
-                    + (f"sub:{s['subscription']}:" if s.get("subscription") else "")
-                    + "done"
-                )
+                DedupWindow(
+                    client,
+                    ReceiverKeys(s["name"], s.get("subscription") or None),
+                    owner="chaos-memory",
+                    window=1,
+                    max_remembered=1,
+                    inflight_ttl=1,
+                ).remembered()
                 for s in self.specs
             )
             row["idempotency_keys"] = sum(

@@ -388,13 +388,13 @@ class ReceiverSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window: float = Field(
-        default=600.0,
+        default=7 * 24 * 3600.0,
         gt=0,
         le=7 * 24 * 3600,
         description="Seconds a handled MessageId is remembered (copies within it are completed unhandled).",
     )
     max_remembered: int = Field(
-        default=1_000_000,
+        default=1_000_000_000,
         gt=0,
         description="Bound of the window (ids per entity); when full, receiving stops until ids expire.",
     )

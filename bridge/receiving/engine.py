@@ -36,7 +36,13 @@ from contextlib import contextmanager
 
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.receiving import ReceiverCounts
-from bridge.errors import ConfigurationError, NamespaceEntityNotFoundError, NamespaceError
+from bridge.errors import (
+    BackpressureError,
+    ConfigurationError,
+    NamespaceEntityNotFoundError,
+    NamespaceError,
+    StateStoreUnavailableError,
+)
 from bridge.journal.emit import ReceiverJournal, namespace_names
 from bridge.journal.store import JournalStore
 from bridge.receiving.counters import ReceiverCounterStore
@@ -153,7 +159,12 @@ class ReceiveEngine:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def run(self) -> None:
-        """Receive until ``stop()`` (or, with ``stop_when_idle``, until every link found nothing)."""
+        """Receive until ``stop()`` (or, with ``stop_when_idle``, until every link found nothing).
+
+        Raises ``ConfigurationError`` first when Redis would not keep the window compact
+        (``DedupWindow.check_compact``); a Redis that cannot take the check now (unreachable, full) is
+        checked at the next start."""
+        self._check_compact()
         self.watch.start()
         for role, namespace in self.namespaces:
             if self.backlog_queues:
@@ -171,6 +182,17 @@ class ReceiveEngine:
         finally:
             self._stopping.set()
             self.close()
+
+    def _check_compact(self) -> None:
+        try:
+            self.window.check_compact()
+        except (StateStoreUnavailableError, BackpressureError) as error:
+            logger.warning(
+                "could not check that Redis keeps the window compact (Redis unavailable or full): %s", error
+            )
+        except ConfigurationError:
+            self.close()
+            raise
 
     def stop(self) -> None:
         """Finish the batches in hand, then return from ``run`` (thread-safe, signal-safe)."""

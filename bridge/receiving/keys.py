@@ -7,7 +7,9 @@ subscription of a topic receives its own copy of every message, so it has a wind
 ==============================================  ==============================================================
 key                                             holds
 ==============================================  ==============================================================
-``bridge:{E}:rx:done``                          sorted set: handled MessageId -> expiry (epoch ms); the window
+``bridge:{E}:rx:seen``                          hash: the window's index, bucket -> its expiry and shape
+``bridge:{E}:rx:seen:<bucket>:<slot>``          hash: fingerprints of handled ids (``bridge.core.seen``)
+``bridge:{E}:rx:done``                          sorted set: an earlier version's window, read until it expires
 ``bridge:{E}:rx:inflight:<MessageId>``          string ``<owner>@<deadline>``: who hands the id out, until
 ``bridge:{E}:rx:clock``                         hash ``at``, ``t``: the attended clock of those deadlines
 ``bridge:{E}:rx:counts``                        hash ``ReceiverCounts`` (HINCRBY)
@@ -36,8 +38,13 @@ class ReceiverKeys:
         return base if self.subscription is None else f"{base}sub:{self.subscription}:"
 
     @property
+    def seen(self) -> str:
+        """The window: the index of the record of handled ids (its slots' names start with it)."""
+        return self.prefix + "seen"
+
+    @property
     def done(self) -> str:
-        """The window: handled ids and when each is forgotten."""
+        """An earlier version's window (handled id -> when it is forgotten), honoured until it expires."""
         return self.prefix + "done"
 
     def inflight(self, message_id: str) -> str:

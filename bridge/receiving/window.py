@@ -4,13 +4,14 @@ Connection: any blocking client from ``bridge.redis.connection.sync_client`` (si
 Cluster: every key of a scope shares the entity's hash tag). Driver errors leave as
 ``StateStoreUnavailableError``.
 
-Layout (``bridge.receiving.keys``): one sorted set per scope, member = MessageId, score = the epoch
-millisecond at which it is forgotten; expired members are removed by the next claim (so the bound counts
-only live ids). In-flight marks are short-lived strings, one per id being handled, naming their owner and
-their deadline on the scope's attended clock, which does not run while no receiver reaches Redis
-(``bridge.receiving.scripts``): an outage does not age them. A sorted set rather than one key per id: the
-count that the bound needs is ``ZCARD``, and a member costs less memory than a key with its own expiry
-(``docs/receiving.md``, "Window", has the measured bytes per id).
+Layout (``bridge.receiving.keys``, ``bridge.receiving.scripts``): a handled id is remembered as a
+fingerprint (``bridge.core.seen``) in small hashes, grouped in time buckets that Redis expires one window
+after their span; a lookup checks the few live buckets. The bound counts the ids of live buckets. In-flight
+marks are short-lived strings, one per id being handled, naming their owner and their deadline on the
+scope's attended clock, which does not run while no receiver reaches Redis (``bridge.receiving.scripts``):
+an outage does not age them. Fingerprints in hashes kept in Redis's compact encoding rather than one sorted
+set member per id: about a sixth of the memory (``docs/receiving.md``, "Window", has the measured bytes per
+id); ``check_compact`` makes sure the server keeps them compact.
 
 Writing the done marks also counts them (``handled`` in the scope's counters) and journals one ``handled``
 event per id new to the window (the entity's journal, ``bridge.journal.keys``; its hash tag is the same),
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 
 from bridge.core.journal import EventKind, JournalEvent
 from bridge.core.receiving import Claim, Renewal, parse_claims, parse_renewals
+from bridge.core.seen import COMPACT_ENTRIES, FILL, FINGERPRINT_BYTES, fingerprint, span_ms
+from bridge.errors import ConfigurationError
 from bridge.journal import keys as journal_keys
 from bridge.receiving import scripts
 from bridge.receiving.keys import ReceiverKeys
@@ -76,6 +79,7 @@ class DedupWindow:
         self.keys = keys
         self.owner = owner
         self.window_ms = _ms(window)
+        self.span_ms = span_ms(self.window_ms)
         self.max_remembered = max_remembered
         self.inflight_ttl_ms = _ms(inflight_ttl)
         self.journal_max = journal_max
@@ -89,9 +93,15 @@ class DedupWindow:
         """
         if not message_ids:
             return []
-        keys = [self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
-        args: list[str | int] = [
-            self.max_remembered, self.inflight_ttl_ms, self.owner, self.keep_ms, self.gap_ms, *message_ids
+        keys = [
+            self.keys.seen,
+            self.keys.done,
+            self.keys.clock,
+            *(self.keys.inflight(m) for m in message_ids),
+        ]
+        args: list[str | int | bytes] = [
+            self.max_remembered, self.inflight_ttl_ms, self.owner, self.keep_ms, self.gap_ms, *message_ids,
+            *(fingerprint(m) for m in message_ids),
         ]  # fmt: skip
         with driver_errors():
             reply = run_script(self.client, scripts.CLAIM, keys, args)
@@ -108,6 +118,7 @@ class DedupWindow:
             return Remembered(0, [])
         entity = self.keys.entity
         keys = [
+            self.keys.seen,
             self.keys.done,
             self.keys.counts,
             journal_keys.journal(entity),
@@ -115,13 +126,16 @@ class DedupWindow:
             *(self.keys.inflight(m) for m in message_ids),
         ]
         event = JournalEvent(EventKind.HANDLED, time.time() if at is None else at).encode()
-        args: list[str | int] = [
+        args: list[str | int | bytes] = [
             self.window_ms,
+            self.span_ms,
+            FILL,
             self.owner,
             self.journal_max,
             len(event),
             *event,
             *message_ids,
+            *(fingerprint(m) for m in message_ids),
         ]
         with driver_errors():
             reply = run_script(self.client, scripts.DONE, keys, args)
@@ -140,26 +154,57 @@ class DedupWindow:
         """Extend this owner's in-flight marks of ``message_ids`` (slow handlers) by ``inflight_ttl``: one
         ``Renewal`` per id, in order. Without ids it is the heartbeat that keeps the scope's attended clock
         running (the lock watch sends it every tick)."""
-        keys = [self.keys.done, self.keys.clock, *(self.keys.inflight(m) for m in message_ids)]
-        args: list[str | int] = [self.owner, self.inflight_ttl_ms, self.keep_ms, self.gap_ms, *message_ids]
+        keys = [
+            self.keys.seen,
+            self.keys.done,
+            self.keys.clock,
+            *(self.keys.inflight(m) for m in message_ids),
+        ]
+        args: list[str | int | bytes] = [
+            self.owner, self.inflight_ttl_ms, self.keep_ms, self.gap_ms, *message_ids,
+            *(fingerprint(m) for m in message_ids),
+        ]  # fmt: skip
         with driver_errors():
             reply = run_script(self.client, scripts.RENEW, keys, args)
         return parse_renewals(reply, len(message_ids))
 
-    # ---- observation (status, tests, the benchmark) -----------------------------------------------------
-    def remembered(self) -> int:
-        """Ids in the window (expired ones not yet removed by a claim included)."""
+    def check_compact(self) -> None:
+        """Raise ``ConfigurationError`` unless the server keeps a hash of ``COMPACT_ENTRIES`` fingerprints in
+        its compact encoding (``hash-max-listpack-entries`` and ``-value``, 512 and 64 by default; a server
+        set lower would hold the record at several times the memory). Checked by building one such hash
+        under the scope's own hash tag and deleting it."""
+        probe = self.keys.prefix + "compact-probe:" + self.owner
+        fields = {fingerprint(f"{self.owner}:{i}"): b"" for i in range(COMPACT_ENTRIES)}
         with driver_errors():
-            return int(self.client.zcard(self.keys.done))
+            pipe = self.client.pipeline(transaction=False)
+            pipe.delete(probe)
+            pipe.hset(probe, mapping=fields)  # type: ignore[arg-type]
+            pipe.object("encoding", probe)
+            pipe.delete(probe)
+            encoding = _text(pipe.execute()[2])
+        if encoding not in ("listpack", "ziplist"):
+            raise ConfigurationError(
+                f"Redis keeps a hash of {COMPACT_ENTRIES} fields of {FINGERPRINT_BYTES} bytes as "
+                f"{encoding!r}, not in its compact encoding: the receivers' window would take several "
+                "times the memory documented. Set hash-max-listpack-entries >= {COMPACT_ENTRIES} and "
+                f"hash-max-listpack-value >= {FINGERPRINT_BYTES} (Redis's defaults are 512 and 64)"
+            )
+
+    # ---- observation (status, tests, the benchmark) -----------------------------------------------------
+    def _lookup(self, message_id: str) -> tuple[bool, int]:
+        keys = [self.keys.seen, self.keys.done]
+        args: list[str | bytes] = [message_id, fingerprint(message_id) if message_id else b""]
+        with driver_errors():
+            found, count = run_script(self.client, scripts.LOOKUP, keys, args)
+        return bool(found), int(count)
+
+    def remembered(self) -> int:
+        """Ids in the window: those of its live buckets (kept up to one span longer than the window)."""
+        return self._lookup("")[1]
 
     def is_done(self, message_id: str) -> bool:
-        """True while ``message_id`` is remembered as handled (its expiry not yet passed)."""
-        with driver_errors():
-            score = self.client.zscore(self.keys.done, message_id)
-            if score is None:
-                return False
-            seconds, micros = self.client.time()
-        return float(score) > seconds * 1000 + micros // 1000
+        """True while ``message_id`` is remembered as handled."""
+        return self._lookup(message_id)[0]
 
     def in_flight(self, message_id: str) -> bool:
         """True while some receiver holds a live in-flight mark of ``message_id``."""

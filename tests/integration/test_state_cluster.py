@@ -15,9 +15,12 @@ import redis
 
 from bridge.core.cost import CostTally, Operation
 from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
+from bridge.core.receiving import Claim, Renewal
 from bridge.core.roles import RoleState, Swap
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
+from bridge.receiving.keys import ReceiverKeys
+from bridge.receiving.window import DedupWindow
 from bridge.redis.connection import is_cluster, sync_client
 from bridge.redis.lease import Lease
 from bridge.settings import Settings
@@ -105,3 +108,23 @@ def test_status(client: object, cluster_url: str) -> None:
     PairedStore(client).apply("orders", [EngageFailover(2.0, "interval")])
     report = collect_status(settings, client)
     assert report["entities"][0]["name"] == "orders" and report["entities"][0]["active"] == "secondary"
+
+
+def test_the_receivers_window_keeps_to_its_entitys_slot(client: object) -> None:
+    # The window's scripts name its slots' keys themselves (from the index's name, same hash tag): the
+    # cluster runs them, table growth included, and refuses nothing
+    window = DedupWindow(
+        client,  # type: ignore[arg-type]
+        ReceiverKeys("orders"),
+        owner="a",
+        window=600,
+        max_remembered=10**6,
+        inflight_ttl=30,
+    )
+    window.check_compact()
+    ids = [f"m{i}" for i in range(200)]
+    assert window.claim(ids) == [Claim.HANDLE] * 200
+    assert window.done(ids).new == 200
+    assert window.claim(ids[:3]) == [Claim.DUPLICATE] * 3
+    assert window.renew(["m0"]) == [Renewal.HANDLED] and window.is_done("m199")
+    assert window.remembered() == 200
