@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 import redis
 
-from bridge.core.paired import MarkAvailable
+from bridge.core.paired import MarkAvailable, backlog_queue_index
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.stack import LocalStack
 from bridge.errors import NamespaceOutageError
 from bridge.paired.syphon import BacklogSyphon
 from bridge.paired.syphon_run import run_syphon
+from bridge.servicebus.messages import barrier_message
 from bridge.settings import Settings
 from bridge.state.aside import AsideStore
+from bridge.state.backlog import BacklogLedger
 from tests.integration.order_checker import check, drain
 from tests.integration.paired_support import (
     create_backlog_queues,
@@ -175,3 +177,76 @@ def test_a_lowered_backlog_queue_count_still_empties_the_retired_queues(
     run_syphon(ctx, budget=2)
     assert ctx.paired.backlog_indexes(namespace) == {0}
     assert [q.queue for q in run_syphon(ctx, budget=1).queues] == [create_backlog_queues(stack, count=1)[0]]
+
+
+def lose_aside_records(ctx: DeliveryContext, queue: str) -> None:
+    """Delete every ``bridge:{aside:<queue>}:*`` key, as an ``everysec`` crash or a lagging replica does."""
+    lost = list(ctx.redis.scan_iter(match=f"*{{aside:{queue}}}*"))
+    assert lost, "nothing was set aside to lose"
+    ctx.redis.delete(*lost)
+
+
+def syphon_until_empty(stack: LocalStack, ctx: DeliveryContext, queue: str, seconds: float = 40) -> None:
+    """Syphon runs until ``queue`` is empty (a run that recovered records waits out the locks: 5 s + 2 s)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and count_in(stack.secondary, queue):
+        syphon(ctx, queue, 2)
+        time.sleep(0.2)
+
+
+def test_deferred_messages_whose_records_redis_lost_are_found_again_and_go_in_order(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    (queue,) = create_backlog_queues(stack, count=1)
+    # Given six messages of a failed-over entity set aside (deferred, their numbers in Redis)
+    down = [envelope("down", i, session_id="d") for i in range(10)]
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down[:6])
+    mark_failed_over(stack, "down")
+    syphon(ctx, queue, 3)
+    assert AsideStore(ctx.redis).counts(queue) == {"down": 6}
+    # When Redis loses the set-aside records, newer messages of the entity arrive behind them and the
+    # entity is available again
+    lose_aside_records(ctx, queue)
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down[6:])
+    ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
+    first = syphon(ctx, queue, 2)
+    # Then the first run found the six again by peeking the queue and stopped to wait out older locks
+    assert first.recovered == 6 and first.sent == 0, first
+    assert AsideStore(ctx.redis).counts(queue) == {"down": 6}
+    syphon_until_empty(stack, ctx, queue)
+    # And all ten reached the primary once each, in order, and the backlog is empty
+    got = drain(stack.primary, "down", expected=10, timeout=10)
+    result = check({"d": [e.message_id for e in down]}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
+    assert count_in(stack.secondary, queue) == 0
+    assert AsideStore(ctx.redis).counts(queue) == {}
+
+
+def test_a_deferred_restore_barrier_whose_record_redis_lost_is_passed(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    (queue,) = create_backlog_queues(stack, count=1)
+    index = backlog_queue_index(queue)
+    assert index is not None
+    # Given three messages of a failed-over entity and shard 0's restore barrier behind them, all set aside
+    down = [envelope("down", i, session_id="d") for i in range(3)]
+    ledger = BacklogLedger(ctx.redis)
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down)
+        assert pool.send("secondary", queue, [barrier_message("down", 0, "t0")]).ok
+    ledger.set_barrier("down", 0, index, "sent:t0")
+    mark_failed_over(stack, "down")
+    syphon(ctx, queue, 3)
+    assert AsideStore(ctx.redis).counts(queue) == {"down": 4}
+    # When Redis loses the set-aside records and the entity is available again
+    lose_aside_records(ctx, queue)
+    ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
+    syphon_until_empty(stack, ctx, queue)
+    # Then the messages went in order and the barrier was passed: shard 0 may send to the primary again
+    got = drain(stack.primary, "down", expected=3, timeout=10)
+    result = check({"d": [e.message_id for e in down]}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing, result
+    assert ledger.queues("down", 0) == {}
+    assert count_in(stack.secondary, queue) == 0
