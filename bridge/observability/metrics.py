@@ -158,6 +158,12 @@ NAMESPACE_AVAILABLE = StateMetric(
 PAIRED_FAILED_OVER = StateMetric(
     "bridge_paired_failed_over", "1 while paired failover is engaged for the entity.", ("entity",)
 )
+RESTORE_BARRIERS = StateMetric(
+    "bridge_restore_barriers",
+    "Restore barriers a paired entity's shards wait for, by state (lost: not passed within "
+    "paired.barrier_timeout and sent again; the shard sends nothing to the primary until one passes).",
+    ("entity", "state"),
+)
 BACKLOG_MESSAGES = StateMetric(
     "bridge_backlog_messages",
     "Active messages in a backlog queue of the secondary namespace (cached a few seconds).",
@@ -191,6 +197,7 @@ STATE_METRICS: tuple[StateMetric, ...] = (
     ROLE_EPOCH,
     NAMESPACE_AVAILABLE,
     PAIRED_FAILED_OVER,
+    RESTORE_BARRIERS,
     BACKLOG_MESSAGES,
     BACKLOG_IN_ROTATION,
     BILLABLE_OPERATIONS,
