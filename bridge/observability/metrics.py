@@ -108,7 +108,8 @@ PINGS = Counter(
 )
 SYPHON_MESSAGES = Counter(
     "bridge_syphon_messages_total",
-    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned).",
+    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned; "
+    "recovered: deferred messages whose set-aside record Redis had lost, found by the scan).",
     ["queue", "result"],
 )
 
@@ -297,6 +298,7 @@ class SyphonQueueReport(Protocol):
     sent: int
     dead_lettered: int
     abandoned: int
+    recovered: int
 
 
 def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
@@ -306,6 +308,7 @@ def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
             ("sent", q.sent),
             ("dead_lettered", q.dead_lettered),
             ("abandoned", q.abandoned),
+            ("recovered", q.recovered),
         ):
             if count:
                 SYPHON_MESSAGES.labels(q.queue, result).inc(count)
