@@ -7,6 +7,7 @@ one message (as a lost lock or a dropped link makes it fail), so its successor c
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,3 +251,53 @@ def test_a_deferred_restore_barrier_whose_record_redis_lost_is_passed(
     assert result.out_of_sequence == 0 and not result.missing, result
     assert ledger.queues("down", 0) == {}
     assert count_in(stack.secondary, queue) == 0
+
+
+def test_records_recovered_while_another_syphon_holds_the_messages_send_nothing_twice_or_out_of_order(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    (queue,) = create_backlog_queues(stack, count=1)
+    # Given five set-aside messages of an entity that is available again
+    down = [envelope("down", i, session_id="d") for i in range(5)]
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, down)
+    mark_failed_over(stack, "down")
+    syphon(ctx, queue, 3)
+    ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
+    # And syphon A, which has taken them back (locked) and is held up on its send to the primary
+    holding, release = threading.Event(), threading.Event()
+    real_send = ctx.pool.send
+
+    def slow_send(role: Any, entity: str, messages: Any, **kwargs: Any) -> Any:
+        if role == "primary" and not holding.is_set():
+            holding.set()
+            release.wait(10)
+        return real_send(role, entity, messages, **kwargs)
+
+    ctx.pool.send = slow_send  # type: ignore[method-assign]
+    a = threading.Thread(target=syphon, args=(ctx, queue, 3))
+    a.start()
+    assert holding.wait(10)
+    # When Redis loses the records and syphon B, another process, starts on the queue meanwhile
+    lose_aside_records(ctx, queue)
+    other = DeliveryContext.build(ctx.settings)
+    try:
+        b = syphon(other, queue, 2)
+        # Then B finds the five again but moves nothing while A may hold locks
+        assert b.recovered == 5 and b.sent == 0, b
+        release.set()
+        a.join(20)
+        # And once A sent and completed them, B's later runs forget the numbers: each message reached the
+        # primary once, in order
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and AsideStore(ctx.redis).counts(queue):
+            syphon(other, queue, 2)
+            time.sleep(0.2)
+    finally:
+        release.set()
+        other.close()
+    got = drain(stack.primary, "down", expected=5, timeout=10)
+    result = check({"d": [e.message_id for e in down]}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
+    assert count_in(stack.secondary, queue) == 0
+    assert AsideStore(ctx.redis).counts(queue) == {}
