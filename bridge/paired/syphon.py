@@ -220,10 +220,10 @@ class BacklogSyphon:
         if pending is not None:
             self.report.stopped = f"waiting {pending:.1f}s for message locks of an earlier run"
             return self.report
-        if not self._scan():
-            return self.report
         finished = False
         try:
+            if not self._scan():
+                return self.report
             while self.report.stopped is None:
                 self._send_failed = False
                 if not self.holds():
