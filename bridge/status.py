@@ -39,9 +39,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from bridge.core.barriers import read_barrier
 from bridge.core.outcomes import scrub_secrets
 from bridge.core.paired import PairedState
-from bridge.core.paired_plan import read_barrier
 from bridge.core.roles import ROLES, NamespaceHealth, Role
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
@@ -146,7 +146,7 @@ def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str,
 
 def _barriers(settings: Settings, client: SyncRedis, name: str) -> list[dict[str, Any]]:
     """Every restore barrier the entity's shards wait for (ordered restore), oldest state first: shard,
-    backlog queue index, ``state`` (``bridge.core.paired_plan.read_barrier``), ``sent_at``, ``resends``."""
+    backlog queue index, ``state`` (``bridge.core.barriers.read_barrier``), ``sent_at``, ``resends``."""
     now = server_time(client)
     ledger = BacklogLedger(client)
     timeout = settings.paired.barrier_timeout

@@ -12,10 +12,7 @@ Deciding the whole batch first is what keeps the order per key, the rule the pla
   nothing goes to the primary. Every queue whose barrier is not known to be in it yet (``open``, or
   ``wait:<token>``, a barrier whose send was not confirmed) gets one, and the batch waits for the syphon
   (a planned ``Retry``, not counted as a failure).
-- **Lost barriers.** A barrier the syphon has not passed ``barrier_timeout`` after it was sent (its token
-  carries the send time) is declared lost and a new one is sent: it lands behind every message the shard
-  ever sent to that queue, so reaching it in order proves the same thing and passing it lets the shard go
-  on, in order. The old token then passes nothing. ``read_barrier`` is what the status page shows.
+- **Lost barriers.** One not passed within ``barrier_timeout`` gets a replacement (``bridge.core.barriers``).
 - **Sticky queues.** Ordered, a keyed message goes to the queue its key sticks to, chosen by rendezvous
   hashing over the queues in rotation the first time; a key whose queue left the rotation is held until the
   queue is readmitted or the failover ends (its messages there must be syphoned first). A keyless message
@@ -39,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from bridge.core.barriers import barrier_due
 from bridge.core.decisions import PRIMARY, Ack, Change, DeadLetter, Hold, Retry, Settlement, backlog_target
 from bridge.core.error_classes import ErrorClass
 from bridge.core.outcomes import Outcome
@@ -61,13 +59,6 @@ from bridge.core.paired import (
 from bridge.core.replication import RetryContext
 from bridge.errors import InvariantError
 
-OPEN = "open"
-"""A backlog ledger status: the shard sent (or is about to send) to the queue since its last barrier."""
-WAITING_PREFIX = "wait:"
-"""A backlog ledger status ``wait:<token>``: barrier ``token`` is being sent, not yet confirmed."""
-SENT_PREFIX = "sent:"
-"""A backlog ledger status ``sent:<token>``: barrier ``token`` is in the queue; the syphon will pass it."""
-BarrierState = Literal["open", "sending", "waiting", "lost"]
 REROUTE_DELAY = 0.1
 """Seconds before a message whose backlog queue failed, and that sticks to none, is sent to another one."""
 OUT_OF_ROTATION = "every backlog queue is out of rotation"
@@ -183,55 +174,6 @@ class SettledBatch:
 
     settlements: tuple[Settlement, ...]
     current: tuple[CurrentBacklog, ...] = ()
-
-
-@dataclass(frozen=True)
-class BarrierStatus:
-    """One backlog ledger field read at ``now``: ``open`` (no barrier yet), ``sending`` (its send not
-    confirmed), ``waiting`` (in the queue, not passed yet) or ``lost`` (not passed within the timeout, or
-    sent again after that: ``resends`` > 0). ``sent_at`` is when its current barrier was sent."""
-
-    state: BarrierState
-    sent_at: float | None = None
-    resends: int = 0
-    overdue: bool = False
-    """Sent and not passed within the timeout: a new barrier is due."""
-
-
-def barrier_token(nonce: str, now: float, resends: int) -> str:
-    """A barrier token ``<nonce>.<send time, ms>.<resends>``: the ledger then tells how old it is."""
-    return f"{nonce}.{int(now * 1000)}.{resends}"
-
-
-def read_barrier(status: str, now: float, timeout: float) -> BarrierStatus:
-    """What a ledger status says at ``now`` (a token without a send time counts as overdue)."""
-    if status == OPEN or not status:
-        return BarrierStatus("open")
-    _, _, token = status.partition(":")
-    parts = token.split(".")
-    sent_at: float | None = None
-    resends = 0
-    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-        sent_at, resends = int(parts[1]) / 1000, int(parts[2])
-    if status.startswith(WAITING_PREFIX):
-        return BarrierStatus("sending", sent_at, resends)
-    overdue = sent_at is None or now - sent_at >= timeout
-    return BarrierStatus("lost" if overdue or resends else "waiting", sent_at, resends, overdue)
-
-
-def barrier_due(status: str, now: float, timeout: float) -> bool:
-    """A ledger status whose queue needs a (new) barrier: ``open``, a barrier send never confirmed, or a
-    barrier not passed within ``timeout`` (lost)."""
-    if status == OPEN or status.startswith(WAITING_PREFIX):
-        return True
-    return status.startswith(SENT_PREFIX) and read_barrier(status, now, timeout).overdue
-
-
-def next_barrier_token(status: str, nonce: str, now: float, timeout: float) -> str:
-    """The token of the barrier to send for a queue whose ledger says ``status``: a lost one's replacement
-    counts one resend more; an unconfirmed one's keeps its count."""
-    current = read_barrier(status, now, timeout)
-    return barrier_token(nonce, now, current.resends + (1 if current.overdue else 0))
 
 
 def hold_delay(view: PairedView, removed_at: float) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge.core.paired_plan import barrier_token
+from bridge.core.barriers import barrier_token
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.service import DrainService
 from bridge.embedded.stack import LocalStack, wait_until

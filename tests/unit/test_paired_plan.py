@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bridge.core.backoff import BackoffPolicy
+from bridge.core.barriers import BarrierStatus, barrier_due, barrier_token, next_barrier_token, read_barrier
 from bridge.core.decisions import PRIMARY, Ack, DeadLetter, Hold, Retry, Settlement, backlog_target
 from bridge.core.error_classes import ErrorClass
 from bridge.core.outcomes import Outcome
@@ -25,16 +26,11 @@ from bridge.core.paired_plan import (
     OUT_OF_ROTATION,
     REROUTE_DELAY,
     BacklogView,
-    BarrierStatus,
     BatchEntry,
     CurrentBacklog,
     PairedPlan,
     PairedView,
-    barrier_due,
-    barrier_token,
-    next_barrier_token,
     plan_batch,
-    read_barrier,
     settle_batch,
 )
 from bridge.core.replication import RetryContext

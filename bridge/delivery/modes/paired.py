@@ -39,21 +39,18 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from bridge.core.barriers import OPEN, WAITING_PREFIX, next_barrier_token, read_barrier
 from bridge.core.cost import Operation
 from bridge.core.decisions import Settlement
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import backlog_queue_path, route
 from bridge.core.paired_plan import (
-    OPEN,
-    WAITING_PREFIX,
     BacklogView,
     BatchEntry,
     CurrentBacklog,
     PairedPlan,
     PairedView,
-    next_barrier_token,
     plan_batch,
-    read_barrier,
     settle_batch,
 )
 from bridge.core.partitioning import partition_key
@@ -150,7 +147,7 @@ def _record_intent(port: SendPort, ledger: BacklogLedger, plan: PairedPlan) -> N
 
 def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, indexes: Sequence[int]) -> None:
     """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent.
-    A barrier not passed within ``barrier_timeout`` is replaced (``bridge.core.paired_plan``)."""
+    A barrier not passed within ``barrier_timeout`` is replaced (``bridge.core.barriers``)."""
     entity, shard, now, timeout = port.entity, port.shard, view.retry.now, view.barrier_timeout
     for index in indexes:
         status = view.ledger.get(index, OPEN)
