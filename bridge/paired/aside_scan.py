@@ -77,7 +77,10 @@ def scan_deferred(ctx: DeliveryContext, queue: str, page: int = SCAN_PAGE) -> Sc
             destination = deferred_destination(message)
             if destination is not None:
                 result.deferred.setdefault(destination, []).append(int(message.sequence_number or 0))
-        start = max(int(m.sequence_number or 0) for m in peeked) + 1
+        following = max(int(m.sequence_number or 0) for m in peeked) + 1
+        if following <= start:
+            break  # a page that does not move forward: never loop on it
+        start = following
     aside = AsideStore(ctx.redis)
     for destination, numbers in result.deferred.items():
         result.recovered += aside.add(queue, destination, numbers)
