@@ -265,7 +265,7 @@ class BacklogSyphon:
         except NamespaceError as error:
             self.report.stopped = f"scanning for deferred messages failed: {describe_error(error)}"
             return False
-        self.report.receives += scan.peeks
+        # Peeks are billed (aside_scan counts them) but are no receive: retire_empty reads ``receives``.
         self.report.recovered = scan.recovered
         if scan.recovered:
             self.aside.note_locks(self.queue, (self._queue_lock() or ASSUMED_LOCK) + LOCK_MARGIN)

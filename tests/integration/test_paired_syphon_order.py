@@ -301,3 +301,19 @@ def test_records_recovered_while_another_syphon_holds_the_messages_send_nothing_
     assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
     assert count_in(stack.secondary, queue) == 0
     assert AsideStore(ctx.redis).counts(queue) == {}
+
+
+def test_a_retired_queue_is_not_forgotten_by_a_run_that_only_scanned_it(
+    stack: LocalStack, ctx: DeliveryContext
+) -> None:
+    # Given retired backlog queue /1 (in use while the count was 2) still holding messages
+    namespace = ctx.settings.primary.namespace_name  # type: ignore[union-attr]
+    (_, retired) = create_backlog_queues(stack, count=2)
+    ctx.paired.register_backlog(namespace, [0, 1])
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, retired, [envelope("up", i, session_id="u") for i in range(2)])
+    # When a run's budget ends right after its scan, before any receive
+    report = run_syphon(ctx, budget=0.001)
+    # Then the queue is still read by later runs: a peek is no receive that found it empty
+    assert all(q.received == 0 for q in report.queues), report.summary()
+    assert ctx.paired.backlog_indexes(namespace) == {0, 1}
