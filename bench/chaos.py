@@ -14,9 +14,11 @@ key at a time, so the order a door acknowledged is the order the key must keep.
 
 Faults (seeded, one at a time, every kind once per cycle in a shuffled order, random gaps and holds):
 ``kill -9`` of a worker, a beat, a receiver and the ingress (restarted after the hold), primary and
-secondary outage, blackhole, ``busy`` and ``stall`` (the namespaces' fault control), a Redis restart and
-a Redis ``kill -9`` (same data directory), a namespace process ``kill -9`` (data kept, restarted), and a
-``disaster`` of the secondary, only while it holds nothing that exists nowhere else (``disaster_safe``).
+secondary outage, blackhole, ``busy`` and ``stall`` (the namespaces' fault control), a Redis restart, a
+Redis ``kill -9`` (same data directory; down 2 s at most) and a Redis outage (``kill -9``, down for the
+whole hold: ``--hold 40 60`` makes it a long one), a namespace process ``kill -9`` (data kept,
+restarted), and a ``disaster`` of the secondary, only while it holds nothing that exists nowhere else
+(``disaster_safe``).
 
 Then everything is restored, the load stops, and the run waits (bounded) until every acknowledged message
 was handed and the outbox is empty; the receivers, workers and beats stop; ``bench/chaos_checker.py``
@@ -35,13 +37,12 @@ import json
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ import httpx
 import redis
 
 from bench import chaos_checker
+from bench.chaos_finish import run_ledger, stop_processes
 from bench.chaos_load import (
     ACTIVE,
     DOORS,
@@ -99,6 +101,7 @@ FAULTS = (
     "stall",
     "redis_restart",
     "redis_kill",
+    "redis_outage",
     "namespace_kill",
     "secondary_disaster",
 )
@@ -150,8 +153,12 @@ def entity_specs() -> list[dict[str, Any]]:
 class Chaos:
     """The running stack, its processes by role, and the fault injector."""
 
-    def __init__(self, base: Path, seed: int, receivers: int, hold: tuple[float, float]) -> None:
+    def __init__(
+        self, base: Path, seed: int, receivers: int, hold: tuple[float, float], first: Sequence[str] = ()
+    ) -> None:
         self.base = base
+        self.first = list(first)
+        """Fault kinds the first cycle starts with, in this order (``--first``)."""
         self.rng = random.Random(seed)
         self.receivers_per_entity = receivers
         self.hold = hold
@@ -231,10 +238,14 @@ class Chaos:
     def run_faults(self, until: float, stopping: threading.Event) -> None:
         """Inject faults until ``until`` (monotonic): every kind once per cycle, shuffled."""
         pending: list[str] = []
+        first_cycle = True
         while not stopping.is_set():
             if not pending:
                 pending = list(FAULTS)
                 self.rng.shuffle(pending)
+                if first_cycle:
+                    pending = self.first + [kind for kind in pending if kind not in self.first]
+                    first_cycle = False
             gap = self.rng.uniform(0.5, 2.0)
             hold = self.rng.uniform(*self.hold)
             if time.monotonic() + gap + hold > until:
@@ -325,6 +336,14 @@ class Chaos:
         self.local.redis.start()
         self.redis_windows.append([start, time.time()])
 
+    def fault_redis_outage(self, hold: float) -> None:
+        self.say(f"redis_outage: kill -9, Redis down for {hold:.1f}s, then started on the same data")
+        start = time.time()
+        self.local.redis.kill()
+        time.sleep(hold)
+        self.local.redis.start()
+        self.redis_windows.append([start, time.time()])
+
     def fault_namespace_kill(self, hold: float) -> None:
         ns = self._namespace()
         self.say(f"namespace_kill: kill -9 {ns.name}, start again after {hold:.1f}s (data kept)")
@@ -400,8 +419,6 @@ class Chaos:
             self.say(f"restore failed: {type(exc).__name__}: {exc}")
 
 
-# ---- memory and growth ------------------------------------------------------------------------------------
-
 # ---- the run ----------------------------------------------------------------------------------------------
 
 
@@ -423,36 +440,6 @@ def drained(chaos: Chaos, acked_ids: set[str]) -> bool:
     return True
 
 
-def stop_processes(procs: list[BridgeProcess]) -> None:
-    """SIGTERM all at once (receivers and workers finish the work in hand in parallel), then wait."""
-    for proc in procs:
-        if proc.running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.proc.pid, signal.SIGTERM)
-    for proc in procs:
-        proc.stop()
-
-
-def run_ledger(chaos: Chaos) -> dict[str, Any] | None:
-    """``bridge report --json`` over the run's journal; its last line, or None when it failed."""
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "bridge.cli.main", "report", "--out", str(chaos.base / "report"), "--json"],
-        env={**chaos.local.env(), "PYTHONWARNINGS": "ignore"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    (chaos.base / "report.stderr").write_text(done.stderr)
-    if done.returncode != 0 or not done.stdout.strip():
-        chaos.say(f"bridge report failed ({done.returncode}); see report.stderr")
-        return None
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return summary
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run, check, print the verdict; exit 1 when it failed."""
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
@@ -461,6 +448,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=30.0, help="Messages per second over all doors.")
     parser.add_argument("--receivers", type=int, default=2, help="Receiver processes per entity.")
     parser.add_argument("--hold", type=float, nargs=2, default=(2.0, 4.0), metavar=("MIN", "MAX"))
+    parser.add_argument(
+        "--first",
+        nargs="+",
+        default=[],
+        choices=FAULTS,
+        metavar="KIND",
+        help="Fault kinds the first cycle starts with, in this order (e.g. redis_outage).",
+    )
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--sample-interval", type=float, default=2.0)
     parser.add_argument("--data-dir", type=Path, default=None, help="Run folder (kept); default: a temp dir.")
@@ -473,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if base.exists() and any(base.iterdir()):
         shutil.rmtree(base)
     base.mkdir(parents=True, exist_ok=True)
-    chaos = Chaos(base, args.seed, args.receivers, tuple(args.hold))
+    chaos = Chaos(base, args.seed, args.receivers, tuple(args.hold), args.first)
     ledger = Ledger(base)
     doors: list[Door] = []
     sampler: Sampler | None = None

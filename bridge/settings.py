@@ -333,6 +333,11 @@ class PairedSettings(BaseModel):
     backlog_readmit_after: float | None = Field(
         default=60.0, gt=0, description="Seconds until a failed backlog queue is used again; None: never."
     )
+    barrier_timeout: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds a restore barrier may go unpassed before it is declared lost and sent again.",
+    )
     backlog_depth_ttl: float = Field(
         default=10.0,
         gt=0,

@@ -22,7 +22,10 @@ namespace that carries no traffic for the entity, ``bridge.delivery.probe``; nul
 ``max_length``, ``overflow``: events per kind that found the stream full since the last roll — non-empty
 means the roller is behind or down), and for paired entities ``paired`` (``failed_over``,
 ``failing_since``, ``failed_over_at``, ``last_failover_at`` (kept after the restore), ``last_ping_at``,
-``last_error``, ``last_error_at``); at the top ``cost`` (totals) and, when an entity is paired,
+``last_error``, ``last_error_at``, ``barriers``: the restore barriers its shards wait for, each
+``{"shard", "queue", "state", "sent_at", "resends"}`` with ``state`` ``open`` / ``sending`` / ``waiting``
+/ ``lost`` — not passed within ``paired.barrier_timeout``, or sent again after that; empty when none,
+docs/paired.md); at the top ``cost`` (totals) and, when an entity is paired,
 ``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
@@ -36,6 +39,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from bridge.core.barriers import read_barrier
 from bridge.core.outcomes import scrub_secrets
 from bridge.core.paired import PairedState
 from bridge.core.roles import ROLES, NamespaceHealth, Role
@@ -44,6 +48,7 @@ from bridge.outbox.reader import OutboxReader
 from bridge.redis.clock import server_time
 from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
+from bridge.state.backlog import BacklogLedger
 from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
 from bridge.state.probes import ProbeRecord, ProbeStore
@@ -135,7 +140,30 @@ def entity_status(settings: Settings, client: SyncRedis, name: str) -> dict[str,
         if state.failed_over:
             record["active"] = "secondary"
         record["paired"] = _paired_view(state)
+        record["paired"]["barriers"] = _barriers(settings, client, name)
     return record
+
+
+def _barriers(settings: Settings, client: SyncRedis, name: str) -> list[dict[str, Any]]:
+    """Every restore barrier the entity's shards wait for (ordered restore), oldest state first: shard,
+    backlog queue index, ``state`` (``bridge.core.barriers.read_barrier``), ``sent_at``, ``resends``."""
+    now = server_time(client)
+    ledger = BacklogLedger(client)
+    timeout = settings.paired.barrier_timeout
+    out = []
+    for shard in range(settings.entity(name).outbox_shards):
+        for index, status in sorted(ledger.queues(name, shard).items()):
+            read = read_barrier(status, now, timeout)
+            out.append(
+                {
+                    "shard": shard,
+                    "queue": index,
+                    "state": read.state,
+                    "sent_at": read.sent_at,
+                    "resends": read.resends,
+                }
+            )
+    return out
 
 
 def _journal(settings: Settings, client: SyncRedis, name: str) -> dict[str, Any]:

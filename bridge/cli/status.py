@@ -124,6 +124,14 @@ def _print_table(report: dict[str, Any]) -> None:
         removed = ", ".join(f"{i} ({r['error'] or '?'})" for i, r in backlog["removed"].items())
         console.print(f"backlog queues of {backlog['namespace']} out of rotation: {removed}", markup=False)
     for entity in report["entities"]:
+        for barrier in entity.get("paired", {}).get("barriers", []):
+            if barrier["state"] == "lost":
+                console.print(
+                    f"restore barrier LOST: {entity['name']} shard {barrier['shard']} backlog queue "
+                    f"{barrier['queue']} (re-sent {barrier['resends']}x; the shard waits for the syphon "
+                    "to pass the new one; docs/paired.md)",
+                    markup=False,
+                )
         journal = entity.get("journal") or {}
         if journal.get("overflow"):
             lost_events = ", ".join(f"{kind} {n}" for kind, n in sorted(journal["overflow"].items()))

@@ -12,6 +12,7 @@ Deciding the whole batch first is what keeps the order per key, the rule the pla
   nothing goes to the primary. Every queue whose barrier is not known to be in it yet (``open``, or
   ``wait:<token>``, a barrier whose send was not confirmed) gets one, and the batch waits for the syphon
   (a planned ``Retry``, not counted as a failure).
+- **Lost barriers.** One not passed within ``barrier_timeout`` gets a replacement (``bridge.core.barriers``).
 - **Sticky queues.** Ordered, a keyed message goes to the queue its key sticks to, chosen by rendezvous
   hashing over the queues in rotation the first time; a key whose queue left the rotation is held until the
   queue is readmitted or the failover ends (its messages there must be syphoned first). A keyless message
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from bridge.core.barriers import barrier_due
 from bridge.core.decisions import PRIMARY, Ack, Change, DeadLetter, Hold, Retry, Settlement, backlog_target
 from bridge.core.error_classes import ErrorClass
 from bridge.core.outcomes import Outcome
@@ -57,10 +59,6 @@ from bridge.core.paired import (
 from bridge.core.replication import RetryContext
 from bridge.errors import InvariantError
 
-OPEN = "open"
-"""A backlog ledger status: the shard sent (or is about to send) to the queue since its last barrier."""
-WAITING_PREFIX = "wait:"
-"""A backlog ledger status ``wait:<token>``: barrier ``token`` is being sent, not yet confirmed."""
 REROUTE_DELAY = 0.1
 """Seconds before a message whose backlog queue failed, and that sticks to none, is sent to another one."""
 OUT_OF_ROTATION = "every backlog queue is out of rotation"
@@ -117,6 +115,8 @@ class PairedView:
     ordered: bool = True
     ledger: Mapping[int, str] = field(default_factory=dict, hash=False)
     backlog: BacklogView | None = None
+    barrier_timeout: float = 900.0
+    """Seconds after which a barrier the syphon has not passed is declared lost and sent again."""
 
 
 @dataclass(frozen=True)
@@ -176,11 +176,6 @@ class SettledBatch:
     current: tuple[CurrentBacklog, ...] = ()
 
 
-def barrier_due(status: str) -> bool:
-    """A ledger status whose queue needs a (new) barrier: ``open``, or a barrier send never confirmed."""
-    return status == OPEN or status.startswith(WAITING_PREFIX)
-
-
 def hold_delay(view: PairedView, removed_at: float) -> float:
     """How long a key held for a backlog queue that left the rotation at ``removed_at`` waits before it is
     looked at again: until the queue may be readmitted, at most one ping interval (the earliest the
@@ -213,7 +208,8 @@ def _primary_plan(keys: tuple[str | None, ...], view: PairedView) -> PairedPlan:
         (PRIMARY,),
         backoff=False,
     )
-    barriers = tuple(i for i in queues if barrier_due(view.ledger[i]))
+    now, timeout = view.retry.now, view.barrier_timeout
+    barriers = tuple(i for i in queues if barrier_due(view.ledger[i], now, timeout))
     return PairedPlan("primary", keys, decided=dict.fromkeys(range(len(keys)), wait), barriers=barriers)
 
 

@@ -125,3 +125,9 @@ def syphon_after_send(outcome: Outcome, destination: str) -> SyphonDecision:
     if error_class is ErrorClass.TRANSIENT:
         return SyphonDecision(SyphonAction.SET_ASIDE, outcome.error or error_class.value)
     return SyphonDecision(SyphonAction.STOP, outcome.error or error_class.value)
+
+
+def split_reason(reason: str) -> tuple[str, str]:
+    """``"<code>: <details>"`` → (code, details): a short dead-letter reason and its description."""
+    code, sep, details = reason.partition(": ")
+    return (code, details) if sep else (reason, "")

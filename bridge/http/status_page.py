@@ -6,7 +6,8 @@ inject markup. When the ingress requires an API key, open ``/status#key=<API key
 as ``x-api-key`` and the fragment never reaches a server log.
 
 Stable hooks for tests and scrapers: each entity row is ``tr[data-entity=<name>]``, each cell
-``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``.
+``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``, and so has the ``barriers``
+cell when a restore barrier is lost (``docs/paired.md``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ PAGE = """<!doctype html>
   <thead><tr>
     <th>entity</th><th>mode</th><th>active</th><th>primary</th><th>secondary</th>
     <th>outbox</th><th>oldest</th><th>dead-letter</th><th>quarantine</th>
-    <th>last failover</th><th>last error</th><th>receiver</th><th>operations</th>
+    <th>last failover</th><th>last error</th><th>restore</th><th>receiver</th><th>operations</th>
   </tr></thead>
   <tbody></tbody>
 </table>
@@ -82,6 +83,15 @@ function namespaceCell(row, field, ns) {
   if (!ns.available && ns.last_error) td.title = ns.last_error;
   return td;
 }
+function restoreCell(row, barriers) {
+  const lost = barriers.filter((b) => b.state === "lost");
+  if (lost.length) {
+    const text = lost.map((b) => "BARRIER LOST: shard " + b.shard + " queue " + b.queue +
+      " (re-sent " + b.resends + "x, last " + when(b.sent_at) + ")").join("; ");
+    return cell(row, "barriers", text, "down");
+  }
+  return cell(row, "barriers", barriers.length ? "waiting for " + barriers.length + " barrier(s)" : "");
+}
 function counters(obj) {
   return Object.entries(obj || {}).filter(([k]) => k !== "total").map(([k, v]) => k + "=" + v).join(" ");
 }
@@ -109,6 +119,7 @@ function render(data) {
     cell(row, "last_failover", fo ? when(fo.at) + " " + fo.kind + (fo.reason ? ": " + fo.reason : "") : "");
     const err = e.last_error;
     cell(row, "last_error", err ? when(err.at) + " " + err.namespace + ": " + err.error : "");
+    restoreCell(row, (e.paired && e.paired.barriers) || []);
     cell(row, "receiver", counters(e.receiver));
     cell(row, "cost", e.cost.total, "num");
     body.appendChild(row);

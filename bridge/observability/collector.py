@@ -56,6 +56,9 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
             add(m.NAMESPACE_AVAILABLE, [name, role], 1 if namespace["available"] else 0)
         if "paired" in entity:
             add(m.PAIRED_FAILED_OVER, [name], 1 if entity["paired"]["failed_over"] else 0)
+            states = [b["state"] for b in entity["paired"].get("barriers", [])]
+            add(m.RESTORE_BARRIERS, [name, "waiting"], len(states) - states.count("lost"))
+            add(m.RESTORE_BARRIERS, [name, "lost"], states.count("lost"))
         for operation, count in entity["cost"].items():
             if operation != "total":
                 add(m.BILLABLE_OPERATIONS, [name, operation], count)

@@ -108,7 +108,8 @@ PINGS = Counter(
 )
 SYPHON_MESSAGES = Counter(
     "bridge_syphon_messages_total",
-    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned).",
+    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned; "
+    "recovered: deferred messages whose set-aside record Redis had lost, found by the scan).",
     ["queue", "result"],
 )
 
@@ -158,6 +159,12 @@ NAMESPACE_AVAILABLE = StateMetric(
 PAIRED_FAILED_OVER = StateMetric(
     "bridge_paired_failed_over", "1 while paired failover is engaged for the entity.", ("entity",)
 )
+RESTORE_BARRIERS = StateMetric(
+    "bridge_restore_barriers",
+    "Restore barriers a paired entity's shards wait for, by state (lost: not passed within "
+    "paired.barrier_timeout and sent again; the shard sends nothing to the primary until one passes).",
+    ("entity", "state"),
+)
 BACKLOG_MESSAGES = StateMetric(
     "bridge_backlog_messages",
     "Active messages in a backlog queue of the secondary namespace (cached a few seconds).",
@@ -191,6 +198,7 @@ STATE_METRICS: tuple[StateMetric, ...] = (
     ROLE_EPOCH,
     NAMESPACE_AVAILABLE,
     PAIRED_FAILED_OVER,
+    RESTORE_BARRIERS,
     BACKLOG_MESSAGES,
     BACKLOG_IN_ROTATION,
     BILLABLE_OPERATIONS,
@@ -290,6 +298,7 @@ class SyphonQueueReport(Protocol):
     sent: int
     dead_lettered: int
     abandoned: int
+    recovered: int
 
 
 def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
@@ -299,6 +308,7 @@ def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
             ("sent", q.sent),
             ("dead_lettered", q.dead_lettered),
             ("abandoned", q.abandoned),
+            ("recovered", q.recovered),
         ):
             if count:
                 SYPHON_MESSAGES.labels(q.queue, result).inc(count)

@@ -24,7 +24,8 @@ whose message is not deferred (its settlement failed, so it is still locked, or 
 recording and deferring) stops that destination until the message comes round again and is set aside;
 one that is gone (completed or dead-lettered by an earlier run) is forgotten. A run that finds an earlier
 run's locks possibly still held (``AsideStore.locks_pending``: that run died) waits for them to expire,
-because those messages reappear at their place in the queue later and nobody recorded them.
+because those messages reappear at their place in the queue later and nobody recorded them. Every run
+first records again the deferred messages whose record Redis lost (``bridge.paired.aside_scan``).
 
 Before each send the batch's locks are renewed when half of their lock time has passed or less than one
 attempt deadline is left (``lock_renewal_due``). Lock times are measured on this process's monotonic clock
@@ -55,11 +56,19 @@ from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import PairedState, backlog_queue_index
 from bridge.core.provisioning import BACKLOG_QUEUE
-from bridge.core.syphon import Barrier, SyphonAction, SyphonDecision, plan_received, syphon_after_send
+from bridge.core.syphon import (
+    Barrier,
+    SyphonAction,
+    SyphonDecision,
+    plan_received,
+    split_reason,
+    syphon_after_send,
+)
 from bridge.core.syphon_timing import LockSpan, lock_renewal_due, lock_span, may_poll, receive_wait
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
+from bridge.paired.aside_scan import scan_deferred
 from bridge.paired.entities import paired_entities
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import (
@@ -96,6 +105,8 @@ class QueueReport:
     lock_renewals: int = 0
     barriers: int = 0
     """Restore barriers reached in order (``bridge.state.backlog``)."""
+    recovered: int = 0
+    """Deferred messages whose set-aside record Redis had lost, recorded again (``aside_scan``)."""
     stopped: str | None = None
     last_moved_at: float | None = None
     """``ctx.clock()`` time when the last message left the backlog (sent or dead-lettered)."""
@@ -109,12 +120,6 @@ class QueueReport:
     def set_aside(self) -> int:
         """Messages set aside (deferred) until their destination can take them."""
         return self.abandoned
-
-
-def split_reason(reason: str) -> tuple[str, str]:
-    """``"<code>: <details>"`` → (code, details): a short dead-letter reason and its description."""
-    code, sep, details = reason.partition(": ")
-    return (code, details) if sep else (reason, "")
 
 
 def _number(message: ReceivedMessage) -> int:
@@ -208,7 +213,6 @@ class BacklogSyphon:
             queue,
         )
 
-    # ---- the loop --------------------------------------------------------------------------------------
     def run(self, until: float) -> QueueReport:
         """Move messages until ``until`` (a ``ctx.clock()`` time), the lease is lost, or the primary fails."""
         ctx, options = self.ctx, self.ctx.settings.paired
@@ -218,6 +222,8 @@ class BacklogSyphon:
             return self.report
         finished = False
         try:
+            if not self._scan():
+                return self.report
             while self.report.stopped is None:
                 self._send_failed = False
                 if not self.holds():
@@ -251,6 +257,20 @@ class BacklogSyphon:
             if finished and self.holds():
                 self.aside.clear_locks(self.queue)
         return self.report
+
+    def _scan(self) -> bool:
+        """Record again the deferred messages Redis lost (``aside_scan``); False: the run stops."""
+        try:
+            scan = scan_deferred(self.ctx, self.queue)
+        except NamespaceError as error:
+            self.report.stopped = f"scanning for deferred messages failed: {describe_error(error)}"
+            return False
+        # Peeks are billed (aside_scan counts them) but are no receive: retire_empty reads ``receives``.
+        self.report.recovered = scan.recovered
+        if scan.recovered:
+            self.aside.note_locks(self.queue, (self._queue_lock() or ASSUMED_LOCK) + LOCK_MARGIN)
+            self.report.stopped = f"{scan.recovered} set-aside records recovered; waiting for older locks"
+        return not scan.recovered
 
     def _close_link(self) -> None:
         # No idle backlog link may keep credit between runs (``NamespacePool.close_receiver``).

@@ -73,6 +73,7 @@ class SyphonReport:
             "sent": sum(q.sent for q in self.queues),
             "dead_lettered": sum(q.dead_lettered for q in self.queues),
             "abandoned": sum(q.abandoned for q in self.queues),
+            "recovered": sum(q.recovered for q in self.queues),
             "stopped": {q.queue: q.stopped for q in self.queues if q.stopped},
         }
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
-from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
 from bridge.core.aliasing import (
@@ -353,6 +353,16 @@ def barrier_of(received: ServiceBusReceivedMessage) -> Barrier | None:
     if not shard.isdigit() or not token:
         return None
     return Barrier(_text(destination) or "", int(shard), token)
+
+
+def deferred_destination(peeked: ServiceBusReceivedMessage) -> str | None:
+    """The ``x-ms-path`` of a peeked backlog message that is deferred (a restore barrier's too); None when
+    the message is not deferred (``state``, read from ``x-opt-message-state``) or names no destination."""
+    if peeked.state != ServiceBusMessageState.DEFERRED:
+        return None
+    props = peeked.application_properties or {}
+    destination = props.get(ALIAS_PATH.encode(), props.get(ALIAS_PATH))
+    return (_text(destination) or None) if destination is not None else None
 
 
 def ping_message(mode: PingMode, session_id: str, now: float) -> ServiceBusMessage:

@@ -23,6 +23,10 @@ locked by a dead run reappear at their place later, nobody recorded them, and mo
 first would break the order. (A settlement that fails in a run that goes on is recorded as set aside, so
 its destination waits behind it without holding up the whole queue.)
 
+Redis is not the only copy: a deferred message carries its state and its destination in the backlog queue
+itself, so a record Redis lost (an ``everysec`` crash, a failover to a lagging replica, a restore) is found
+again by the scan every syphon run starts with (``bridge.paired.aside_scan``), before it receives anything.
+
 Keys (``bridge.state.keys``): ``bridge:{aside:<queue>}:destinations`` (set), ``bridge:{aside:<queue>}:d:<E>``
 (sorted set, score = member = sequence number), ``bridge:{aside:<queue>}:locks`` (string, PX). All of one
 queue share a slot; only the syphon holding the queue's lease writes them.
@@ -55,16 +59,18 @@ class AsideStore:
         with driver_errors():
             return sorted(_text(m) for m in self.client.smembers(keys.aside_destinations(queue)))
 
-    def add(self, queue: str, destination: str, numbers: Iterable[int]) -> None:
-        """Record ``numbers`` as set aside for ``destination`` (before deferring them)."""
+    def add(self, queue: str, destination: str, numbers: Iterable[int]) -> int:
+        """Record ``numbers`` as set aside for ``destination`` (before deferring them); how many of them
+        were not recorded yet (the scan of ``bridge.paired.aside_scan`` counts the ones Redis had lost)."""
         mapping = {str(n): int(n) for n in numbers}
         if not mapping:
-            return
+            return 0
         with driver_errors():
             pipe = self.client.pipeline(transaction=True)
             pipe.sadd(keys.aside_destinations(queue), destination)
             pipe.zadd(keys.aside(queue, destination), mapping)
-            pipe.execute()
+            added = pipe.execute()[1]
+        return int(added)
 
     def lowest(self, queue: str, destination: str, count: int) -> list[int]:
         """The ``count`` lowest numbers set aside for ``destination`` in ``queue``, ascending."""

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from bridge.core.barriers import OPEN
 from bridge.core.hash_fields import decode_fields
-from bridge.core.paired_plan import OPEN
 from bridge.redis.errors import driver_errors
 from bridge.redis.scripts import LuaScript, run_script
 from bridge.state import keys

@@ -10,7 +10,12 @@ import datetime as dt
 import time
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusMessage,
+    ServiceBusMessageState,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
 from azure.servicebus.exceptions import MessageLockLostError, ServiceBusError
 
 from bridge.embedded.namespaces import LocalNamespace
@@ -88,9 +93,12 @@ def test_defer_then_receive_deferred_by_sequence_number(
         receive_nothing(receiver, wait=0.5)
         peeked = receiver.peek_messages(max_message_count=10, sequence_number=later.sequence_number)
         assert [m.sequence_number for m in peeked] == [later.sequence_number]
+        # And peek tells it is deferred (as Azure does: x-opt-message-state, docs/servicebus-sdk.md)
+        assert [m.state for m in peeked] == [ServiceBusMessageState.DEFERRED]
         # When it is fetched by sequence number, Then it is locked and can be completed
         [deferred] = receiver.receive_deferred_messages([later.sequence_number])
         assert str(deferred) == "later" and deferred.lock_token is not None
+        assert deferred.state is ServiceBusMessageState.DEFERRED
         receiver.complete_message(deferred)
         assert receiver.peek_messages(max_message_count=10) == []
         # And an unknown sequence number is an error

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bridge.core.backoff import BackoffPolicy
+from bridge.core.barriers import BarrierStatus, barrier_due, barrier_token, next_barrier_token, read_barrier
 from bridge.core.decisions import PRIMARY, Ack, DeadLetter, Hold, Retry, Settlement, backlog_target
 from bridge.core.error_classes import ErrorClass
 from bridge.core.outcomes import Outcome
@@ -29,7 +30,6 @@ from bridge.core.paired_plan import (
     CurrentBacklog,
     PairedPlan,
     PairedView,
-    barrier_due,
     plan_batch,
     settle_batch,
 )
@@ -109,11 +109,51 @@ def test_the_tables_keys_land_where_they_say() -> None:
     assert rendezvous_backlog(C, (0, 2, 3)) == 2
 
 
+TIMEOUT = 900.0
+SENT_NOW = "sent:" + barrier_token("n1", NOW - 10, 0)
+SENT_LONG_AGO = "sent:" + barrier_token("n1", NOW - TIMEOUT, 0)
+RESENT = "sent:" + barrier_token("n2", NOW - 10, 2)
+
+
 @pytest.mark.parametrize(
-    ("status", "due"), [("open", True), ("wait:t1", True), ("sent:t1", False), ("", False)]
+    ("status", "due"),
+    [
+        ("open", True),
+        ("wait:" + barrier_token("n1", NOW, 0), True),
+        (SENT_NOW, False),
+        (RESENT, False),
+        (SENT_LONG_AGO, True),  # not passed within the timeout: lost, a new barrier is due
+        ("sent:t1", True),  # a token without a send time counts as overdue
+        ("", False),
+    ],
 )
 def test_barrier_due(status: str, due: bool) -> None:
-    assert barrier_due(status) is due
+    assert barrier_due(status, NOW, TIMEOUT) is due
+
+
+@pytest.mark.parametrize(
+    ("status", "read"),
+    [
+        ("open", BarrierStatus("open")),
+        ("wait:" + barrier_token("n1", NOW, 1), BarrierStatus("sending", NOW, 1)),
+        (SENT_NOW, BarrierStatus("waiting", NOW - 10, 0)),
+        (SENT_LONG_AGO, BarrierStatus("lost", NOW - TIMEOUT, 0, overdue=True)),
+        (RESENT, BarrierStatus("lost", NOW - 10, 2)),  # re-sent after a loss: shown lost until passed
+        ("sent:t1", BarrierStatus("lost", None, 0, overdue=True)),
+    ],
+)
+def test_read_barrier(status: str, read: BarrierStatus) -> None:
+    assert read_barrier(status, NOW, TIMEOUT) == read
+
+
+@pytest.mark.parametrize(
+    ("status", "resends"),
+    [("open", 0), (SENT_LONG_AGO, 1), ("wait:" + barrier_token("n1", NOW, 3), 3), ("sent:t1", 1)],
+)
+def test_a_replacement_barrier_counts_its_resends(status: str, resends: int) -> None:
+    token = next_barrier_token(status, "n9", NOW, TIMEOUT)
+    assert token == barrier_token("n9", NOW, resends)
+    assert read_barrier("sent:" + token, NOW + 1, TIMEOUT).resends == resends
 
 
 # ---- the primary
@@ -126,8 +166,10 @@ def test_barrier_due(status: str, due: bool) -> None:
         (TIMING, True, {}, (0, 1, 2), ()),  # a running timer still sends to the primary
         (HEALTHY, False, {0: "open"}, (0, 1, 2), ()),  # fast mode keeps no ledger: straight to the primary
         # ordered restore: a barrier to each queue not known to hold one yet, the primary waits
-        (HEALTHY, True, {0: "open", 2: "sent:t1", 5: "wait:t2"}, (), (0, 5)),
-        (HEALTHY, True, {2: "sent:t1"}, (), ()),
+        (HEALTHY, True, {0: "open", 2: SENT_NOW, 5: "wait:t2"}, (), (0, 5)),
+        (HEALTHY, True, {2: SENT_NOW}, (), ()),
+        # a barrier not passed within the timeout is lost: another one goes to its queue
+        (HEALTHY, True, {2: SENT_NOW, 3: SENT_LONG_AGO}, (), (3,)),
     ],
 )
 def test_primary_route_table(

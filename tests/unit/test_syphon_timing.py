@@ -12,6 +12,7 @@ from celery.schedules import crontab, schedule
 
 from bridge.core.beat import claim_ttl_ms
 from bridge.core.paired import PairedState
+from bridge.core.syphon import split_reason
 from bridge.core.syphon_timing import (
     LockSpan,
     lease_renew_interval,
@@ -21,7 +22,6 @@ from bridge.core.syphon_timing import (
     may_poll,
     receive_wait,
 )
-from bridge.paired.syphon import split_reason
 from workers.beat_scheduler import entry_interval
 
 CORE = Path(__file__).resolve().parents[2] / "bridge" / "core"

@@ -34,16 +34,17 @@ so the later messages of its key in that send are not sent past it either.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from bridge.core.barriers import OPEN, WAITING_PREFIX, next_barrier_token, read_barrier
 from bridge.core.cost import Operation
 from bridge.core.decisions import Settlement
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import backlog_queue_path, route
 from bridge.core.paired_plan import (
-    WAITING_PREFIX,
     BacklogView,
     BatchEntry,
     CurrentBacklog,
@@ -59,6 +60,8 @@ from bridge.errors import ConfigurationError, InvariantError
 from bridge.outbox.reader import OutboxEntry
 from bridge.servicebus.messages import BacklogMessage, barrier_message, to_backlog_message
 from bridge.state.backlog import BacklogLedger
+
+log = logging.getLogger(__name__)
 
 BACKLOG_MAX_MESSAGE_SIZE = DEFAULT_MAX_MESSAGE_SIZE
 """Backlog queues are created without a size of their own, so sends to them keep to the Standard limit."""
@@ -83,7 +86,7 @@ class PairedSender:
         plan = plan_batch(batch.entries, batch.view)
         ledger = BacklogLedger(port.ctx.redis)
         _record_intent(port, ledger, plan)
-        _send_barriers(port, ledger, batch.view.namespace, plan.barriers)
+        _send_barriers(port, ledger, batch.view, plan.barriers)
         outcomes = _send(port, entries, batch, plan)
         settled = settle_batch(plan, batch.view, outcomes)
         if plan.route == "backlog":
@@ -106,6 +109,7 @@ def _gather(port: SendPort, entries: Sequence[OutboxEntry]) -> _Batch:
         ordered=ordered,
         readmit_after=options.backlog_readmit_after,
         syphon_retry_interval=options.syphon_retry_interval,
+        barrier_timeout=options.barrier_timeout,
     )
     dedup = settings.entity(port.entity).requires_duplicate_detection
     envelopes = []
@@ -141,13 +145,26 @@ def _record_intent(port: SendPort, ledger: BacklogLedger, plan: PairedPlan) -> N
         ledger.assign(port.entity, port.shard, plan.assign)
 
 
-def _send_barriers(port: SendPort, ledger: BacklogLedger, namespace: str, indexes: Sequence[int]) -> None:
-    """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent."""
-    entity, shard = port.entity, port.shard
+def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, indexes: Sequence[int]) -> None:
+    """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent.
+    A barrier not passed within ``barrier_timeout`` is replaced (``bridge.core.barriers``)."""
+    entity, shard, now, timeout = port.entity, port.shard, view.retry.now, view.barrier_timeout
     for index in indexes:
-        token = uuid.uuid4().hex[:16]
+        status = view.ledger.get(index, OPEN)
+        current = read_barrier(status, now, timeout)
+        if current.overdue:
+            log.warning(
+                "restore barrier of %s shard %d in backlog queue %d not passed for %s s (lost): sending "
+                "another (resend %d)",
+                entity,
+                shard,
+                index,
+                "?" if current.sent_at is None else f"{now - current.sent_at:.0f}",
+                current.resends + 1,
+            )
+        token = next_barrier_token(status, uuid.uuid4().hex[:12], now, timeout)
         ledger.set_barrier(entity, shard, index, f"{WAITING_PREFIX}{token}")
-        path = backlog_queue_path(namespace, index)
+        path = backlog_queue_path(view.namespace, index)
         result = port.send_messages(
             "secondary", path, [barrier_message(entity, shard, token)], Operation.BARRIER
         )

@@ -34,6 +34,9 @@ PARTITION_KEY = symbol("x-opt-partition-key")
 DEADLETTER_SOURCE = symbol("x-opt-deadletter-source")
 ENQUEUE_SEQUENCE = symbol("x-opt-enqueue-sequence-number")
 LOCK_TOKEN = symbol("x-opt-lock-token")
+MESSAGE_STATE = symbol("x-opt-message-state")
+"""0 active, 1 deferred, 2 scheduled: what the SDK's ``ServiceBusReceivedMessage.state`` reads (a peek shows
+deferred and scheduled messages too, docs/servicebus-sdk.md)."""
 
 _SYSTEM_PROPERTY_INDEX = {
     0: "sys.MessageId",
@@ -216,6 +219,8 @@ class BrokerStamp:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     dead_letter_source: str | None = None
+    state: int = 0
+    """``MESSAGE_STATE``: 0 active, 1 deferred, 2 scheduled."""
 
 
 def stamp_message(raw: bytes, stamp: BrokerStamp) -> bytes:
@@ -248,6 +253,7 @@ def stamp_message(raw: bytes, stamp: BrokerStamp) -> bytes:
         header[1] = ubyte(int(header[1]))
     annotations[SEQUENCE_NUMBER] = int(stamp.sequence_number)
     annotations[ENQUEUED_TIME] = ts(stamp.enqueued_at)
+    annotations[MESSAGE_STATE] = int(stamp.state)
     if stamp.locked_until is not None:
         annotations[LOCKED_UNTIL] = ts(stamp.locked_until)
     if stamp.scheduled_at is not None:

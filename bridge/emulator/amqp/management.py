@@ -26,7 +26,7 @@ from bridge.emulator.amqp.codec import (
 from bridge.emulator.errors import ArgumentError, BrokerError, SessionLockLostError
 from bridge.emulator.identity.rights import Right
 from bridge.emulator.model.entities import Topic
-from bridge.emulator.model.messages import Delivery, IncomingMessage, StoredMessage
+from bridge.emulator.model.messages import Delivery, IncomingMessage, MessageState, StoredMessage
 from bridge.emulator.model.store import MessageStore
 
 Result = tuple[int, str, Any, str | None]
@@ -96,6 +96,10 @@ def _tokens(body: dict[Any, Any]) -> list[uuid.UUID]:
     return out
 
 
+_STATE_CODES = {MessageState.ACTIVE: 0, MessageState.DEFERRED: 1, MessageState.SCHEDULED: 2}
+"""The codes Azure stamps as ``x-opt-message-state`` (the SDK's ``ServiceBusMessageState``)."""
+
+
 def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
     return stamp_message(
         msg.raw,
@@ -109,6 +113,7 @@ def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
             dead_letter_reason=msg.dead_letter_reason,
             dead_letter_description=msg.dead_letter_description,
             dead_letter_source=msg.dead_letter_source,
+            state=_STATE_CODES[msg.state],
         ),
     )
 
