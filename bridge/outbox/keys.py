@@ -24,6 +24,8 @@ key                                      holds
 ``bridge:{bridge}:door-entities``        set of entities whose Redis-door stream a scan found
                                          (``bridge.outbox.discovery``; ``door-scan``, ``door-scan-mark``:
                                          the scan's cursor and its once-per-interval mark)
+``bridge:{bridge}:wake:<member>``        stream: wake-ups of one process's shard watcher (``bridge.delivery
+                                         .shard_pool``; a few entries, expires when the process is gone)
 ``bridge:{E}:layout``                    hash: the shard layout writers and readers agree on
                                          (``bridge.outbox.layout``)
 =======================================  =================================================================
@@ -77,3 +79,8 @@ def deadletter(entity: str) -> str:
 def layout(entity: str) -> str:
     """The shard layout writers and drainers agree on (``bridge.core.layout``)."""
     return _tag(entity) + "layout"
+
+
+def drain_wake(member: str) -> str:
+    """The stream that ends the blocking wait of one process's shard watcher early."""
+    return f"bridge:{{bridge}}:wake:{member}"
