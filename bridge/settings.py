@@ -299,6 +299,12 @@ class WorkerSettings(BaseModel):
         le=256,
         description="Threads per worker process that send for its shards (however many shards it owns).",
     )
+    max_senders: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Service Bus senders (entity paths) a process keeps open per namespace; LRU beyond.",
+    )
     entity_idle: float = Field(
         default=600.0,
         gt=0,

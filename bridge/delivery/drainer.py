@@ -124,7 +124,8 @@ class ShardDrainer(ShardSending, ShardSettling):
         an unreleased lease expires, an idle consumer is pruned by the next holder)."""
         try:
             keeper.release(held)
-            self.ctx.reader.retire_consumer(self.entity, self.shard, self.consumer)
+            if self._taken_over:  # else this tenure never read: no group to leave, maybe none at all
+                self.ctx.reader.retire_consumer(self.entity, self.shard, self.consumer)
         except StateStoreUnavailableError as exc:
             log.warning("entity %s shard %d: not released cleanly: %s", self.entity, self.shard, exc)
 
