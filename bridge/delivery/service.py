@@ -14,8 +14,8 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   leave. One reader per shard is the lease's job: reads, claims, acknowledgements and backoff are fenced
   with the tenure's token (``bridge.delivery.drainer``). The leases are renewed by this service's tick
   (``LeaseKeeper``), during sends too.
-- **A bounded pool serves the owned shards** (``bridge.delivery.shard_pool``): one watcher thread blocks
-  in a single ``XREAD`` over every idle owned shard, and ``workers.drain_threads`` threads run turns of the
+- **A bounded pool serves the owned shards** (``bridge.delivery.shard_pool``): two watcher threads block
+  in ``XREAD`` over the idle owned shards, and ``workers.drain_threads`` threads run turns of the
   shards that have work. An idle shard costs no thread and no connection.
 - **The entity set shrinks**: an entity whose shard 0 this process owns, idle in the pool and in Redis
   (empty, unwritten) for ``workers.entity_idle`` seconds, is removed from the set
@@ -28,11 +28,11 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   no holder (a process died and its lease has not expired, an entity no drainer has seen yet, a worker
   pool that runs no drainers).
 
-Idle cost per owned shard: a key in the watcher's ``XREAD`` (re-sent every ``BLOCK_MS``, 2 s, and when a
-shard goes idle) and one lease renewal per third of ``workers.lease_ttl``; per process one heartbeat per
+Idle cost per owned shard: a key in the cold watcher's ``XREAD`` (re-sent every ``BLOCK_MS``, 2 s; for its
+first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per third of ``workers.lease_ttl``; per process one heartbeat per
 tick, one ``SMEMBERS`` of the entity set and one pipelined read of their layouts, and, only while it holds
 less than its share, a pipelined ``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys
-a second). A process runs ``drain_threads`` + 2 threads of its own (and a settler thread per turn in
+a second). A process runs ``drain_threads`` + 3 threads of its own (and a settler thread per turn in
 progress) whatever it owns.
 """
 
@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 PROBES_PER_SECOND = 1000
 """How many other shards' leases a process below its share checks per second (a pipelined ``EXISTS``)."""
+ACQUIRES_PER_TICK = 256
+"""Leases one tick takes at most (one round trip each), so the renewals of those it took are never late."""
 BLOCK_MS = 2000
 """How long the watcher blocks in one ``XREAD`` over the idle shards (stays below the client's 5 s socket
 timeout): how often the command is sent again while nothing comes in."""
@@ -172,9 +174,14 @@ class DrainService:
             self._probe_every = min(2 * self._probe_every, self.lease_ttl / 2)
         spread = len(plan.candidates) / PROBES_PER_SECOND
         self._next_probe = now + max(self._probe_every, spread)
+        taken = 0
         for entity, shard in free:
             if keeping >= plan.fair:
                 break
+            if taken >= ACQUIRES_PER_TICK:
+                self._next_probe = now  # more are free: go on at the next tick, after the renewals
+                break
+            taken += 1
             token = f"{self.ctx.identity}:{uuid.uuid4().hex[:8]}"
             held = self.keeper.acquire(entity, shard, token)
             if held is None:

@@ -7,13 +7,17 @@ entry in a dictionary and a key in one ``XREAD``.
 
 How (one ``ShardPool`` per ``DrainService``):
 
-- **One watcher thread** blocks in a single ``XREAD BLOCK`` over the streams of every idle owned shard, each
-  after the id its last read stopped at (``OutboxReader.wait_for_any``). It returns within a millisecond
-  of an ``XADD`` to any of them, and the shards with new entries go to the run queue. A shard that went idle
-  while the watcher was blocked pokes it through the process's wake stream (``keys.drain_wake``), so the
-  next ``XREAD`` includes it at once; entries written before that ``XREAD`` are found by the id it starts
-  after, never missed. Shards that wait for a time (a backoff, a held key coming due, doubt about the
-  lease) are queued when it comes, the ``XREAD`` blocking no longer than until the earliest.
+- **Two watcher threads** block in ``XREAD BLOCK`` over the streams of the idle owned shards, each after the
+  id its last read stopped at (``OutboxReader.wait_for_any``), and put the shards with new entries in the
+  run queue; an ``XREAD`` returns within a millisecond of an ``XADD`` to any of its streams. The *cold*
+  watcher covers every idle shard with one ``XREAD`` per ``block_ms``. The *hot* watcher covers the shards
+  that went idle within ``HOT_SECONDS``: a shard going idle pokes it through the process's wake stream
+  (``keys.drain_wake``), so the next ``XREAD`` includes that shard at once, and the command sent again on
+  every poke stays small however many shards are idle (sending one ``XREAD`` over thousands of streams on
+  every poke made the process spend its time there). Entries written before an ``XREAD`` that includes
+  their shard are found by the id it starts after, never missed. The hot watcher also queues the shards
+  that wait for a time (a backoff, a held key coming due, doubt about the lease) when it comes, blocking
+  no longer than until the earliest.
 - **``workers.drain_threads`` worker threads** take shards from the run queue, one at a time each, and run
   one *turn* of the shard's ``ShardDrainer`` (``bridge.delivery.drainer``): claim and read until the shard
   is empty, must wait, or ``TURN_BUDGET`` seconds passed (then it goes to the back of the queue, so a busy
@@ -23,7 +27,7 @@ How (one ``ShardPool`` per ``DrainService``):
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
   acknowledgement only after a namespace accepted.
 
-Threads per process: ``drain_threads`` + 1 watcher + the service's coordinator, and during a turn that sends
+Threads per process: ``drain_threads`` + 2 watchers + the service's coordinator, and during a turn that sends
 a fully accepted batch one settler thread (``bridge.delivery.settler``); Redis connections at most as
 many, whatever the number of shards.
 """
@@ -50,6 +54,9 @@ TURN_BUDGET = 1.0
 """Seconds one turn may drain a busy shard before the thread serves the next shard in the queue."""
 CLUSTER_POLL = 0.1
 """Seconds between looks at idle shards on a Redis Cluster (one ``XREAD`` cannot span its slots)."""
+HOT_SECONDS = 5.0
+"""How long a shard that went idle stays in the hot watcher's ``XREAD`` (which is sent again whenever a
+shard goes idle); the cold watcher's covers it from its next ``XREAD`` on (within ``block_ms``)."""
 WAKE_TTL_MS = 60_000
 """How long a process's wake stream outlives its last wake-up (it is deleted at a clean stop)."""
 
@@ -98,11 +105,14 @@ class ShardPool:
         self._threads = [
             threading.Thread(target=self._work, name=f"bridge-drain-{n}", daemon=True) for n in range(threads)
         ]
-        self._threads.append(threading.Thread(target=self._watch, name="bridge-drain-watch", daemon=True))
+        self._threads += [
+            threading.Thread(target=self._watch, args=(hot,), name=f"bridge-drain-watch-{name}", daemon=True)
+            for hot, name in ((True, "hot"), (False, "cold"))
+        ]
 
     # ---- what the service asks -----------------------------------------------------------------------
     def start(self) -> None:
-        """Start the worker threads and the watcher."""
+        """Start the worker threads and the watchers."""
         for thread in self._threads:
             thread.start()
 
@@ -235,30 +245,35 @@ class ShardPool:
         slot.state = "waiting"
         return self._watching
 
-    # ---- the watcher ---------------------------------------------------------------------------------
-    def _watch(self) -> None:
+    # ---- the watchers --------------------------------------------------------------------------------
+    def _watch(self, hot: bool) -> None:
         failing = False
         while not self._stop.is_set():
             try:
-                self._watch_once()
+                self._watch_once() if hot else self._watch_cold()
                 failing = False
             except StateStoreUnavailableError as exc:
                 log.log(logging.DEBUG if failing else logging.WARNING, "shard watcher: Redis failed: %s", exc)
                 failing = True
                 self._stop.wait(0.5)
-            except Exception:  # the watcher must outlive any one failure
+            except Exception:  # a watcher must outlive any one failure
                 log.exception("shard watcher failed")
                 self._stop.wait(0.5)
 
     def _watch_once(self) -> None:
+        """The hot watcher: the shards that went idle within ``HOT_SECONDS``, poked when one goes idle, and
+        the shards waiting for a time (on a Cluster: every idle shard, polled)."""
         with self._lock:
             now = self.clock()
             for ref, slot in self._slots.items():
                 if slot.state in ("idle", "waiting") and slot.at is not None and slot.at <= now:
-                    slot.state, slot.at = "queued", None
-                    self._ready.append(ref)
-                    self._lock.notify()
-            after = {ref: s.after for ref, s in self._slots.items() if s.state == "idle"}
+                    self._queue(ref, slot)
+            cluster = self.ctx.reader.cluster
+            after = {
+                ref: s.after
+                for ref, s in self._slots.items()
+                if s.state == "idle" and (cluster or now - (s.idle_since or now) < HOT_SECONDS)
+            }
             times = [
                 s.at for s in self._slots.values() if s.state in ("idle", "waiting") and s.at is not None
             ]
@@ -266,7 +281,7 @@ class ShardPool:
             self._watching = True
             self._poked.clear()
         try:
-            if self.ctx.reader.cluster or not after:
+            if cluster or not after:
                 ready = self.ctx.reader.wait_for_any(after, 0)[0] if after else []
                 if not ready:
                     self._poked.wait(min(wait, CLUSTER_POLL) if after else wait)
@@ -278,13 +293,30 @@ class ShardPool:
         finally:
             with self._lock:
                 self._watching = False
+        self._queue_ready(ready)
+
+    def _watch_cold(self) -> None:
+        """The cold watcher: every idle shard, one ``XREAD`` per ``block_ms``, never poked (on a Cluster
+        the hot watcher polls them all instead)."""
+        with self._lock:
+            after = {ref: s.after for ref, s in self._slots.items() if s.state == "idle"}
+        if not after or self.ctx.reader.cluster:
+            self._stop.wait(self.block_ms / 1000)
+            return
+        self._queue_ready(self.ctx.reader.wait_for_any(after, self.block_ms)[0])
+
+    def _queue_ready(self, ready: list[ShardRef]) -> None:
         with self._lock:
             for ref in ready:
-                found = self._slots.get(ref)
-                if found is not None and found.state == "idle":
-                    found.state, found.at = "queued", None
-                    self._ready.append(ref)
-                    self._lock.notify()
+                slot = self._slots.get(ref)
+                if slot is not None and slot.state == "idle":
+                    self._queue(ref, slot)
+
+    def _queue(self, ref: ShardRef, slot: _Slot) -> None:
+        """(Under the lock.) Put the shard in the run queue."""
+        slot.state, slot.at = "queued", None
+        self._ready.append(ref)
+        self._lock.notify()
 
     def _poke(self) -> None:
         """End the watcher's current wait so that its next one includes the shards that changed."""
