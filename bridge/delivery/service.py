@@ -29,11 +29,11 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   pool that runs no drainers).
 
 Idle cost per owned shard: a key in the cold watcher's ``XREAD`` (re-sent every ``BLOCK_MS``, 2 s; for its
-first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per third of ``workers.lease_ttl``; per process one heartbeat per
-tick, one ``SMEMBERS`` of the entity set and one pipelined read of their layouts, and, only while it holds
-less than its share, a pipelined ``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys
-a second). A process runs ``drain_threads`` + 3 threads of its own (and a settler thread per turn in
-progress) whatever it owns.
+first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per third of
+``workers.lease_ttl`` (pipelined); per process one heartbeat per tick, one ``SMEMBERS`` of the entity set
+and one pipelined read of their layouts, and, only while it holds less than its share, a pipelined
+``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys a second). A process runs
+``drain_threads`` + 3 threads of its own (and a settler thread per turn in progress) whatever it owns.
 """
 
 from __future__ import annotations
