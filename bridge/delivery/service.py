@@ -12,8 +12,8 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   of a fair share of all shards — ``ceil(shards / drainers)``, chosen by rendezvous hashing
   (``bridge.core.shard_assignment``) — and hands shards over when drainers join, takes them when drainers
   leave. One reader per shard is the lease's job: reads, claims, acknowledgements and backoff are fenced
-  with the tenure's token (``bridge.delivery.drainer``). The leases are renewed by this service's tick
-  (``LeaseKeeper``), during sends too.
+  with the tenure's token (``bridge.delivery.drainer``). The leases are renewed by the ``LeaseKeeper``'s
+  thread, during sends too.
 - **A bounded pool serves the owned shards** (``bridge.delivery.shard_pool``): two watcher threads block
   in ``XREAD`` over the idle owned shards, and ``workers.drain_threads`` threads run turns of the
   shards that have work. An idle shard costs no thread and no connection.
@@ -33,7 +33,7 @@ first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per 
 ``workers.lease_ttl`` (pipelined); per process one heartbeat per tick, one ``SMEMBERS`` of the entity set
 and one pipelined read of their layouts, and, only while it holds less than its share, a pipelined
 ``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys a second). A process runs
-``drain_threads`` + 3 threads of its own (and a settler thread per turn in progress) whatever it owns.
+``drain_threads`` + 4 threads of its own (and a settler thread per turn in progress) whatever it owns.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ class DrainService:
     def start(self) -> DrainService:
         """Start the coordinating thread (it takes shards at its first tick)."""
         self.pool.start()
+        # Renewals on a thread of their own: a tick that takes many leases at once must not delay them.
+        self.keeper.keep_alive(self._stop)
         self._thread = threading.Thread(target=self._loop, name="bridge-drain-service", daemon=True)
         self._thread.start()
         return self
@@ -147,8 +149,8 @@ class DrainService:
 
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Heartbeat, renew, reap stopped drainers, hand over the excess, take free shards up to the share."""
-        self.keeper.renew_due()
+        """Heartbeat, reap lost leases, retire idle entities, hand over the excess, take free shards up to the
+        share (the keeper renews the leases meanwhile, on its own thread)."""
         self.drainers = self.registry.heartbeat(self.member, self.heartbeat_ms)
         self.pool.reap_lost()
         self.retire_idle_entities()

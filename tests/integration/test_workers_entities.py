@@ -123,6 +123,7 @@ def _one_message_to_each_of(make_stack: Any, count: int, deadline: float) -> Non
     names = [f"many-{n:05d}" for n in range(count)]
     try:
         wait_until(lambda: client.zcard(state_keys.drainers()) == 2, 60, what="both drain services up")
+        started = time.monotonic()
         with _Peak(worker, client) as peak:
             # When one message is written to each of ``count`` entity names nobody configured
             with Producer(settings=stack_settings(stack)) as p:
@@ -130,13 +131,14 @@ def _one_message_to_each_of(make_stack: Any, count: int, deadline: float) -> Non
                     p.send(name, b"x")
             # Then every message leaves the outbox (acknowledged only once the namespace accepted it)
             wait_until(lambda: _pending_total(client) == 0, deadline, what=f"{count} messages delivered")
+            elapsed = time.monotonic() - started
         # And each entity holds exactly its one message on the namespace
         queued = _queued(stack.primary, "many-")
         assert len(queued) == count
         assert sorted(set(queued.values())) == [1]
         # And the worker's threads and the Redis connections stayed bounded all along, far below one per
         # entity (measured: printed for docs/operations.md)
-        print(f"entities={count} peak_threads={peak.threads} peak_redis_clients={peak.clients}")
+        print(f"entities={count} seconds={elapsed:.1f} peak_threads={peak.threads} peak_redis={peak.clients}")
         assert peak.threads <= THREAD_BOUND, worker.log_tail()
         assert peak.clients <= CLIENT_BOUND
         assert "MaxConnectionsError" not in worker.log_path.read_text(errors="replace")
