@@ -216,6 +216,8 @@ class ShardPool:
     def _after_turn(self, ref: ShardRef, slot: _Slot, end: TurnEnd | None) -> None:
         """Put the shard where its turn's end says: watched, queued again, waiting, or let go."""
         with self._lock:
+            if slot.state == "gone":  # let go by ``stop`` while this turn outran its wait
+                return
             done = end is None or slot.handing_over or self._stop.is_set()
             poke = False
             if done:

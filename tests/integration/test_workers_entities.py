@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,15 @@ def _pending_total(client: redis.Redis) -> int:
     return int(client.hget(outbox_keys.TOTALS, "messages") or 0)
 
 
+LIKE_DEFAULTS = {"BRIDGE_RETRY__ATTEMPT_DEADLINE": "10", "BRIDGE_WORKERS__LEASE_TTL": "30"}
+"""The defaults where the fast test settings shorten them: on a loaded machine, new links to thousands of
+entities can take longer than a 3 s attempt deadline (the passive failover that follows is correct, but
+this test is about capacity)."""
+
+
 def _one_message_to_each_of(make_stack: Any, count: int, deadline: float) -> None:
     # Given a worker (two pool processes, default drain settings) and no configured entity at all
-    stack = make_stack({})
+    stack = make_stack({}, settings=LIKE_DEFAULTS)
     worker = stack.start_worker()
     client = redis.Redis.from_url(stack.redis.url)
     names = [f"many-{n:05d}" for n in range(count)]
@@ -132,10 +139,12 @@ def _one_message_to_each_of(make_stack: Any, count: int, deadline: float) -> Non
             # Then every message leaves the outbox (acknowledged only once the namespace accepted it)
             wait_until(lambda: _pending_total(client) == 0, deadline, what=f"{count} messages delivered")
             elapsed = time.monotonic() - started
-        # And each entity holds exactly its one message on the namespace
-        queued = _queued(stack.primary, "many-")
-        assert len(queued) == count
-        assert sorted(set(queued.values())) == [1]
+        # And each entity holds exactly its one message on the namespaces (on the primary unless a send
+        # there timed out and the entity failed over to the secondary: passive replication)
+        queued = Counter(_queued(stack.primary, "many-"))
+        queued.update(_queued(stack.secondary, "many-"))
+        assert sorted(queued) == names
+        assert set(queued.values()) == {1}
         # And the worker's threads and the Redis connections stayed bounded all along, far below one per
         # entity (measured: printed for docs/operations.md)
         print(f"entities={count} seconds={elapsed:.1f} peak_threads={peak.threads} peak_redis={peak.clients}")
