@@ -193,7 +193,7 @@ class DrainService:
             log.debug("drainer %s took %s shard %d", self.member, entity, shard)
 
     def known_shards(self) -> list[ShardRef]:
-        """Every shard of every configured entity and of every entity that ever had an outbox write."""
+        """Every shard of every configured entity and of every entity in the set (written to, not retired)."""
         entities = sorted(set(self.ctx.settings.entities) | set(self.entity_set.members()))
         counts = self.ctx.reader.shard_counts(entities)
         return [(entity, shard) for entity in entities for shard in range(counts[entity])]

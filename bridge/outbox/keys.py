@@ -20,7 +20,8 @@ key                                      holds
 ``bridge:{E}:quarantine``                entries that failed validation, with the reason (stream)
 ``bridge:{E}:deadletter``                messages Service Bus will never take, with the reason (stream)
 ``bridge:{bridge}:stats``                hash ``messages``, ``bytes``: totals over all entities
-``bridge:{bridge}:entities``             set of entity names that ever had an outbox (for listings)
+``bridge:{bridge}:entities``             set of entity names with an outbox write, less those empty and idle
+                                         for ``workers.entity_idle`` (``bridge.outbox.entities``)
 ``bridge:{bridge}:door-entities``        set of entities whose Redis-door stream a scan found
                                          (``bridge.outbox.discovery``; ``door-scan``, ``door-scan-mark``:
                                          the scan's cursor and its once-per-interval mark)

@@ -236,7 +236,8 @@ class OutboxReader:
             return depth_record(pipe.execute())
 
     def entities(self) -> list[str]:
-        """Entities that ever had an outbox write."""
+        """Entities listed in the entity set: written to, and not yet empty and idle long enough to be
+        retired (``bridge.outbox.entities``)."""
         with driver_errors(OutboxUnavailableError):
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
