@@ -11,7 +11,8 @@ and how the streams are listed: ``bridge.outbox.problems``.
 Fencing: the drainer passes its lease's ``Fence`` (``bridge.state.lease``) and every script checks it in
 the same step as it reads, claims, acknowledges or moves, so a drainer whose lease passed to another can
 change nothing (``LeaseLostError``). Waiting is a plain ``XREAD BLOCK`` after the group's last-delivered id
-(``wait_for_new``): it returns within a millisecond of a write and consumes nothing, so it needs no fence.
+(``wait_for_new`` for one shard, ``wait_for_any`` for all the idle shards of a process at once): it returns
+within a millisecond of a write and consumes nothing, so it needs no fence.
 Consumers are named after the drainer's process (stable, one per process) and deleted once they have
 nothing pending (``claim_fenced(prune=True)`` on takeover, ``retire_consumer`` on hand-over), so the group
 keeps about one consumer per shard however many drains ran.
