@@ -220,7 +220,7 @@ class ShardPool:
                 return
             done = end is None or slot.handing_over or self._stop.is_set()
             poke = False
-            if done:
+            if done and self._slots.get(ref) is slot:
                 self._remove(ref)
             elif end is not None:
                 poke = self._place(ref, slot, end)
@@ -335,6 +335,7 @@ class ShardPool:
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _remove(self, ref: ShardRef) -> _Slot:
+        """(Under the lock.) Stop tracking the shard's slot; it is marked gone for a turn still running."""
         slot = self._slots.pop(ref)
         slot.state = "gone"
         return slot
