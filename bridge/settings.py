@@ -384,6 +384,23 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds between scans for Redis-door streams of entities not named in the settings.",
     )
+    drain_threads: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="Threads per worker process that send for its shards (however many shards it owns).",
+    )
+    max_senders: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Service Bus senders (entity paths) a process keeps open per namespace; LRU beyond.",
+    )
+    entity_idle: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds an entity not named in the settings stays watched once its outbox is empty.",
+    )
 
 
 class ReceiverSettings(BaseModel):

@@ -30,8 +30,9 @@ docs/paired.md); at the top ``cost`` (totals) and, when an entity is paired,
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
 secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
-record's and the paired state's errors is its ``last_error``. Entities are those configured plus those that
-ever had an outbox, sorted by name. Every text that came from an error passes ``scrub_secrets`` again here.
+record's and the paired state's errors is its ``last_error``. Entities are those configured plus those in
+the outbox's entity set, sorted by name. Every text that came from an error passes ``scrub_secrets`` again
+here.
 """
 
 from __future__ import annotations

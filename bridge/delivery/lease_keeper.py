@@ -26,6 +26,9 @@ from bridge.state.lease import LeaseStore
 
 log = logging.getLogger(__name__)
 
+RENEW_BATCH = 500
+"""Leases renewed per pipelined round trip."""
+
 
 class HeldLease:
     """One shard lease this process took, with the token of this tenure."""
@@ -71,23 +74,26 @@ class LeaseKeeper:
         return held
 
     def renew_due(self) -> None:
-        """Renew every lease whose last renewal is a third of the TTL old; mark the refused ones lost."""
+        """Renew every lease whose last renewal is a third of the TTL old (pipelined, ``RENEW_BATCH`` at a
+        time); mark the refused ones lost."""
         with self._lock:
             due = [h for h in self._held.values() if self.clock() - h.renewed_at >= self.ttl / 3]
-        for held in due:
+        for start in range(0, len(due), RENEW_BATCH):
+            batch = due[start : start + RENEW_BATCH]
             sent = self.clock()
             try:
-                renewed = self.leases.renew(held.entity, held.shard, held.token, self.ttl_ms)
+                renewed = self.leases.renew_many([(h.entity, h.shard, h.token) for h in batch], self.ttl_ms)
             except StateStoreUnavailableError as exc:
                 # Not refused, just not confirmed: validity runs down and drainers pause before sends.
-                log.warning("lease of %s shard %d not renewed: %s", held.entity, held.shard, exc)
+                log.warning("%d shard leases not renewed: %s", len(batch), exc)
                 continue
-            if renewed:
-                held.renewed_at, held.valid_until = sent, sent + self.ttl
-            else:
-                log.warning("lease of %s shard %d passed to another drainer", held.entity, held.shard)
-                held.lost.set()
-                self.forget(held)
+            for held, ok in zip(batch, renewed, strict=True):
+                if ok:
+                    held.renewed_at, held.valid_until = sent, sent + self.ttl
+                else:
+                    log.warning("lease of %s shard %d passed to another drainer", held.entity, held.shard)
+                    held.lost.set()
+                    self.forget(held)
 
     def forget(self, held: HeldLease) -> None:
         """Stop renewing ``held`` (its drainer stopped)."""

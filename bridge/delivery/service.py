@@ -1,9 +1,9 @@
 """Event-driven drainers: every worker process owns a fair share of the outbox shards and reads each one as
-soon as an entry arrives.
+soon as an entry arrives, with a fixed number of threads and Redis connections however many shards it owns.
 
 Why: a drain that waits for the next sweep (1 s) and a fresh Celery task cost a message about 0.8 s at low
 traffic, where a direct SDK send costs 2 ms. Here a shard with a new entry is being read within a
-millisecond of the write, and no task, sweep or wake-up message sits in between.
+millisecond of the write, and no task or sweep sits in between.
 
 How (one ``DrainService`` per worker process, started by ``workers.app`` after the fork):
 
@@ -12,10 +12,15 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   of a fair share of all shards — ``ceil(shards / drainers)``, chosen by rendezvous hashing
   (``bridge.core.shard_assignment``) — and hands shards over when drainers join, takes them when drainers
   leave. One reader per shard is the lease's job: reads, claims, acknowledgements and backoff are fenced
-  with the tenure's token (``bridge.delivery.drainer``).
-- **One thread per owned shard** runs ``ShardDrainer.serve``: ``XREAD BLOCK`` after the group's
-  last-delivered id (it returns within a millisecond of an ``XADD``), then a fenced ``XREADGROUP`` and the
-  batched send. The lease is renewed by this service's tick (``LeaseKeeper``), during sends too.
+  with the tenure's token (``bridge.delivery.drainer``). The leases are renewed by the ``LeaseKeeper``'s
+  thread, during sends too.
+- **A bounded pool serves the owned shards** (``bridge.delivery.shard_pool``): two watcher threads block
+  in ``XREAD`` over the idle owned shards, and ``workers.drain_threads`` threads run turns of the
+  shards that have work. An idle shard costs no thread and no connection.
+- **The entity set shrinks**: an entity whose shard 0 this process owns, idle in the pool and in Redis
+  (empty, unwritten) for ``workers.entity_idle`` seconds, is removed from the set
+  (``bridge.outbox.entities``, race-free with a concurrent write); its shards are handed over at the next
+  tick, and its next write lists it again.
 - **Order per key and the other guarantees are unchanged**: one holder per shard, ack only after a
   namespace accepted, a killed process's entries claimed by the next holder when its lease expires
   (``workers.lease_ttl``), a backoff waited out by the holder and respected by everyone.
@@ -23,17 +28,12 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
   no holder (a process died and its lease has not expired, an entity no drainer has seen yet, a worker
   pool that runs no drainers).
 
-Weighed and not chosen: a wake-up published by the write path on a shard's idle-to-busy transition (a
-``SET NX`` in the write script and a wake-up list that dispatchers block on). It costs nothing per idle
-shard, but puts a second hop (wake-up, lease, claim) before every first message, needs a lost-wake-up
-protocol at every exit of a drain, and touches every writer (HTTP, Producer, Redis door). Blocking readers
-that own their shards need none of that; their idle cost is measured by ``python -m bench.latency``.
-
-Idle cost per owned shard: one ``XREAD`` per ``BLOCK_MS`` (2 s) and one lease renewal per third of
-``workers.lease_ttl``; per process one heartbeat per tick, one ``SMEMBERS`` of the entity set, and, only
-while it holds less than its share, a pipelined ``EXISTS`` of the other shards' leases (at most
-``PROBES_PER_SECOND`` keys a second). A process owning N shards runs N + 1 threads and keeps N blocked Redis
-connections.
+Idle cost per owned shard: a key in the cold watcher's ``XREAD`` (re-sent every ``BLOCK_MS``, 2 s; for its
+first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per third of
+``workers.lease_ttl`` (pipelined); per process one heartbeat per tick, one ``SMEMBERS`` of the entity set
+and one pipelined read of their layouts, and, only while it holds less than its share, a pipelined
+``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys a second). A process runs
+``drain_threads`` + 4 threads of its own (and a settler thread per turn in progress) whatever it owns.
 """
 
 from __future__ import annotations
@@ -46,56 +46,21 @@ from collections.abc import Callable
 
 from bridge.core.shard_assignment import ShardRef, plan_assignment
 from bridge.delivery.context import DeliveryContext
-from bridge.delivery.drainer import BLOCK_MS, ShardDrainer
-from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
-from bridge.errors import LeaseLostError, StateStoreUnavailableError
+from bridge.delivery.lease_keeper import LeaseKeeper
+from bridge.delivery.shard_pool import ShardPool
+from bridge.errors import StateStoreUnavailableError
+from bridge.outbox.entities import EntitySet
 from bridge.state.drainers import DrainerRegistry
 
 log = logging.getLogger(__name__)
 
-PROBES_PER_SECOND = 100
+PROBES_PER_SECOND = 1000
 """How many other shards' leases a process below its share checks per second (a pipelined ``EXISTS``)."""
-
-
-class _OwnedShard:
-    """The thread that serves one owned shard, and how to make it hand the shard over."""
-
-    def __init__(self, service: DrainService, held: HeldLease) -> None:
-        self.service = service
-        self.held = held
-        self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, name=f"bridge-drain-{held.entity}-{held.shard}", daemon=True
-        )
-
-    def _run(self) -> None:
-        service, held = self.service, self.held
-        delay = 0.5
-        drainer: ShardDrainer | None = None
-        try:
-            while not self.stop.is_set() and not held.lost.is_set():
-                drainer = ShardDrainer(service.ctx, held.entity, held.shard, token=held.token)
-                try:
-                    drainer.serve(held, self.stop, service.block_ms)
-                    delay = 0.5
-                except LeaseLostError:
-                    held.lost.set()
-                except StateStoreUnavailableError as exc:
-                    log.warning("%s shard %d: Redis failed, retrying: %s", held.entity, held.shard, exc)
-                    self.stop.wait(delay)
-                    delay = min(delay * 2, 5.0)
-                except Exception:  # a bug in one batch must not end the shard's drainer for good
-                    log.exception("entity %s shard %d: drain failed, retrying", held.entity, held.shard)
-                    self.stop.wait(delay)
-                    delay = min(delay * 2, 5.0)
-        finally:
-            if held.lost.is_set():
-                log.warning("entity %s shard %d: lease passed to another drainer", held.entity, held.shard)
-                service.keeper.forget(held)
-            elif drainer is not None:
-                drainer.let_go(service.keeper, held)
-            else:
-                service.keeper.forget(held)
+ACQUIRES_PER_TICK = 256
+"""Leases one tick takes at most (one round trip each), so the renewals of those it took are never late."""
+BLOCK_MS = 2000
+"""How long the watcher blocks in one ``XREAD`` over the idle shards (stays below the client's 5 s socket
+timeout): how often the command is sent again while nothing comes in."""
 
 
 class DrainService:
@@ -108,6 +73,7 @@ class DrainService:
         block_ms: int = BLOCK_MS,
         tick: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        threads: int | None = None,
     ) -> None:
         self.ctx = ctx
         self.block_ms = block_ms
@@ -120,7 +86,18 @@ class DrainService:
         self.keeper = LeaseKeeper(ctx.leases, self.lease_ttl, clock)
         self.registry = DrainerRegistry(ctx.redis)
         self.clock = clock
-        self._owned: dict[ShardRef, _OwnedShard] = {}
+        workers = ctx.settings.workers
+        self.pool = ShardPool(
+            ctx,
+            self.keeper,
+            self.member,
+            threads=threads or workers.drain_threads,
+            block_ms=block_ms,
+            clock=clock,
+        )
+        self.entity_set = EntitySet(ctx.redis)
+        self.entity_idle = workers.entity_idle
+        self._next_retire = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_probe = 0.0
@@ -131,6 +108,9 @@ class DrainService:
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> DrainService:
         """Start the coordinating thread (it takes shards at its first tick)."""
+        self.pool.start()
+        # Renewals on a thread of their own: a tick that takes many leases at once must not delay them.
+        self.keeper.keep_alive(self._stop)
         self._thread = threading.Thread(target=self._loop, name="bridge-drain-service", daemon=True)
         self._thread.start()
         return self
@@ -138,13 +118,10 @@ class DrainService:
     def stop(self, timeout: float = 5.0) -> None:
         """Hand every shard over (each drainer finishes its batch and releases its lease) and leave."""
         self._stop.set()
-        for owned in list(self._owned.values()):
-            owned.stop.set()
         deadline = self.clock() + timeout
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - self.clock()))
-        for owned in list(self._owned.values()):
-            owned.thread.join(max(0.0, deadline - self.clock()))
+        self.pool.stop(max(0.0, deadline - self.clock()))
         try:
             self.registry.leave(self.member)
         except StateStoreUnavailableError as exc:
@@ -152,7 +129,7 @@ class DrainService:
 
     def owned(self) -> list[ShardRef]:
         """The shards this process serves now."""
-        return sorted(ref for ref, owned in self._owned.items() if owned.thread.is_alive())
+        return self.pool.owned()
 
     def _loop(self) -> None:
         failing = False
@@ -172,17 +149,17 @@ class DrainService:
 
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Heartbeat, renew, reap stopped drainers, hand over the excess, take free shards up to the share."""
-        self.keeper.renew_due()
+        """Heartbeat, reap lost leases, retire idle entities, hand over the excess, take free shards up to the
+        share (the keeper renews the leases meanwhile, on its own thread)."""
         self.drainers = self.registry.heartbeat(self.member, self.heartbeat_ms)
-        for ref, owned in list(self._owned.items()):
-            if not owned.thread.is_alive():
-                del self._owned[ref]
+        self.pool.reap_lost()
+        self.retire_idle_entities()
+        owned = self.pool.owned()
         shards = self.known_shards()
-        plan = plan_assignment(self.member, shards, list(self._owned), self.drainers)
+        plan = plan_assignment(self.member, shards, owned, self.drainers)
         for ref in plan.release:
-            self._owned[ref].stop.set()
-        keeping = len(self._owned) - len(plan.release)
+            self.pool.hand_over(ref)
+        keeping = len(owned) - len(plan.release)
         if keeping >= plan.fair or not plan.candidates or self._stop.is_set():
             return
         now = self.clock()
@@ -199,21 +176,41 @@ class DrainService:
             self._probe_every = min(2 * self._probe_every, self.lease_ttl / 2)
         spread = len(plan.candidates) / PROBES_PER_SECOND
         self._next_probe = now + max(self._probe_every, spread)
+        taken = 0
         for entity, shard in free:
             if keeping >= plan.fair:
                 break
+            if taken >= ACQUIRES_PER_TICK:
+                self._next_probe = now  # more are free: go on at the next tick, after the renewals
+                break
+            taken += 1
             token = f"{self.ctx.identity}:{uuid.uuid4().hex[:8]}"
             held = self.keeper.acquire(entity, shard, token)
             if held is None:
                 continue
-            owned = _OwnedShard(self, held)
-            self._owned[(entity, shard)] = owned
-            owned.thread.start()
+            self.pool.add(held)
             keeping += 1
             log.debug("drainer %s took %s shard %d", self.member, entity, shard)
 
     def known_shards(self) -> list[ShardRef]:
-        """Every shard of every configured entity and of every entity that ever had an outbox write."""
-        reader = self.ctx.reader
-        entities = set(self.ctx.settings.entities) | set(reader.entities())
-        return [(entity, shard) for entity in sorted(entities) for shard in range(reader.shards(entity))]
+        """Every shard of every configured entity and of every entity in the set (written to, not retired)."""
+        entities = sorted(set(self.ctx.settings.entities) | set(self.entity_set.members()))
+        counts = self.ctx.reader.shard_counts(entities)
+        return [(entity, shard) for entity in entities for shard in range(counts[entity])]
+
+    def retire_idle_entities(self) -> None:
+        """Remove from the entity set the entities not named in the settings whose shard 0 this process
+        has watched, empty, for ``workers.entity_idle`` seconds and that Redis finds empty and unwritten
+        as long (``bridge.outbox.entities``); looked at every tenth of that time at most."""
+        now = self.clock()
+        if now < self._next_retire:
+            return
+        self._next_retire = now + max(self.tick_seconds, self.entity_idle / 10)
+        configured = self.ctx.settings.entities
+        for entity, shard in self.pool.owned():
+            since = self.pool.idle_since((entity, shard))
+            if shard != 0 or entity in configured or since is None or now - since < self.entity_idle:
+                continue
+            shards = self.ctx.reader.shards(entity)
+            if self.entity_set.retire_if_idle(entity, shards, self.entity_idle):
+                log.info("entity %s: empty and idle for %.0fs, no longer watched", entity, self.entity_idle)

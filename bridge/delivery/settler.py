@@ -3,7 +3,7 @@
 Once Service Bus accepted every message of a batch, what is left is bookkeeping in Redis: the batch's
 journal events, then the acknowledgement (``XACK`` + ``XDEL``). Each is a write that waits for Redis (and
 its fsync with ``appendfsync always``); done in line they made every message at a steady rate wait for the
-previous message's bookkeeping. The ``Settler`` runs that work on one thread per drainer tenure, in the
+previous message's bookkeeping. The ``Settler`` runs that work on one thread per drainer turn, in the
 order it was handed over, while the drainer goes back to reading.
 
 What does not change: an entry is acknowledged only after a namespace accepted it, the journal is written

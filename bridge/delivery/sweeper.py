@@ -31,7 +31,7 @@ class SweepReport:
 
 
 def known_entities(ctx: DeliveryContext) -> list[str]:
-    """Entities from the settings, every entity that ever had an outbox write, and every entity with a
+    """Entities from the settings, every entity in the outbox's entity set, and every entity with a
     Redis-door stream (found by a bounded scan: ``bridge.outbox.discovery``), named in the settings or not."""
     doors = door_entities(ctx.redis, ctx.settings.workers.discover_interval)
     return sorted(set(ctx.settings.entities) | set(ctx.reader.entities()) | set(doors))

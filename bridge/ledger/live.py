@@ -144,6 +144,6 @@ def roll_now(
 
 
 def outbox_entities(client: SyncRedis) -> list[str]:
-    """Entities that ever had an outbox write."""
+    """Entities in the outbox's entity set (written to, not retired as idle: ``bridge.outbox.entities``)."""
     with driver_errors():
         return sorted(_text(name) for name in client.smembers(outbox_keys.ENTITIES))

@@ -20,10 +20,13 @@ key                                      holds
 ``bridge:{E}:quarantine``                entries that failed validation, with the reason (stream)
 ``bridge:{E}:deadletter``                messages Service Bus will never take, with the reason (stream)
 ``bridge:{bridge}:stats``                hash ``messages``, ``bytes``: totals over all entities
-``bridge:{bridge}:entities``             set of entity names that ever had an outbox (for listings)
+``bridge:{bridge}:entities``             set of entity names with an outbox write, less those empty and idle
+                                         for ``workers.entity_idle`` (``bridge.outbox.entities``)
 ``bridge:{bridge}:door-entities``        set of entities whose Redis-door stream a scan found
                                          (``bridge.outbox.discovery``; ``door-scan``, ``door-scan-mark``:
                                          the scan's cursor and its once-per-interval mark)
+``bridge:{bridge}:wake:<member>``        stream: wake-ups of one process's shard watcher (``bridge.delivery
+                                         .shard_pool``; a few entries, expires when the process is gone)
 ``bridge:{E}:layout``                    hash: the shard layout writers and readers agree on
                                          (``bridge.outbox.layout``)
 =======================================  =================================================================
@@ -77,3 +80,8 @@ def deadletter(entity: str) -> str:
 def layout(entity: str) -> str:
     """The shard layout writers and drainers agree on (``bridge.core.layout``)."""
     return _tag(entity) + "layout"
+
+
+def drain_wake(member: str) -> str:
+    """The stream that ends the blocking wait of one process's shard watcher early."""
+    return f"bridge:{{bridge}}:wake:{member}"

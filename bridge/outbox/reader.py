@@ -11,7 +11,8 @@ and how the streams are listed: ``bridge.outbox.problems``.
 Fencing: the drainer passes its lease's ``Fence`` (``bridge.state.lease``) and every script checks it in
 the same step as it reads, claims, acknowledges or moves, so a drainer whose lease passed to another can
 change nothing (``LeaseLostError``). Waiting is a plain ``XREAD BLOCK`` after the group's last-delivered id
-(``wait_for_new``): it returns within a millisecond of a write and consumes nothing, so it needs no fence.
+(``wait_for_new`` for one shard, ``wait_for_any`` for all the idle shards of a process at once): it returns
+within a millisecond of a write and consumes nothing, so it needs no fence.
 Consumers are named after the drainer's process (stable, one per process) and deleted once they have
 nothing pending (``claim_fenced(prune=True)`` on takeover, ``retire_consumer`` on hand-over), so the group
 keeps about one consumer per shard however many drains ran.
@@ -19,12 +20,14 @@ keeps about one consumer per shard however many drains ran.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from bridge.core.envelope import Envelope
+from bridge.core.layout import Layout
 from bridge.errors import CorruptEntryError, LeaseLostError, OutboxUnavailableError, ProblemStreamFullError
 from bridge.outbox import keys
 from bridge.outbox.layout import LayoutStore
@@ -99,6 +102,22 @@ class OutboxReader:
         changes, ``bridge.core.layout``), else ``outbox_shards`` of the settings."""
         layout = LayoutStore(self.client).get(entity)
         return layout.read_count if layout is not None else self.settings.entity(entity).outbox_shards
+
+    def shard_counts(self, entities: list[str]) -> dict[str, int]:
+        """``shards`` of many entities in one pipelined round trip (a Cluster client splits it per node)."""
+        if not entities:
+            return {}
+        with driver_errors(OutboxUnavailableError):
+            pipe = self.client.pipeline(transaction=False)
+            for entity in entities:
+                pipe.hgetall(keys.layout(entity))
+            replies = pipe.execute()
+        counts = {}
+        for entity, fields in zip(entities, replies, strict=True):
+            layout = Layout.from_fields(fields)
+            default = self.settings.entity(entity).outbox_shards
+            counts[entity] = layout.read_count if layout is not None else default
+        return counts
 
     def ensure_groups(self, entity: str) -> None:
         """Create the ``senders`` group on every shard (idempotent; creates empty streams as needed)."""
@@ -218,7 +237,8 @@ class OutboxReader:
             return depth_record(pipe.execute())
 
     def entities(self) -> list[str]:
-        """Entities that ever had an outbox write."""
+        """Entities listed in the entity set: written to, and not yet empty and idle long enough to be
+        retired (``bridge.outbox.entities``)."""
         with driver_errors(OutboxUnavailableError):
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
@@ -248,6 +268,40 @@ class OutboxReader:
         with driver_errors(OutboxUnavailableError):
             reply = self.client.xread({stream: after}, count=1, block=block_ms)
         return bool(reply)
+
+    def wait_for_any(
+        self, after: Mapping[tuple[str, int], str], block_ms: int, wake: tuple[str, str] | None = None
+    ) -> tuple[list[tuple[str, int]], str | None]:
+        """Which of many shards have an entry newer than the id given for each: one ``XREAD BLOCK`` over
+        all their streams (and the ``wake`` stream, ``(key, after id)``, whose new entries end the wait
+        early). Returns the shards with new entries and the last id read from ``wake`` (None: nothing).
+
+        On a Cluster the streams live in many slots, which one ``XREAD`` cannot span: each is looked at
+        without blocking (one pipeline, split per node by the client) and the caller waits in between.
+        """
+        streams = {keys.outbox(entity, shard): (entity, shard) for entity, shard in after}
+        ids: dict[Any, Any] = {keys.outbox(entity, shard): since for (entity, shard), since in after.items()}
+        replies: list[Any]
+        with driver_errors(OutboxUnavailableError):
+            if self.cluster:
+                pipe = self.client.pipeline(transaction=False)
+                for stream, since in ids.items():
+                    pipe.xread({stream: since}, count=1)
+                replies = [item for reply in pipe.execute() if reply for item in reply]
+            else:
+                if wake is not None:
+                    ids[wake[0]] = wake[1]
+                reply: Any = self.client.xread(ids, count=1, block=block_ms)
+                replies = list(reply.items()) if isinstance(reply, dict) else list(reply or [])
+        ready: list[tuple[str, int]] = []
+        woken: str | None = None
+        for stream, items in replies:
+            name = _text(stream)
+            if name in streams:
+                ready.append(streams[name])
+            elif items:
+                woken = _text(items[-1][0])
+        return ready, woken
 
     def claim_fenced(
         self,

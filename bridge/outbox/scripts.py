@@ -11,8 +11,9 @@ from __future__ import annotations
 from bridge.redis.scripts import LuaScript
 
 # KEYS: stats, idempotency prefix, totals (or stats again when totals are kept outside), shard 0 .. n-1,
-#       the entity's layout hash (``bridge.outbox.layout``), and last the entity's journal stream and its
-#       overflow hash (``bridge.journal.keys``).
+#       the entity's layout hash (``bridge.outbox.layout``), the entity's journal stream and its overflow
+#       hash (``bridge.journal.keys``), and last the entity set ``bridge:{bridge}:entities`` (or stats again
+#       when totals are kept outside: on a Cluster the writer adds the entity after the script).
 # ARGV: window_ms, max_messages, max_bytes, total_max_messages, total_max_bytes, use_totals (1/0),
 #       entity (the value of ``e``), group count, journal max length (0: no journal), then per group:
 #       message count, door (``http``, ``rest``, ``producer``, ``redis-door``; may be empty), then three
@@ -30,7 +31,9 @@ from bridge.redis.scripts import LuaScript
 # the same step, so the journal never misses a message the outbox holds: one batch entry per group (its
 # MessageIds, sizes, shards and partition keys as JSON arrays). A full journal counts the entry in the
 # overflow hash instead (the journal never refuses a write).
-# Layout: the writer assumed n = #KEYS - 6 shards. The first write that stores something records n; when
+# Entity set: a write that stores something adds the entity to the set in the same step (single server), so
+# an entity with an entry is always listed, whatever ``bridge.outbox.entities`` removes concurrently.
+# Layout: the writer assumed n = #KEYS - 7 shards. The first write that stores something records n; when
 # the recorded count differs (a migration, ``bridge.core.layout``), nothing is written and every group answers
 # {2, "<recorded count>"}: the writer re-shards its groups for that count and sends them again.
 # A group is all-or-nothing; duplicates (a marker exists, or the same id earlier in the group) are
@@ -48,8 +51,8 @@ local max_n, max_b = tonumber(ARGV[2]), tonumber(ARGV[3])
 local tmax_n, tmax_b = tonumber(ARGV[4]), tonumber(ARGV[5])
 local use_totals = ARGV[6] == '1'
 local entity = ARGV[7]
-local layout, nshards = KEYS[#KEYS - 2], #KEYS - 6
-local journal, journal_overflow = KEYS[#KEYS - 1], KEYS[#KEYS]
+local layout, nshards = KEYS[#KEYS - 3], #KEYS - 7
+local journal, journal_overflow = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local journal_max = tonumber(ARGV[9])
 local recorded = redis.call('HGET', layout, 'shards')
 if recorded and tonumber(recorded) ~= nshards then
@@ -190,6 +193,7 @@ if added_n > 0 then
   if use_totals then
     redis.call('HINCRBY', totals, 'messages', added_n)
     redis.call('HINCRBY', totals, 'bytes', added_b)
+    redis.call('SADD', KEYS[#KEYS], entity)
   end
 end
 if journal_dropped > 0 then
@@ -353,5 +357,37 @@ if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
   return 0
 end
 return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) >= 0 and 1 or 0
+"""
+)
+
+# KEYS: the entity's stats hash, then its shard streams 0 .. n-1. ARGV: idle_ms.
+# Reply 1 when the entity's outbox is empty (no message counted, no entry in any shard, pending or not) and
+# no shard was written within ``idle_ms`` (the time part of its last generated id, on the server's clock);
+# else 0. Read only; ``bridge.outbox.entities`` asks it before and after it removes the entity from the set.
+IDLE = LuaScript(
+    """#!lua
+if tonumber(redis.call('HGET', KEYS[1], 'messages') or '0') > 0 then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = now - tonumber(ARGV[1])
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if redis.call('XLEN', KEYS[i]) > 0 then
+      return 0
+    end
+    local info = redis.call('XINFO', 'STREAM', KEYS[i])
+    for j = 1, #info, 2 do
+      if info[j] == 'last-generated-id' then
+        local ms = tonumber(string.match(info[j + 1], '^(%d+)'))
+        if ms > since then
+          return 0
+        end
+      end
+    end
+  end
+end
+return 1
 """
 )

@@ -73,11 +73,13 @@ def _write_steps(writer: OutboxWriter, groups: Sequence[Group]) -> Steps:
     replies = yield from _send_steps(writer, commands)
     results = _collect(writer, groups, early, commands, replies)
     results = yield from _relayout_steps(writer, groups, results)
-    new_entities = _new_entities(writer, groups, results)
-    if new_entities:
-        yield Pipeline([("SADD", keys.ENTITIES, *new_entities)])
-        writer.known_entities.update(new_entities)
     if writer.cluster:
+        # The script lists the entity on a single server; a Cluster keeps the set in another slot, so it
+        # is listed here after every write that stored something (never cached: ``bridge.outbox.entities``
+        # may have removed it meanwhile, and an entry must never sit in an unlisted entity).
+        stored = _stored_entities(groups, results)
+        if stored:
+            yield Pipeline([("SADD", keys.ENTITIES, *stored)])
         messages, size = _accepted(writer, results, early, send)
         totals = yield Pipeline(
             [("HINCRBY", keys.TOTALS, "messages", messages), ("HINCRBY", keys.TOTALS, "bytes", size)]
@@ -187,10 +189,9 @@ def _collect(
     return out
 
 
-def _new_entities(writer: OutboxWriter, groups: Sequence[Group], results: list[GroupResult]) -> list[str]:
-    """Entities this process has not yet listed in ``keys.ENTITIES`` that just got an entry."""
-    found = {g.entity for g, r in zip(groups, results, strict=True) if isinstance(r, list)}
-    return sorted(found - writer.known_entities)
+def _stored_entities(groups: Sequence[Group], results: list[GroupResult]) -> list[str]:
+    """Entities that just got an entry (or a duplicate's acknowledgement: listing one more is harmless)."""
+    return sorted({g.entity for g, r in zip(groups, results, strict=True) if isinstance(r, list)})
 
 
 def _merge(writer: OutboxWriter, replies: list[Any], retry: list[int], again: list[Any]) -> None:

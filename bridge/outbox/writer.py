@@ -98,7 +98,6 @@ class OutboxWriter:
         # The shard count recorded in Redis per entity, learnt from the write script's refusals; it wins
         # over the settings while a migration (bridge.core.layout) is pending or done.
         self.layouts: dict[str, int] = {}
-        self.known_entities: set[str] = set()
         # Cluster only: the totals as last seen by this process.
         self.seen_totals = (0, 0)
 
@@ -214,6 +213,7 @@ class OutboxWriter:
                 keys.layout(entity),
                 journal_keys.journal(entity),
                 journal_keys.overflow(entity),
+                keys.ENTITIES if use_totals else keys.stats(entity),
             ]
             args: list[bytes | str | int] = [
                 self.window_ms,

@@ -11,12 +11,18 @@ SDK unchanged) and ``sdk_timeout``, given to the SDK as ``try_timeout`` (per att
 (the CBS token exchange of each link); the socket timeout stays the SDK's default (0.2 s for AMQP/TCP).
 Building a client does no I/O; links open on first use. ``NamespacePool`` owns these objects and decides
 when one is retired; this module only builds and closes them.
+
+Senders are kept for the ``max_senders`` entity paths used last (``workers.max_senders``): the SDK gives
+every sender a link and a keep-alive thread, so a sender per entity ever sent to made a process's threads
+grow with the number of entities. The least recently used sender whose path no call is using is closed when
+a new one would pass the bound; the next send to that path opens its link again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBusReceiver, ServiceBusSender
 
@@ -27,16 +33,28 @@ from bridge.settings import NamespaceSettings, RetrySettings
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_MAX_SENDERS = 64
+"""Senders (entity paths) one role's client keeps open (``workers.max_senders``)."""
+
 
 class RoleClient:
     """A role's client, generation ``generation``; the pool tracks its users and retirement."""
 
-    def __init__(self, role: Role, generation: int, client: ServiceBusClient, sdk_timeout: float) -> None:
+    def __init__(
+        self,
+        role: Role,
+        generation: int,
+        client: ServiceBusClient,
+        sdk_timeout: float,
+        max_senders: int = DEFAULT_MAX_SENDERS,
+    ) -> None:
         self.role = role
         self.generation = generation
         self.client = client
         self.sdk_timeout = sdk_timeout
-        self.senders: dict[str, ServiceBusSender] = {}
+        self.max_senders = max_senders
+        self.senders: OrderedDict[str, ServiceBusSender] = OrderedDict()
+        self._senders_lock = threading.Lock()
         self.receivers: dict[str, ServiceBusReceiver] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.users = 0
@@ -51,6 +69,8 @@ class RoleClient:
         namespace: NamespaceSettings,
         retry: RetrySettings,
         sdk_timeout: float,
+        *,
+        max_senders: int = DEFAULT_MAX_SENDERS,
     ) -> RoleClient:
         """Build the SDK client (no I/O); ``NamespaceConfigurationError`` when it cannot be built."""
         try:
@@ -68,16 +88,43 @@ class RoleClient:
                 f"{role} namespace: cannot build a client ({type(exc).__name__})", namespace=role
             )
         else:
-            return cls(role, generation, client, sdk_timeout)
+            return cls(role, generation, client, sdk_timeout, max_senders)
         raise error from None
 
     def sender(self, entity: str) -> ServiceBusSender:
-        """The cached sender for a queue or topic path (the AMQP link target is just the path)."""
-        sender = self.senders.get(entity)
-        if sender is None:
+        """The cached sender for a queue or topic path (the AMQP link target is just the path); the caller
+        holds the path's lock (``locks["send:<path>"]``)."""
+        with self._senders_lock:
+            sender = self.senders.get(entity)
+            if sender is not None:
+                self.senders.move_to_end(entity)
+                return sender
             sender = self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
             self.senders[entity] = sender
+            evicted = self._evict(keep=entity)
+        for path, old in evicted:
+            try:
+                old.close()
+            except Exception as exc:  # the link is dropped anyway
+                logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
         return sender
+
+    def _evict(self, keep: str) -> list[tuple[str, ServiceBusSender]]:
+        """(Under the senders lock.) Take out the least recently used senders beyond the bound whose path
+        no call holds; they are closed outside the lock."""
+        evicted: list[tuple[str, ServiceBusSender]] = []
+        for path in list(self.senders):
+            if len(self.senders) <= self.max_senders:
+                break
+            lock = self.locks.get(f"send:{path}")
+            if path == keep or (lock is not None and not lock.acquire(blocking=False)):
+                continue
+            try:
+                evicted.append((path, self.senders.pop(path)))
+            finally:
+                if lock is not None:
+                    lock.release()
+        return evicted
 
     def receiver(self, queue: str) -> ServiceBusReceiver:
         """The cached PEEK_LOCK receiver of ``queue`` (no prefetch: the syphon takes what it asks for)."""

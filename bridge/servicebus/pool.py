@@ -116,6 +116,7 @@ class NamespacePool:
         self.sdk_timeout = max(0.5, settings.retry.attempt_deadline / 2)
         self.coupling_grace = coupling_grace
         self._max_stuck = max_stuck_threads
+        self._max_senders = settings.workers.max_senders
         self._clock = clock
         self._lock = threading.Lock()
         self._clients: dict[Role, RoleClient] = {}
@@ -334,7 +335,14 @@ class NamespacePool:
         namespace = self._namespaces[role]
         if namespace is None:
             raise NamespaceConfigurationError(f"no {role} namespace is configured", namespace=role)
-        client = RoleClient.open(role, self._generation + 1, namespace, self._retry, self.sdk_timeout)
+        client = RoleClient.open(
+            role,
+            self._generation + 1,
+            namespace,
+            self._retry,
+            self.sdk_timeout,
+            max_senders=self._max_senders,
+        )
         self._generation = client.generation
         self._clients[role] = client
         self._coupling = on_open(self._coupling, role, client.generation)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bridge.errors import StateStoreUnavailableError
 from bridge.redis.errors import driver_errors
 from bridge.redis.fence import Fence
-from bridge.redis.lease import Lease
+from bridge.redis.lease import RENEW, Lease
+from bridge.redis.scripts import load
 from bridge.redis.types import SyncRedis
 from bridge.state import keys
 
@@ -61,3 +63,20 @@ class LeaseStore:
                 pipe.exists(keys.shard_lease(entity, shard))
             held = pipe.execute()
         return [ref for ref, exists in zip(shards, held, strict=True) if not exists]
+
+    def renew_many(self, leases: Sequence[tuple[str, int, str]], ttl_ms: int) -> list[bool]:
+        """Renew many ``(entity, shard, owner)`` leases in one pipelined round trip (the ``RENEW`` script of
+        each, loaded first); per lease True when renewed. A process owning thousands of shards renewed them
+        one round trip each, and under load that took longer than the TTL."""
+        if not leases:
+            return []
+        with driver_errors():
+            load(self.client, RENEW)
+            pipe = self.client.pipeline(transaction=False)
+            for entity, shard, owner in leases:
+                pipe.evalsha(RENEW.sha, 1, keys.shard_lease(entity, shard), owner, int(ttl_ms))
+            replies = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):  # e.g. a Cluster node that lost the script: say so, retried
+                raise StateStoreUnavailableError(f"lease renewal failed: {type(reply).__name__}")
+        return [int(reply) == 1 for reply in replies]

@@ -1,0 +1,121 @@
+"""The drainer's sending part: one batched send, recorded (outcomes, cost, metrics, journal, health), and
+the wait after a send that timed out (``bridge.core.abandoned``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+
+from bridge.core import abandoned
+from bridge.core.cost import Operation
+from bridge.core.replication import RetryContext
+from bridge.core.roles import Role, next_health
+from bridge.delivery.attempts import BatchOutcome, batch_outcome
+from bridge.delivery.shard_state import ShardState
+from bridge.observability import metrics, transitions
+from bridge.servicebus.messages import OutgoingMessage
+
+log = logging.getLogger(__name__)
+
+
+class ShardSending(ShardState):
+    """Sends for one tenure (``bridge.delivery.modes.base.SendPort``)."""
+
+    def retry_context(self) -> RetryContext:
+        """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""
+        return self._retry_context()
+
+    def _retry_context(self) -> RetryContext:
+        # The retry count is this tenure's: read at take-over, counted by ``schedule`` (only we write it).
+        return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
+
+    def send_messages(
+        self,
+        role: Role,
+        path: str,
+        messages: Sequence[OutgoingMessage],
+        operation: Operation,
+        *,
+        keys: Sequence[str | None] | None = None,
+    ) -> BatchOutcome:
+        """One batched send to ``path`` in namespace ``role``: outcomes, cost and health recorded.
+
+        Refused at once, with nothing recorded, while a send there that timed out may still be committed
+        (``bridge.core.abandoned``); a send that times out starts such a wait, and one that carries the
+        abandoned messages again may go and, once accepted, ends it.
+        """
+        key = (role, path)
+        ids = [str(m.message_id) for m in messages]
+        left = abandoned.wait_left(self.abandoned, role, path, self.ctx.clock())
+        if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
+            return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
+        started = time.perf_counter()
+        result = self.ctx.pool.send(role, path, messages, keys=keys)
+        elapsed = time.perf_counter() - started
+        now = self.ctx.clock()
+        outcome = batch_outcome(
+            self.ctx.streaks,
+            entity=self.entity,
+            role=role,
+            size=len(messages),
+            accepted=result.accepted,
+            failed=result.failed,
+            now=now,
+        )
+        if result.accepted:
+            self.ctx.cost.add(self.entity, operation, len(result.accepted))
+        metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
+        backlog = path if operation is Operation.BACKLOG_SEND else None
+        self.journal.record_send(
+            role, [m.message_id for m in messages], outcome.outcomes, now, backlog_queue=backlog
+        )
+        self._record_health(role, outcome)
+        if self.abandoned_wait:
+            self._after_send(role, path, ids, outcome, now)
+        return outcome
+
+    def _after_send(self, role: Role, path: str, ids: list[str], outcome: BatchOutcome, now: float) -> None:
+        """Start a wait after a timeout (``bridge.core.abandoned``), or end one the resent messages ended."""
+        key = (role, path)
+        lost_track = abandoned.timed_out(ids, outcome.outcomes)
+        if lost_track:
+            still = abandoned.wait_left(self.abandoned, role, path, now) > 0
+            before = self.abandoned_ids.get(key, frozenset()) if still else frozenset()
+            self.abandoned[key] = now + self.abandoned_wait
+            self.abandoned_ids[key] = before | lost_track
+            self.ctx.retry.wait_after_abandoned(self.entity, self.shard, role, path, wait=self.abandoned_wait)
+            log.info(
+                "entity %s shard %d: %d messages to %s on %s timed out; nothing newer goes there for %.1fs",
+                self.entity,
+                self.shard,
+                len(lost_track),
+                path,
+                role,
+                self.abandoned_wait,
+            )
+        elif key in self.abandoned_ids and abandoned.all_accepted(
+            self.abandoned_ids[key], ids, outcome.outcomes
+        ):
+            del self.abandoned[key], self.abandoned_ids[key]
+            self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
+
+    def _record_health(self, role: Role, outcome: BatchOutcome) -> None:
+        # The batch's overall verdict: any accepted message proves the namespace up; otherwise the
+        # first failure says how it is doing (a message-permanent failure says nothing about it).
+        verdict = next((o for o in outcome.outcomes if o.ok), None) or outcome.outcomes[0]
+        before = self.ctx.roles.health(self.entity, role)
+        after = next_health(before, verdict, self.ctx.clock())
+        if after is not before:
+            self.ctx.roles.set_health(self.entity, role, after)
+            if after.available != before.available:
+                log.warning(
+                    "namespace %s is %s for entity %s: %s",
+                    role,
+                    "available" if after.available else "UNAVAILABLE",
+                    self.entity,
+                    after.last_error or "ok",
+                )
+                reason = "ok" if after.available else after.last_error or "?"
+                transitions.availability_changed(self.entity, role, after.available, reason)

@@ -1,0 +1,219 @@
+"""The drainer's settling part: carrying out a batch's settle plan (``bridge.core.settle``) — state
+changes, journal, dead-letter moves, held keys, acknowledgements — fenced by the tenure's lease."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from bridge.core import journal as journal_events
+from bridge.core.decisions import Change, Settlement
+from bridge.core.journal import JournalEvent
+from bridge.core.partitioning import partition_key
+from bridge.core.roles import Swap
+from bridge.core.settle import (
+    Acknowledge,
+    DeadLetterEntry,
+    HoldKey,
+    SettlePlan,
+    StayPending,
+    Stop,
+    plan_settlement,
+)
+from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, ShardState, message_id_of
+from bridge.errors import ProblemStreamFullError
+from bridge.journal.emit import JournalBatch, paired_events
+from bridge.observability import metrics, transitions
+from bridge.outbox.reader import OutboxEntry
+
+log = logging.getLogger(__name__)
+
+
+class ShardSettling(ShardState):
+    """Settles batches for one tenure (see the module docstring)."""
+
+    def _apply(self, entries: Sequence[OutboxEntry], decisions: Sequence[Settlement]) -> bool:
+        """Carry out the batch's settle plan (``bridge.core.settle``): the state changes, once each, then
+        every entry's fate; False when a ``Retry`` stops the shard until its backoff.
+
+        Each entry is settled on its own (an ``Ack`` after a ``Retry`` of another key is still an ack; a
+        mode never sends past a ``Retry`` or ``Hold`` of the same key).
+        """
+        plan = plan_settlement(
+            decisions,
+            [self._key(e) for e in entries],
+            held=self.holds.keys(),
+            waits=self.abandoned,
+            own_waits=self.abandoned_ids.keys(),
+            entity=self.entity,
+            now=self.ctx.clock(),
+        )
+        for alert in plan.alerts:
+            log.error("entity %s: %s", self.entity, alert)
+        self._apply_changes(plan.changes)
+        if plan.behind:
+            # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
+            batch, accepted = self.journal.take(), [e.entry_id for e in entries]
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted))
+            return True
+        self.settler.flush()
+        full = self._settle_in_line(entries, plan)
+        if plan.stop is not None:
+            self._stop(plan.stop)
+        if full is not None:
+            self._problem_stream_full(full)
+        return plan.stop is None and full is None
+
+    def _settle_in_line(
+        self, entries: Sequence[OutboxEntry], plan: SettlePlan
+    ) -> ProblemStreamFullError | None:
+        """Journal first, then dead-letter moves, holds and what retried entries already reached, then
+        the acknowledgements. The dead-letter entries the stream has no room for stay pending (neither
+        journaled nor moved): the refusal is returned, and the shard holds until there is room."""
+        fates = list(zip(entries, plan.fates, strict=True))
+        dead = [entry.entry_id for entry, fate in fates if isinstance(fate, DeadLetterEntry)]
+        room = self.ctx.reader.problem_room(self.entity, "deadletter") if dead else 0
+        kept = set(dead[room:])
+        for entry, fate in fates:
+            if isinstance(fate, DeadLetterEntry) and entry.entry_id not in kept:
+                self.journal.dead_lettered(message_id_of(entry), plan.now, fate.reason)
+        # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
+        self.journal.take().write(self.ctx.journal, self.entity)
+        full = self._full("deadletter") if kept else None
+        for entry, fate in fates:
+            if isinstance(fate, DeadLetterEntry):
+                if entry.entry_id in kept:
+                    continue
+                try:
+                    self._dead_letter(entry, fate, plan.now)
+                except ProblemStreamFullError as exc:  # filled meanwhile by another shard: held as well
+                    full = exc
+            elif isinstance(fate, HoldKey):
+                self._hold(fate)
+            elif isinstance(fate, StayPending) and fate.delivered_to:
+                self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
+        self._ack([entry.entry_id for entry, fate in fates if isinstance(fate, Acknowledge)])
+        return full
+
+    def _full(self, stream: str) -> ProblemStreamFullError:
+        bound = self.ctx.settings.entity(self.entity).max_problem_entries
+        return ProblemStreamFullError(self.entity, stream, bound, bound, retry_after=PROBLEM_FULL_WAIT)
+
+    def _problem_stream_full(self, full: ProblemStreamFullError) -> None:
+        """A problem entry found its stream full: it stays pending and the shard holds (loudly) until
+        ``PROBLEM_FULL_WAIT`` has passed, then decides it again (docs/durability.md, "Bounded problem
+        streams")."""
+        now = self.ctx.clock()
+        self.not_before = max(self.not_before or now, now + PROBLEM_FULL_WAIT)
+        self.report.retry_after = max(self.report.retry_after or 0.0, PROBLEM_FULL_WAIT)
+        self.report.notes.append(str(full))
+        log.error("entity %s shard %d holds: %s", self.entity, self.shard, full)
+        transitions.problem_stream_full(self.entity, full.stream)
+
+    def _dead_letter(self, entry: OutboxEntry, fate: DeadLetterEntry, now: float) -> None:
+        reason = fate.reason
+        self.ctx.reader.move(entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.fence)
+        self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
+        self.report.dead_lettered += 1
+        log.warning(
+            "entity %s: message %s dead-lettered locally: %s",
+            self.entity,
+            message_id_of(entry) or "?",
+            reason,
+        )
+        transitions.dead_lettered(self.entity, reason)
+
+    def _stop(self, stop: Stop) -> None:
+        """The shard waits until ``stop.until``; a backoff is counted and kept in Redis (fenced), a planned
+        wait (a restore barrier) is this tenure's alone."""
+        if stop.backoff:
+            self.attempts = self.ctx.retry.back_off(
+                self.entity, self.shard, stop.retry_after, fence=self.fence
+            )
+            self._retry_state = True
+        self.not_before = stop.until
+        self.report.retry_after = stop.retry_after
+        log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
+
+    def _settle_accepted(self, batch: JournalBatch, entry_ids: list[str]) -> None:
+        # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
+        batch.write(self.ctx.journal, self.entity)
+        self._ack(entry_ids)
+
+    # ---- keys that wait (Hold) -------------------------------------------------------------------
+    def _key(self, entry: OutboxEntry) -> str:
+        """The entry's order key (SessionId, PartitionKey, MessageId when deduplicating), else its own id."""
+        key = partition_key(entry.envelope, self.dedup) if entry.envelope is not None else None
+        return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
+
+    def _hold(self, hold: HoldKey) -> None:
+        self.holds[hold.key] = hold.until
+        log.info(
+            "entity %s shard %d holds a key for %.2fs: %s",
+            self.entity,
+            self.shard,
+            hold.retry_after,
+            hold.reason,
+        )
+
+    def _not_held(self, entries: list[OutboxEntry]) -> list[OutboxEntry]:
+        """The entries whose key is not held; a held key's entries stay pending behind its first one."""
+        if not self.holds:
+            return entries
+        return [e for e in entries if self._key(e) not in self.holds]
+
+    def _holds_due(self) -> bool:
+        """Some held key may be tried again: its entries are claimed again (in order) and re-decided."""
+        return bool(self.holds) and min(self.holds.values()) <= self.ctx.clock()
+
+    def _release_due_holds(self) -> None:
+        """Forget the holds that are due; their keys' entries, anywhere in the pending list, are claimed
+        again from the start."""
+        now = self.ctx.clock()
+        kept = {key: at for key, at in self.holds.items() if at > now}
+        if len(kept) < len(self.holds):
+            self.claim_from = "0-0"
+        self.holds = kept
+
+    def _ack(self, entry_ids: list[str]) -> None:
+        if entry_ids:
+            self.ctx.reader.ack(self.entity, self.shard, entry_ids, fence=self.fence)
+            metrics.record_delivered(self.entity, entry_ids, time.time())
+            if self.mode == "active":
+                self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)
+            self.report.sent += len(entry_ids)
+
+    def _write_journal(self, events: list[JournalEvent]) -> None:
+        if self.ctx.journal is not None and events:
+            self.ctx.journal.append(self.entity, events)
+
+    def _apply_changes(self, changes: Sequence[Change]) -> None:
+        for change in changes:
+            if isinstance(change, Swap):
+                applied, state = self.ctx.roles.swap(self.entity, change)
+                if applied:
+                    self._write_journal(
+                        [
+                            journal_events.role_swapped(
+                                self.ctx.clock(),
+                                from_role=change.from_role,
+                                to_role=change.to_role,
+                                epoch=state.epoch,
+                                reason=change.reason,
+                            )
+                        ]
+                    )
+                    log.warning(
+                        "entity %s: roles swapped %s -> %s (epoch %d): %s",
+                        self.entity,
+                        change.from_role,
+                        change.to_role,
+                        state.epoch,
+                        change.reason,
+                    )
+                    transitions.role_swapped(self.entity, change.to_role, change.reason)
+            else:
+                namespace = self.ctx.settings.primary.namespace_name if self.ctx.settings.primary else ""
+                update = self.ctx.paired.apply_all(self.entity, namespace, [change])
+                self._write_journal(paired_events(change, update, self.ctx.clock()))

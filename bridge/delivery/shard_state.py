@@ -1,0 +1,101 @@
+"""The state one shard's tenure carries between batches and turns, shared by the drainer's parts.
+
+``ShardDrainer`` (``bridge.delivery.drainer``) is put together from three parts, each a module of its own
+so that none grows past a screenful of concerns: this state (what the tenure knows: its fence, retry count
+and backoff, held keys, paths it must not send to yet, where the next claim starts), the sending part
+(``bridge.delivery.shard_sending``: one recorded send, health, abandoned sends) and the settling part
+(``bridge.delivery.shard_settling``: carrying out the settle plan, holds, acknowledgements, state
+changes). The drainer itself reads, claims and decides when a turn ends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from bridge.core.roles import Role
+from bridge.delivery.context import DeliveryContext
+from bridge.delivery.settler import Settler
+from bridge.journal.emit import BatchJournal, namespace_names
+from bridge.outbox.reader import OutboxEntry
+
+READ_COUNT = 200
+"""Entries per read: one batched send (or a few, as the size limit allows) per read."""
+LAYOUT_WAIT = 0.5
+"""Seconds a new-layout entry waits before the drainer looks again whether the old layout is drained."""
+PROBLEM_FULL_WAIT = 5.0
+"""Seconds a shard holds before it decides again an entry whose quarantine or dead-letter stream was full."""
+
+
+@dataclass
+class DrainReport:
+    """What one drain run did (returned by the task, logged at DEBUG)."""
+
+    entity: str
+    shard: int
+    sent: int = 0
+    dead_lettered: int = 0
+    quarantined: int = 0
+    retry_after: float | None = None
+    busy: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def message_id_of(entry: OutboxEntry) -> str | None:
+    """The entry's MessageId, None for an entry that could not be decoded."""
+    return entry.envelope.message_id if entry.envelope else None
+
+
+class ShardState:
+    """One tenure of one shard: what it knows between batches (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: DeliveryContext,
+        entity: str,
+        shard: int,
+        *,
+        consumer: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.entity = entity
+        self.shard = shard
+        # One consumer name per process (stable), one lease token per tenure (unique): the group keeps few
+        # consumers, and a fence tells this tenure from an earlier or later one of the same process.
+        self.consumer = consumer or ctx.identity
+        self.token = token or f"{self.consumer}:{uuid.uuid4().hex[:8]}"
+        self.fence = ctx.leases.fence(entity, shard, self.token)
+        self.report = DrainReport(entity, shard)
+        self.mode = ctx.settings.entity(entity).replication
+        self.lease_ttl = ctx.settings.workers.lease_ttl
+        self.attempts = 0
+        self.not_before: float | None = None
+        self._retry_state = False
+        self.dedup = ctx.settings.entity(entity).requires_duplicate_detection
+        self.abandoned: dict[tuple[Role, str], float] = {}
+        """Paths this shard sends nothing newer to until the time given, after a send there timed out
+        (``bridge.core.abandoned``); loaded from Redis when the tenure starts."""
+        self.abandoned_ids: dict[tuple[Role, str], frozenset[str]] = {}
+        """The messages this tenure abandoned per path: a send that carries them all may go at once."""
+        self.abandoned_wait = ctx.settings.retry.abandoned_wait
+        self.holds: dict[str, float] = {}
+        """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
+        self.claim_from = "0-0"
+        """Where the next claim starts: every entry still pending before it belongs to a held key."""
+        self.claiming = True
+        """The next read claims pending entries (from ``claim_from``) instead of reading new ones."""
+        self.prune = True
+        """The next claim also deletes the group's other consumers that have nothing pending."""
+        self._taken_over = False
+        settings = ctx.settings
+        self.journal = BatchJournal(
+            namespace_names(
+                settings.primary.namespace_name if settings.primary else None,
+                settings.secondary.namespace_name if settings.secondary else None,
+            ),
+            dual=self.mode == "active",
+        )
+        """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
+        self.settler = Settler()
+        """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
