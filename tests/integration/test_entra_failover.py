@@ -20,6 +20,7 @@ from bridge.observability.snapshot import BacklogProbe
 from bridge.servicebus.credentials import service_bus_client
 from bridge.servicebus.provisioning import provision
 from bridge.settings import NamespaceSettings, Settings
+from tests.integration.entra_support import client_id
 from tests.integration.paired_support import PAIRED_SETTINGS, cost, paired_state
 from tests.integration.worker_support import entity_status, make_stack, producer
 
@@ -116,3 +117,37 @@ def test_paired_failover_and_syphon_with_entra_id_only(entra_stack: Any) -> None
         fresh = [p.send("orders", f"up-{i}".encode()) for i in range(5)]
     assert ids(receive(stack, "primary", "orders", 15, timeout=60)) == sorted(backlogged + fresh)
     assert cost(stack, "orders").syphon_sends == 10
+
+
+def test_a_primary_whose_token_cannot_be_obtained_is_failed_over_and_loses_nothing(entra_stack: Any) -> None:
+    stack = entra_stack({"orders": {"replication": "passive"}, "held": {"replication": "none"}})
+    endpoints = stack.primary.endpoints
+    assert endpoints is not None
+    # Given bridge processes whose primary signs in with a client secret the issuer refuses
+    wrong = {
+        "BRIDGE_PRIMARY__CREDENTIAL": "client_secret",
+        "BRIDGE_PRIMARY__CLIENT_ID": client_id("sender"),
+        "BRIDGE_PRIMARY__CLIENT_SECRET": "wrong-secret-value",
+        "BRIDGE_PRIMARY__TENANT_ID": endpoints.tenant_id,
+        "BRIDGE_PRIMARY__AUTHORITY": endpoints.authority,
+    }
+    worker = stack.start_worker("wrong-secret", **wrong)
+    stack.start_beat(**wrong)
+    with producer(stack) as p:
+        passive = [p.send("orders", f"p{i}".encode()) for i in range(10)]
+        held = [p.send("held", f"h{i}".encode()) for i in range(5)]
+    # Then the primary counts as unavailable: the passive entity's messages land in the secondary ...
+    assert ids(receive(stack, "secondary", "orders", 10)) == sorted(passive)
+    status = entity_status(stack, "orders")
+    assert status["active"] == "secondary" and status["namespaces"]["primary"]["available"] is False
+    # ... and those of an entity with nowhere else to go stay in the outbox, none acknowledged
+    wait_until(
+        lambda: entity_status(stack, "held")["namespaces"]["primary"]["last_error"], 40, what="held tried"
+    )
+    assert entity_status(stack, "held")["outbox_depth"] == 5
+    assert "wrong-secret-value" not in worker.log_path.read_text(errors="replace")
+    # When a worker that signs in right takes over, they are delivered, each once
+    worker.kill()
+    stack.start_worker("signed-in")
+    assert ids(receive(stack, "primary", "held", 5)) == sorted(held)
+    wait_until(lambda: entity_status(stack, "held")["outbox_depth"] == 0, 20, what="empty outbox")

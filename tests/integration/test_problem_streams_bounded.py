@@ -7,6 +7,7 @@ Real parts: the session's private Redis, the shared local namespace, a drain run
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from bridge.cli.status import _problem_depth
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import PROBLEM_FULL_WAIT, ShardDrainer
 from bridge.embedded.namespaces import LocalNamespace
@@ -69,6 +71,7 @@ def test_a_full_dead_letter_stream_holds_the_entries_in_the_outbox_until_there_i
     shared_namespace: LocalNamespace,
     unique_name: str,
     contexts: list[DeliveryContext],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     entity = unique_name
     settings = _settings(redis_url, shared_namespace, entity)
@@ -95,6 +98,11 @@ def test_a_full_dead_letter_stream_holds_the_entries_in_the_outbox_until_there_i
     assert _full_count(entity, "deadletter") > before
     status = entity_status(settings, sync_client(redis_url), entity)
     assert (status["problem_streams_full"], status["max_problem_entries"]) == (["deadletter"], BOUND)
+    assert _problem_depth(status, "deadletter", 2) == "2 FULL"  # as ``bridge status`` shows it
+    held = [
+        r for r in caplog.records if r.levelno == logging.ERROR and "deadletter stream is full" in r.message
+    ]
+    assert held and entity in held[0].message
     journal = JournalStore(redis_client, JournalSettings()).read(entity, 1000)
     assert sorted(e.message_id for _, e in journal if e.kind == "dead_lettered") == sorted(expired[:2])
 

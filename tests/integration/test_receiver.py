@@ -162,6 +162,58 @@ def test_a_receiver_killed_after_the_done_mark_and_before_the_completion_does_no
     assert counts(redis_url, "crash").handled == 1
 
 
+def test_a_receiver_killed_inside_its_handler_leaves_a_mark_that_expires_and_the_copy_is_handed_again(
+    pair: tuple[LocalNamespace, LocalNamespace], redis_url: str, tmp_path: Path
+) -> None:
+    primary, secondary = pair
+    with NamespaceAdmin(namespace(primary)) as admin:
+        admin.create_queue("inside", lock_duration=timedelta(seconds=3))
+    # In-flight marks that live 2 s unrenewed (the default 30 s would only make the test wait longer)
+    short_marks = {"BRIDGE_RECEIVER__INFLIGHT_TTL": "2"}
+    window = DedupWindow(
+        redis.Redis.from_url(redis_url),
+        ReceiverKeys("inside"),
+        owner="test",
+        window=600,
+        max_remembered=10,
+        inflight_ttl=30,
+    )
+    # Given a handler that runs for a minute
+    proc = start_receiver(
+        tmp_path,
+        environment(redis_url, primary, secondary, RX_TEST_SLEEP="60", **short_marks),
+        "inside",
+        "slow",
+    )
+    try:
+        send(primary, "inside", ["inside-1"])
+        wait_until(lambda: recorded(redis_url, "inside"), 30, what=f"the handler started: {log_of(proc)}")
+        assert window.in_flight("inside-1") and not window.is_done("inside-1")
+        # When the receiver is killed (-9) inside the handler
+        proc.kill()
+    finally:
+        proc.stop()
+    assert count_in(primary, "inside") == 1, "the copy must still be there (never completed)"
+    # Then its mark expires once another receiver reaches Redis, and that receiver hands the copy again
+    again = start_receiver(
+        tmp_path,
+        environment(redis_url, primary, secondary, **short_marks),
+        "inside",
+        name="receive-inside-again",
+    )
+    try:
+        wait_until(
+            lambda: count_in(primary, "inside") == 0, 60, what=f"the copy handed again: {log_of(again)}"
+        )
+    finally:
+        again.stop()
+    calls = recorded(redis_url, "inside")
+    assert [c["phase"] for c in calls] == ["start", "call"], calls
+    assert per_id(calls) == {"inside-1": 2} and calls[0]["pid"] != calls[1]["pid"]
+    assert window.is_done("inside-1")
+    assert counts(redis_url, "inside").handled == 1
+
+
 def test_a_failing_handler_is_retried_then_dead_lettered_with_its_error_as_the_reason(
     pair: tuple[LocalNamespace, LocalNamespace], redis_url: str, tmp_path: Path
 ) -> None:
