@@ -3,14 +3,15 @@
 ``pytest -m container`` (slow: it builds both images and runs eight containers; ``./scripts/bootstrap
 containers`` installs the engine and runs it). The compose file is taken with
 ``tests/integration/compose.host-network.yaml`` on top, resolved by ``docker-compose config``: every service
-on the host network with free loopback ports, images FROM the Debian stand-ins. The receiver service is not
-started: the check reads the namespaces with the plain azure-servicebus SDK, and a receiver would take the
-messages first.
+on the host network with free loopback ports, images FROM the Debian stand-ins. The receiver service starts
+last: the check reads the namespaces with the plain azure-servicebus SDK first, and a receiver would take the
+messages before it.
 
 The story: messages posted to the ingress reach the primary namespace; the primary's container is stopped,
 and what is posted then reaches the secondary (passive replication fails over); the primary's container is
 started again (its data volume kept), more messages are posted, and in the end every accepted MessageId is
-found in one namespace or the other.
+found in one namespace or the other. Then the receiver service starts and hands one more message to its
+handler, logging no warning.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ COMPOSE = ROOT / "docker" / "compose.yaml"
 OVERRIDE = Path(__file__).with_name("compose.host-network.yaml")
 PORTS = ("REDIS", "PRIMARY", "SECONDARY", "INGRESS", "WORKER_METRICS", "BEAT_METRICS", "BEAT2_METRICS",
          "RECEIVER_METRICS")  # fmt: skip
+# The receiver starts last, after the plain SDK has read the queues (it would take the messages first).
 SERVICES = ("redis", "primary", "secondary", "ingress", "worker", "beat", "beat-2")
 BATCH = 20
 ARRIVAL_DEADLINE = 120.0
@@ -191,3 +193,14 @@ def test_messages_posted_across_a_stopped_namespace_container_all_arrive(stack: 
     assert expected - set(arrived) == set(), (
         f"{len(expected - set(arrived))} of {len(expected)} never arrived"
     )
+
+    # And the receiver service, started last, hands a new message to its handler without complaint
+    last = stack.post(1, "for-the-receiver")[0]
+    stack.compose("up", "-d", "--no-build", "receiver")
+    receiver = stack.container("receiver")
+    stack.engine.wait_healthy([receiver], deadline=120)
+    end = time.monotonic() + ARRIVAL_DEADLINE
+    while f"received {last} on orders" not in (log := stack.engine.docker("logs", receiver).stderr):
+        assert time.monotonic() < end, f"the receiver never handled {last}:\n{log[-3000:]}"
+        time.sleep(2)
+    assert '"level": "WARNING"' not in log and '"level": "ERROR"' not in log, log[-3000:]

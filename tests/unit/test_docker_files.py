@@ -7,7 +7,9 @@ the processes ``bridge up`` starts (two namespaces, ingress, worker, two beats, 
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -184,3 +186,38 @@ def test_the_test_override_covers_every_service() -> None:
         if "--host" in command:
             assert _option(command, "--host") == "127.0.0.1", f"{name}: traffic stays on loopback"
     assert override["x-test-env"]["BRIDGE_METRICS_HOST"] == "127.0.0.1"
+
+
+def _load(path: Path) -> Any:
+    """A script of docker/ as a module (docker/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wheel(folder: Path, name: str, *requires: str) -> None:
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as archive:
+        lines = [f"Name: {name}", "Version: 1.0", *(f"Requires-Dist: {r}" for r in requires)]
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", "\n".join(lines) + "\n")
+
+
+def test_wheels_another_python_3_11_release_needs_are_found(tmp_path: Path) -> None:
+    # Given redis's wheel as a 3.11.7 host makes it: async-timeout is needed below 3.11.3 only
+    helper = _load(ROOT / "docker" / "wheels_for_311.py")
+    _wheel(
+        tmp_path,
+        "redis",
+        'async-timeout>=4.0.3; python_full_version < "3.11.3"',
+        'hiredis>=3; extra == "hiredis"',
+        'pywin32; sys_platform == "win32"',
+        'tomli; python_version < "3.11"',
+    )
+
+    # Then the helper names it (not the extra, another platform's or an older Python's requirement)
+    assert helper.missing(tmp_path) == ["async-timeout>=4.0.3"]
+
+    # and once its wheel is in the folder, nothing
+    _wheel(tmp_path, "async_timeout")
+    assert helper.missing(tmp_path) == []
