@@ -182,7 +182,17 @@ def engine() -> Iterator[Engine]:
             yield started
         finally:
             _stop(process)
+            _unmount_below(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _unmount_below(directory: Path) -> None:
+    """dockerd leaves its network namespace bind-mounted (``exec/netns/default``) when it exits: unmount
+    what is mounted below ``directory`` so that it can be removed."""
+    mounts = Path("/proc/mounts").read_text().splitlines()
+    points = [line.split()[1] for line in mounts if len(line.split()) > 1]
+    for point in sorted((p for p in points if p.startswith(f"{directory}/")), reverse=True):
+        subprocess.run(["umount", point], capture_output=True, timeout=30, check=False)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
