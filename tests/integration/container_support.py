@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,6 @@ class Engine:
     """A Docker engine the tests talk to: ``env`` carries its ``DOCKER_HOST``."""
 
     env: dict[str, str]
-    started: bool
-    log: Path | None = None
-    containers: list[str] = field(default_factory=list)
 
     def docker(
         self, *args: str, timeout: float = 120.0, check: bool = True
@@ -138,7 +135,7 @@ def _answers(env: dict[str, str]) -> bool:
 def engine() -> Iterator[Engine]:
     """The running engine, or one started here (and stopped on the way out)."""
     if _answers({}):
-        yield Engine(env={}, started=False)
+        yield Engine(env={})
         return
     require("docker", "dockerd", "debootstrap")
     cache = cache_dir()
@@ -174,7 +171,7 @@ def engine() -> Iterator[Engine]:
                 if process.poll() is not None or time.monotonic() > end:
                     pytest.fail(f"dockerd did not start (exit {process.poll()}):\n{log.read_text()[-3000:]}")
                 time.sleep(0.5)
-            started = Engine(env=env, started=True, log=log)
+            started = Engine(env=env)
             # Containers of an interrupted run would come back with their restart policy: remove them.
             leftovers = started.docker("ps", "-aq").stdout.split()
             if leftovers:
