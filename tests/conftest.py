@@ -158,6 +158,9 @@ KNOWN_COST = {
     "tests/integration/test_up.py": 40.0,
     "tests/integration/test_ingress_fuzz.py": 30.0,
     "tests/integration/test_workers_entities.py::test_one_message_to_each_of_300": 35.0,
+    # Builds an image (and, on a machine's first run, its debootstrap base): docs/containers.md.
+    "tests/integration/test_container_images.py": 150.0,
+    "tests/integration/test_container_compose.py": 400.0,
 }
 # The rest by the fixtures they take, plus a base cost for an integration or a unit test:
 FIXTURE_COST = {"make_stack": 20.0, "spark": 15.0, "namespace_factory": 8.0, "namespace_pair": 8.0}

@@ -1,4 +1,4 @@
-"""``docker/``: no container engine runs here, so the files are checked against the code they start.
+"""``docker/``: the files checked against the code they start (``test_container_*.py`` build and run them).
 
 Every service's command must be a ``bridge`` command with options that command has, every ``BRIDGE_*``
 name a settings field, every published or exposed port one the process listens on; and the services are
@@ -7,7 +7,9 @@ the processes ``bridge up`` starts (two namespaces, ingress, worker, two beats, 
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from bridge.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
+OVERRIDE = ROOT / "tests" / "integration" / "compose.host-network.yaml"
 NOT_SETTINGS = {"BRIDGE_EMULATOR_KEY"}  # read by `bridge emulator` itself (the namespace's own key)
 PASS_THROUGH = {"worker", "beat"}  # Celery's own flags are passed on unchanged
 
@@ -156,9 +159,65 @@ def test_the_services_are_the_processes_of_bridge_up() -> None:
 
 def test_the_dockerfile_builds_what_the_compose_file_runs() -> None:
     text = DOCKERFILE.read_text()
-    for package in ("bridge", "workers", "tasks"):
-        assert re.search(rf"^COPY {package} \./{package}$", text, re.M), package
-    assert 'ENTRYPOINT ["bridge"]' in text
+    # Nothing inside the build reaches a package registry: every install is from the wheels made on the host.
+    installs = re.findall(r"^[^#\n]*pip install [^\n]*", text, re.M)
+    assert installs and all("--no-index --find-links /tmp/wheels" in line for line in installs), installs
+    assert "COPY docker/wheels /tmp/wheels" in text
+    assert text.count('ENTRYPOINT ["bridge"]') == 2
+    assert text.count("HEALTHCHECK ") == 2
+    assert text.count("USER bridge") == 2
     stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.M))
     targets = {s["build"]["target"] for s in compose()["services"].values() if "build" in s}
     assert targets <= stages
+    assert re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)[-1] == "runtime", "the default target is the bridge"
+
+
+def test_the_test_override_covers_every_service() -> None:
+    """The container test runs the base file with the override on top: a service the override missed
+    would join a container network the test's engine does not have."""
+    override: dict[str, Any] = yaml.safe_load(OVERRIDE.read_text())
+    assert set(override["services"]) == set(compose()["services"])
+    for name, service in override["services"].items():
+        assert service["network_mode"] == "host", name
+        for env_name in service.get("environment", {}):
+            if env_name.startswith("BRIDGE_") and env_name not in NOT_SETTINGS:
+                assert settings_name_exists(env_name), f"{name}: {env_name} is not a setting"
+        command = service.get("command", [])
+        if "--host" in command:
+            assert _option(command, "--host") == "127.0.0.1", f"{name}: traffic stays on loopback"
+    assert override["x-test-env"]["BRIDGE_METRICS_HOST"] == "127.0.0.1"
+
+
+def _load(path: Path) -> Any:
+    """A script of docker/ as a module (docker/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wheel(folder: Path, name: str, *requires: str) -> None:
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as archive:
+        lines = [f"Name: {name}", "Version: 1.0", *(f"Requires-Dist: {r}" for r in requires)]
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", "\n".join(lines) + "\n")
+
+
+def test_wheels_another_python_3_11_release_needs_are_found(tmp_path: Path) -> None:
+    # Given redis's wheel as a 3.11.7 host makes it: async-timeout is needed below 3.11.3 only
+    helper = _load(ROOT / "docker" / "wheels_for_311.py")
+    _wheel(
+        tmp_path,
+        "redis",
+        'async-timeout>=4.0.3; python_full_version < "3.11.3"',
+        'hiredis>=3; extra == "hiredis"',
+        'pywin32; sys_platform == "win32"',
+        'tomli; python_version < "3.11"',
+    )
+
+    # Then the helper names it (not the extra, another platform's or an older Python's requirement)
+    assert helper.missing(tmp_path) == ["async-timeout>=4.0.3"]
+
+    # and once its wheel is in the folder, nothing
+    _wheel(tmp_path, "async_timeout")
+    assert helper.missing(tmp_path) == []
