@@ -20,7 +20,8 @@ from proton import Collector, Connection, Delivery, Event, Receiver, Sender, Tra
 
 from bridge.emulator.amqp import links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
-from bridge.emulator.amqp.conditions import error_condition
+from bridge.emulator.amqp.conditions import error_condition, with_info
+from bridge.emulator.amqp.sequencing import DeliveryIdFilter
 from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultKind
 
@@ -42,6 +43,7 @@ class AmqpConnection(asyncio.Protocol):
         self.engine.bind(self.conn)
         self.tokens: list[tuple[str, str]] = []  # (token, audience authority) accepted by put-token
         self.reply_links: dict[str, Sender] = {}  # request-node address → our link answering on it
+        self.wire = DeliveryIdFilter()
         self.closed = False
 
     # ---- asyncio protocol --------------------------------------------------------------------------
@@ -56,7 +58,7 @@ class AmqpConnection(asyncio.Protocol):
         fault = self.broker.faults.for_namespace()
         if fault is not None and fault.kind is FaultKind.BLACKHOLE:
             return  # swallow everything: the peer sees an open socket that never answers
-        view = memoryview(data)
+        view = memoryview(self.wire.incoming(data))
         while view:
             capacity = self.engine.capacity()
             if capacity <= 0:
@@ -68,6 +70,9 @@ class AmqpConnection(asyncio.Protocol):
                 log.debug("protocol error from client", exc_info=True)
                 break
             self._process_events()
+        condition = self.engine.condition
+        if condition is not None and not condition.info and self.wire.close_condition is None:
+            self.wire.close_condition = with_info(condition)  # see ``sequencing``
         self.broker.mark_dirty(self)
         self.broker.after_io()
 
@@ -108,7 +113,8 @@ class AmqpConnection(asyncio.Protocol):
                 return
             output = self.engine.peek(pending)
             if output is not None:  # never None with pending > 0; proton's stub allows it
-                self.aio.write(bytes(output))
+                data = bytes(output)
+                self.aio.write(self.wire.outgoing(data) if self.wire.scans_output else data)
             self.engine.pop(pending)
 
     def abort(self) -> None:
