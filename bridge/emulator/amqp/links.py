@@ -130,7 +130,10 @@ def expire_pending_session(conn: AmqpConnection, pending: PendingSession) -> Non
     broker = conn.broker
     if pending in broker.pending_sessions:
         broker.pending_sessions.remove(pending)
+    # As Azure answers: the attach comes back without a source, then a timeout detach. Echoing the source
+    # would let the SDK "open" a receiver without a session (it reads the session from the source).
     link = pending.link
+    link.source.type = Terminus.UNSPECIFIED
     link.open()
     link.condition = timeout_condition("No session available within the timeout.")
     link.close()
