@@ -49,6 +49,7 @@ class LocalNamespace:
         data_dir: Path | None = None,
         key: str | None = None,
         log_level: str = "WARNING",
+        idle_timeouts: tuple[float, float] | None = None,
     ) -> None:
         self.name = name
         self.entities_file = entities_file
@@ -58,6 +59,7 @@ class LocalNamespace:
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=f"bridge-ns-{name}-"))
         self.key = key or secrets.token_urlsafe(24)
         self.log_level = log_level
+        self.idle_timeouts = idle_timeouts  # (link, connection) seconds; None = Azure's 600 and 300
         self.port = 0
         self.control_port = 0
         self.endpoints: NamespaceEndpoints | None = None
@@ -93,6 +95,9 @@ class LocalNamespace:
             args += ["--entities", str(self.entities_file)]
         if self.auto_create:
             args.append("--auto-create")
+        if self.idle_timeouts is not None:
+            link, connection = self.idle_timeouts
+            args += ["--link-idle-timeout", str(link), "--connection-idle-timeout", str(connection)]
         env = dict(os.environ, BRIDGE_EMULATOR_KEY=self.key)  # keeps the key out of `ps`
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "emulator.log").open("a")

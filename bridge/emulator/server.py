@@ -29,6 +29,7 @@ from typing import Any
 
 from bridge.emulator.amqp.broker import Broker
 from bridge.emulator.amqp.connection import AmqpConnection
+from bridge.emulator.amqp.idle import IdleTimeouts
 from bridge.emulator.certs import ensure_certificate, server_ssl_context
 from bridge.emulator.entities_file import load_entities
 from bridge.emulator.errors import BrokerError
@@ -64,6 +65,7 @@ class EmulatorConfig:
     entities_file: Path | None = None
     auto_create: bool = False
     fsync: bool = True
+    idle_timeouts: IdleTimeouts = field(default_factory=IdleTimeouts)
 
 
 class EmulatorServer:
@@ -78,6 +80,7 @@ class EmulatorServer:
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self.wal = WriteAheadLog(config.data_dir / WAL_FILE, fsync=config.fsync)
         self.broker = Broker(self.namespace, self.faults, {config.key_name: config.key}, self.wal)
+        self.broker.idle_timeouts = config.idle_timeouts
         cert_dir = config.cert_dir or (config.data_dir / "tls" if config.data_dir else None)
         if cert_dir is None:
             import tempfile
@@ -245,6 +248,8 @@ class EmulatorServer:
             self._parked.clear()
             for conn in list(self.broker.connections):
                 conn.abort()
+        if FaultKind.THROTTLE in started or FaultKind.THROTTLE in ended:
+            self.broker.penalty.until = 0.0  # a new or cleared throttle starts without a window
         for fault in change.started:
             if fault.entity is not None and fault.kind is FaultKind.OUTAGE:
                 self._detach_entity_links(fault.entity)
@@ -255,6 +260,12 @@ class EmulatorServer:
             conn.detach_entity(entity)
 
     # ---- control interface (NamespaceControl) --------------------------------------------------------
+    def detach(self, entity: str | None = None) -> int:
+        """Force-detach the entity links of ``entity`` (and below), or of every entity; returns how many."""
+        detached = sum(conn.force_detach(entity) for conn in list(self.broker.connections))
+        self.broker.after_io()
+        return detached
+
     def disaster(self) -> None:
         """Lose every entity and message, including what is on disk."""
         self.namespace.disaster()

@@ -18,7 +18,7 @@ import logging
 
 from proton import Collector, Connection, Delivery, Event, Receiver, Sender, Transport
 
-from bridge.emulator.amqp import links, requests, sends, settlement
+from bridge.emulator.amqp import idle, links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition, with_info
 from bridge.emulator.amqp.sequencing import DeliveryIdFilter
@@ -44,6 +44,7 @@ class AmqpConnection(asyncio.Protocol):
         self.tokens: list[tuple[str, str]] = []  # (token, audience authority) accepted by put-token
         self.reply_links: dict[str, Sender] = {}  # request-node address → our link answering on it
         self.wire = DeliveryIdFilter()
+        self.last_activity = idle.now()  # the client's last frame other than a heartbeat (``idle``)
         self.closed = False
 
     # ---- asyncio protocol --------------------------------------------------------------------------
@@ -58,6 +59,8 @@ class AmqpConnection(asyncio.Protocol):
         fault = self.broker.faults.for_namespace()
         if fault is not None and fault.kind is FaultKind.BLACKHOLE:
             return  # swallow everything: the peer sees an open socket that never answers
+        if len(data) > 8:  # an empty frame (8 bytes) is a heartbeat, not activity
+            self.last_activity = idle.now()
         view = memoryview(self.wire.incoming(data))
         while view:
             capacity = self.engine.capacity()
@@ -134,6 +137,10 @@ class AmqpConnection(asyncio.Protocol):
     def detach_entity(self, entity: str) -> None:
         """Force-detach every link of this connection that works on ``entity`` (an entity outage)."""
         links.detach_entity(self, entity)
+
+    def force_detach(self, entity: str | None) -> int:
+        """Force-detach the entity links (of ``entity``, or all) as Service Bus does; returns how many."""
+        return links.force_detach_links(self, entity)
 
     def try_pending_session(self, pending: PendingSession) -> None:
         """Give a waiting next-available-session attach a session if one has become available."""
@@ -212,4 +219,5 @@ class AmqpConnection(asyncio.Protocol):
         elif path.endswith(links.MANAGEMENT_SUFFIX):
             requests.on_management(self, dlv, raw, path.removesuffix(links.MANAGEMENT_SUFFIX))
         else:
+            idle.touch(link)
             sends.on_send(self, dlv, raw, path)
