@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.emulator.amqp.broker import Broker
+from bridge.emulator.amqp.codec import with_application_properties
 from bridge.emulator.amqp.connection import AmqpConnection
 from bridge.emulator.amqp.idle import IdleTimeouts
 from bridge.emulator.certs import ensure_certificate, server_ssl_context
@@ -73,7 +74,9 @@ class EmulatorServer:
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
-        self.namespace = Namespace(config.name, auto_create=config.auto_create)
+        self.namespace = Namespace(
+            config.name, auto_create=config.auto_create, properties_writer=with_application_properties
+        )
         self.faults = FaultState()
         self.wal: WriteAheadLog | None = None
         if config.data_dir is not None:
