@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBusReceiver, ServiceBusSender
 
@@ -35,6 +36,7 @@ class RoleClient:
         self.client = client
         self.sdk_timeout = sdk_timeout
         self.senders: dict[str, ServiceBusSender] = {}
+        self.last_used: dict[str, float] = {}  # entity → monotonic time its sender was last handed out
         self.receivers: dict[str, ServiceBusReceiver] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.users = 0
@@ -71,9 +73,14 @@ class RoleClient:
         """The cached sender for a queue or topic path (the AMQP link target is just the path)."""
         sender = self.senders.get(entity)
         if sender is None:
-            sender = self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
+            sender = self.new_sender(entity)
             self.senders[entity] = sender
+        self.last_used[entity] = time.monotonic()
         return sender
+
+    def new_sender(self, entity: str) -> ServiceBusSender:
+        """A new, unopened sender for ``entity`` (the cache is the caller's business)."""
+        return self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
 
     def receiver(self, queue: str) -> ServiceBusReceiver:
         """The cached PEEK_LOCK receiver of ``queue`` (no prefetch: the syphon takes what it asks for)."""
