@@ -20,6 +20,7 @@ proton's own ``close`` after a protocol error. That close carries no info map, w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proton import Condition
@@ -27,6 +28,14 @@ from proton import Condition
 from bridge.emulator.amqp import frames
 
 UINT_MASK = 0xFFFFFFFF
+PERFORMATIVE_BYTES = 512  # handle, delivery-id, a tag of up to 32 bytes, format, settled, more: well within
+_WATCHED = frozenset((frames.BEGIN, frames.TRANSFER, frames.END))
+
+
+def _watched(buf: bytes, at: int, size: int) -> bool:
+    """Whether the frame at ``at`` is a begin, transfer or end (a small-ulong descriptor; else not read)."""
+    body = at + buf[at + 4] * 4
+    return body + 3 <= at + size and buf[body + 1] == 0x53 and buf[body + 2] in _WATCHED
 
 
 @dataclass(slots=True)
@@ -42,6 +51,7 @@ class DeliveryIdFilter:
 
     def __init__(self) -> None:
         self._pending = bytearray()  # an incomplete incoming frame
+        self._needed = 0  # bytes that frame needs in all
         self._sessions: dict[int, _Session] = {}
         self._unanswered_begins: set[int] = set()  # client channels whose begin proton has not answered
         self._remote_channel: dict[int, int] = {}  # proton's channel → the client's
@@ -56,39 +66,55 @@ class DeliveryIdFilter:
 
     # ---- client → proton -------------------------------------------------------------------------
     def incoming(self, data: bytes) -> bytes:
-        """The bytes to give proton for ``data``: whole frames, transfers renumbered where needed."""
+        """The bytes to give proton for ``data``: whole frames, transfers renumbered where needed.
+
+        The common case costs a look at each frame's header and descriptor and no copy: only ``begin``,
+        ``transfer`` and ``end`` frames are read further, and only a renumbered transfer is rebuilt.
+        """
         if self.broken:
             return data
-        buf = self._pending
-        buf += data
+        if self._pending:
+            self._pending += data
+            if len(self._pending) < self._needed:
+                return b""  # still inside one large frame: wait for the rest without copying it again
+            buf = bytes(self._pending)
+            self._pending = bytearray()
+        else:
+            buf = data
         out: list[bytes] = []
         start = at = 0
-        while len(buf) - at >= frames.HEADER:
+        total = len(buf)
+        while total - at >= frames.HEADER:
             size = frames.frame_size(buf, at)
             if size < frames.HEADER:
-                self.broken = True
-                at = len(buf)
+                self.broken = True  # not AMQP framing: let proton say so
+                return buf
+            if total - at < size:
                 break
-            if len(buf) - at < size:
-                break
-            if size > frames.HEADER and buf[at + 5] == frames.AMQP_FRAME and buf[at : at + 4] != b"AMQP":
-                rewritten = self._inspect_incoming(bytes(buf[at : at + size]))
+            if size > frames.HEADER and buf[at + 5] == frames.AMQP_FRAME and _watched(buf, at, size):
+                rewritten = self._inspect_incoming(buf, at, size)
                 if rewritten is not None:
-                    out.append(bytes(buf[start:at]))
+                    out.append(buf[start:at])
                     out.append(rewritten)
                     start = at + size
             at += size
-        out.append(bytes(buf[start:at]))
-        del buf[:at]
+        if at < total:
+            self._pending = bytearray(buf[at:])
+            self._needed = frames.frame_size(buf, at) if total - at >= frames.HEADER else frames.HEADER
+        if not out:
+            return buf if at == total else buf[:at]
+        out.append(buf[start:at])
         return b"".join(out)
 
-    def _inspect_incoming(self, frame: bytes) -> bytes | None:
+    def _inspect_incoming(self, buf: bytes, at: int, size: int) -> bytes | None:
+        # The performative of a transfer fits in its first bytes (the payload follows it): read those.
+        frame = buf[at : at + min(size, PERFORMATIVE_BYTES)]
         perf = frames.performative(frame)
         if perf is None:
             return None
         channel = frames.channel_of(frame)
         if perf.code == frames.TRANSFER:
-            return self._on_transfer(frame, perf, channel)
+            return self._on_transfer(frame, perf, channel, lambda: buf[at : at + size])
         if perf.code == frames.BEGIN:
             offsets = frames.field_offsets(frame, perf, 2)
             if offsets is not None and len(offsets) == 2:
@@ -100,7 +126,9 @@ class DeliveryIdFilter:
             self._renumbered = {k: v for k, v in self._renumbered.items() if k[0] != channel}
         return None
 
-    def _on_transfer(self, frame: bytes, perf: frames.Performative, channel: int) -> bytes | None:
+    def _on_transfer(
+        self, frame: bytes, perf: frames.Performative, channel: int, whole: Callable[[], bytes]
+    ) -> bytes | None:
         session = self._sessions.get(channel)
         offsets = frames.field_offsets(frame, perf, 6)
         if session is None or offsets is None or len(offsets) < 2:
@@ -121,7 +149,7 @@ class DeliveryIdFilter:
         if sent_id is None or sent_id == ours:
             return None
         self._renumbered[(channel, ours)] = sent_id
-        return frames.replace_uint(frame, perf, offsets[1], ours)
+        return frames.replace_uint(whole(), perf, offsets[1], ours)
 
     # ---- proton → client -------------------------------------------------------------------------
     def outgoing(self, data: bytes) -> bytes:
