@@ -100,6 +100,8 @@ def test_a_close_without_info_is_reencoded_with_one() -> None:
 def test_frames_arriving_a_byte_at_a_time_come_out_whole_and_renumbered() -> None:
     flt = DeliveryIdFilter()
     begin_exchange(flt)
-    wire = transfer(1, 0) + transfer(1, 0) + frame(frames.TRANSFER, [uint(1), uint(1), b"t"], payload=b"y" * 600)
+    wire = (
+        transfer(1, 0) + transfer(1, 0) + frame(frames.TRANSFER, [uint(1), uint(1), b"t"], payload=b"y" * 600)
+    )
     fed = b"".join(flt.incoming(wire[i : i + 1]) for i in range(len(wire)))
     assert ids_of(fed) == [0, 1, 2]
