@@ -61,23 +61,29 @@ class AmqpConnection(asyncio.Protocol):
             return  # swallow everything: the peer sees an open socket that never answers
         if len(data) > 8:  # an empty frame (8 bytes) is a heartbeat, not activity
             self.last_activity = idle.now()
-        view = memoryview(self.wire.incoming(data))
-        while view:
-            capacity = self.engine.capacity()
-            if capacity <= 0:
+        for piece in self.wire.incoming(data):
+            if not self._push(memoryview(piece)):
                 break
-            chunk, view = view[:capacity], view[capacity:]
-            try:
-                self.engine.push(bytes(chunk))
-            except Exception:
-                log.debug("protocol error from client", exc_info=True)
-                break
-            self._process_events()
         condition = self.engine.condition
         if condition is not None and not condition.info and self.wire.close_condition is None:
             self.wire.close_condition = with_info(condition)  # see ``sequencing``
         self.broker.mark_dirty(self)
         self.broker.after_io()
+
+    def _push(self, view: memoryview) -> bool:
+        """Feed ``view`` to the engine and handle its events; False once the engine takes no more."""
+        while view:
+            capacity = self.engine.capacity()
+            if capacity <= 0:
+                return False
+            chunk, view = view[:capacity], view[capacity:]
+            try:
+                self.engine.push(bytes(chunk))
+            except Exception:
+                log.debug("protocol error from client", exc_info=True)
+                return False
+            self._process_events()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Drop this connection's consumers (their locks run out) and waiting session attaches."""

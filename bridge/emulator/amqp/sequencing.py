@@ -20,7 +20,6 @@ proton's own ``close`` after a protocol error. That close carries no info map, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proton import Condition
@@ -30,9 +29,10 @@ from bridge.emulator.amqp import frames
 UINT_MASK = 0xFFFFFFFF
 PERFORMATIVE_BYTES = 512  # handle, delivery-id, a tag of up to 32 bytes, format, settled, more: well within
 _WATCHED = frozenset((frames.BEGIN, frames.TRANSFER, frames.END))
+Rewrite = tuple[frames.Performative, int, int]  # the transfer's performative, delivery-id offset, new id
 
 
-def _watched(buf: bytes, at: int, size: int) -> bool:
+def _watched(buf: bytes | memoryview, at: int, size: int) -> bool:
     """Whether the frame at ``at`` is a begin, transfer or end (a small-ulong descriptor; else not read)."""
     body = at + buf[at + 4] * 4
     return body + 3 <= at + size and buf[body + 1] == 0x53 and buf[body + 2] in _WATCHED
@@ -50,8 +50,9 @@ class DeliveryIdFilter:
     """Renumbers a connection's incoming transfers for proton and maps its dispositions back."""
 
     def __init__(self) -> None:
-        self._pending = bytearray()  # an incomplete incoming frame
-        self._needed = 0  # bytes that frame needs in all
+        self._pending = bytearray()  # the start of a frame whose head (or, to rewrite it, whole) is missing
+        self._skip = 0  # bytes of the current frame still to pass on unread
+        self._held: Rewrite | None = None  # the rewrite of the frame in ``_pending``, decided already
         self._sessions: dict[int, _Session] = {}
         self._unanswered_begins: set[int] = set()  # client channels whose begin proton has not answered
         self._remote_channel: dict[int, int] = {}  # proton's channel → the client's
@@ -65,56 +66,67 @@ class DeliveryIdFilter:
         return bool(self._unanswered_begins or self._renumbered or self.close_condition)
 
     # ---- client → proton -------------------------------------------------------------------------
-    def incoming(self, data: bytes) -> bytes:
-        """The bytes to give proton for ``data``: whole frames, transfers renumbered where needed.
+    def incoming(self, data: bytes) -> list[bytes | memoryview]:
+        """The pieces to give proton for ``data``, in order, transfers renumbered where needed.
 
-        The common case costs a look at each frame's header and descriptor and no copy: only ``begin``,
-        ``transfer`` and ``end`` frames are read further, and only a renumbered transfer is rebuilt.
+        The common case copies nothing and reads only each frame's header and descriptor (the first 512
+        bytes of a ``begin``, ``transfer`` or ``end``): a large frame's payload streams through as it
+        arrives. Only a transfer that must be renumbered is held until it is whole, then rebuilt.
         """
         if self.broken:
-            return data
+            return [data]
+        out: list[bytes | memoryview] = []
+        view = memoryview(data)
+        if self._skip:  # the rest of a frame already passed on
+            n = min(self._skip, len(view))
+            self._skip -= n
+            out.append(view[:n])
+            view = view[n:]
         if self._pending:
-            self._pending += data
-            if len(self._pending) < self._needed:
-                return b""  # still inside one large frame: wait for the rest without copying it again
-            buf = bytes(self._pending)
+            view = memoryview(bytes(self._pending) + view)
             self._pending = bytearray()
-        else:
-            buf = data
-        out: list[bytes] = []
         start = at = 0
-        total = len(buf)
+        total = len(view)
         while total - at >= frames.HEADER:
-            size = frames.frame_size(buf, at)
+            size = frames.frame_size(view, at)
             if size < frames.HEADER:
                 self.broken = True  # not AMQP framing: let proton say so
-                return buf
-            if total - at < size:
+                at = total
                 break
-            if size > frames.HEADER and buf[at + 5] == frames.AMQP_FRAME and _watched(buf, at, size):
-                rewritten = self._inspect_incoming(buf, at, size)
-                if rewritten is not None:
-                    out.append(buf[start:at])
-                    out.append(rewritten)
-                    start = at + size
+            avail = total - at
+            rewrite = self._held
+            if rewrite is None and size > frames.HEADER and view[at + 5] == frames.AMQP_FRAME:
+                head = min(size, PERFORMATIVE_BYTES)
+                if avail < head:
+                    break  # wait for the frame's head (small) before passing any of it on
+                if _watched(view, at, head):
+                    rewrite = self._inspect_incoming(bytes(view[at : at + head]))
+            if rewrite is not None:
+                if avail < size:
+                    self._held = rewrite  # decided once; applied when the frame is whole
+                    break
+                self._held = None
+                out.append(view[start:at])
+                out.append(frames.replace_uint(bytes(view[at : at + size]), *rewrite))
+                start = at + size
+            elif avail < size:
+                self._skip = size - avail
+                at = total
+                break
             at += size
         if at < total:
-            self._pending = bytearray(buf[at:])
-            self._needed = frames.frame_size(buf, at) if total - at >= frames.HEADER else frames.HEADER
-        if not out:
-            return buf if at == total else buf[:at]
-        out.append(buf[start:at])
-        return b"".join(out)
+            self._pending = bytearray(view[at:])
+        out.append(view[start:at])
+        return [piece for piece in out if len(piece)]
 
-    def _inspect_incoming(self, buf: bytes, at: int, size: int) -> bytes | None:
-        # The performative of a transfer fits in its first bytes (the payload follows it): read those.
-        frame = buf[at : at + min(size, PERFORMATIVE_BYTES)]
+    def _inspect_incoming(self, frame: bytes) -> Rewrite | None:
+        """Track sessions; for a transfer proton would refuse, the delivery-id to write instead."""
         perf = frames.performative(frame)
         if perf is None:
             return None
         channel = frames.channel_of(frame)
         if perf.code == frames.TRANSFER:
-            return self._on_transfer(frame, perf, channel, lambda: buf[at : at + size])
+            return self._on_transfer(frame, perf, channel)
         if perf.code == frames.BEGIN:
             offsets = frames.field_offsets(frame, perf, 2)
             if offsets is not None and len(offsets) == 2:
@@ -126,9 +138,7 @@ class DeliveryIdFilter:
             self._renumbered = {k: v for k, v in self._renumbered.items() if k[0] != channel}
         return None
 
-    def _on_transfer(
-        self, frame: bytes, perf: frames.Performative, channel: int, whole: Callable[[], bytes]
-    ) -> bytes | None:
+    def _on_transfer(self, frame: bytes, perf: frames.Performative, channel: int) -> Rewrite | None:
         session = self._sessions.get(channel)
         offsets = frames.field_offsets(frame, perf, 6)
         if session is None or offsets is None or len(offsets) < 2:
@@ -149,7 +159,7 @@ class DeliveryIdFilter:
         if sent_id is None or sent_id == ours:
             return None
         self._renumbered[(channel, ours)] = sent_id
-        return frames.replace_uint(whole(), perf, offsets[1], ours)
+        return (perf, offsets[1], ours)
 
     # ---- proton → client -------------------------------------------------------------------------
     def outgoing(self, data: bytes) -> bytes:
