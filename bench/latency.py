@@ -2,7 +2,8 @@
 
     python -m bench.latency [--seconds 25] [--rates 1,100,2000] [--idle-seconds 20] [--idle-entities 7]
                             [--idle-shards 32] [--concurrency 2] [--shards 1] [--appendfsync always|everysec]
-                            [--skip latency|idle] [--keep]
+                            [--idle-rounds 12] [--idle-link-timeout 2] [--skip latency|idle|first-send]
+                            [--keep]
 
 Starts a ``LocalStack`` (private redis-server with AOF, ``appendfsync always`` as in the test rig unless
 ``--appendfsync everysec``, Redis's own default; two local namespaces as real processes) with one
@@ -23,6 +24,10 @@ shard (``--shards``), and measures with 1 KB bodies:
    restarted) with about ``--idle-shards`` more shards spread over the same entities; the difference is the
    marginal cost of one idle shard (per-entity work cancels out). The Celery broker is the same Redis, so
    the fixed part includes Celery's own polling and the beat's tasks.
+3. **First send after an idle period** (``--idle-rounds``, ``--idle-link-timeout``): on a stack of its own
+   whose namespace closes idle links and connections within seconds as Azure does within minutes, the
+   first send of the raw SDK and of the bridge after each idle period, against a warm send
+   (``bench/latency_idle.py``; target: the bridge's first send p99 at most 100 ms over a warm raw send).
 
 Warm-ups (first connections, first sends) are excluded. Nothing here asserts: it prints the figures.
 """
@@ -41,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+
+from bench import latency_idle
 
 BODY = b"x" * 1024
 ENTITY = "bench-latency"
@@ -254,7 +261,14 @@ def main() -> None:
         help="the Redis AOF policy (the rig's default: always; Redis's own default: everysec)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the stack's data and logs")
-    parser.add_argument("--skip", action="append", default=[], choices=["latency", "idle"])
+    parser.add_argument("--idle-rounds", type=int, default=12, help="idle periods for the first-send case")
+    parser.add_argument(
+        "--idle-link-timeout",
+        type=float,
+        default=2.0,
+        help="the namespace's link and connection idle timeout (s)",
+    )
+    parser.add_argument("--skip", action="append", default=[], choices=["latency", "idle", "first-send"])
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
 
@@ -320,6 +334,7 @@ def main() -> None:
                 idle.append((shard_count(configured), cost))
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
+    first_send = {} if "first-send" in args.skip else latency_idle.run(args)
 
     print()
     if results:
@@ -347,6 +362,9 @@ def main() -> None:
                 f"marginal idle cost of one shard: {marginal:.2f} Redis commands/s, "
                 f"{100 * (c2['cpu'] - c1['cpu']) / (s2 - s1):.3f} % of a core   (worker CPU target < 2 %)"
             )
+
+    if first_send:
+        latency_idle.report(first_send, percentiles)
 
 
 def _fmt(figures: dict[str, float]) -> str:

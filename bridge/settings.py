@@ -287,6 +287,14 @@ class RetrySettings(BaseModel):
             " its key); None: attempt_deadline; 0: off."
         ),
     )
+    link_refresh_after: float | None = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "Seconds a cached sender may sit unused before it is reopened in the background (Service Bus"
+            " detaches links idle for 600 s); None: never."
+        ),
+    )
     outbox_backoff_factor: float = Field(default=0.5, ge=0, description="First outbox retry delay (seconds).")
     outbox_backoff_max: float = Field(default=30.0, ge=0, description="Outbox retry delay cap (seconds).")
     transient_failures_to_outage: int = Field(

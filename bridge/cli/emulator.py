@@ -62,10 +62,22 @@ def emulator(
         bool, typer.Option("--json", help="Print one JSON line with the endpoints.")
     ] = False,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "WARNING",
+    link_idle_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds without messages before an entity link is force-detached (Azure: 600)."),
+    ] = 600.0,
+    connection_idle_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a connection without entity links may idle before closing (Azure: 300)."),
+    ] = 300.0,
 ) -> None:
     """Run a local Service Bus namespace (AMQP + management + fault control) until stopped."""
+    from bridge.emulator.amqp.idle import IdleTimeouts
     from bridge.emulator.server import EmulatorConfig, run
 
+    if link_idle_timeout <= 0 or connection_idle_timeout <= 0:
+        typer.echo("bridge emulator: idle timeouts must be positive numbers of seconds", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(
@@ -87,6 +99,7 @@ def emulator(
         identity_port=identity_port,
         authority_port=authority_port,
         amqps_ports=tuple(amqps_port or ()),
+        idle_timeouts=IdleTimeouts(link=link_idle_timeout, connection=connection_idle_timeout),
     )
     try:
         asyncio.run(_serve(config, json_output, run))

@@ -26,6 +26,8 @@ class Action(StrEnum):
     BUSY = "busy"
     STALL = "stall"
     BLACKHOLE = "blackhole"
+    THROTTLE = "throttle"
+    DETACH = "detach"
     STATUS = "status"
     FAULTS = "faults"
 
@@ -44,19 +46,36 @@ def emulator_ctl(
         ),
     ],
     entity: Annotated[str | None, typer.Option(help="Limit the fault (or restore) to one entity.")] = None,
-    probability: Annotated[float | None, typer.Option(help="busy: chance a send is rejected (0..1).")] = None,
+    probability: Annotated[
+        float | None, typer.Option(help="busy/throttle: chance a request is refused / trips (0..1).")
+    ] = None,
     delay: Annotated[float | None, typer.Option(help="stall: seconds before settling (omit: never).")] = None,
+    window: Annotated[
+        float | None, typer.Option(help="throttle: seconds every request is refused once tripped.")
+    ] = None,
 ) -> None:
     """Send one control request and print the answer as JSON."""
     client = ControlClient(control_url)
-    if probability is not None and action is not Action.BUSY:
-        _fail("--probability applies to busy only")
+    if probability is not None and action not in (Action.BUSY, Action.THROTTLE):
+        _fail("--probability applies to busy and throttle only")
+    if (window is None) is (action is Action.THROTTLE):
+        _fail("--window is required for throttle and applies to it only")
     if delay is not None and action is not Action.STALL:
         _fail("--delay applies to stall only")
-    if entity is not None and action in (Action.DISASTER, Action.BLACKHOLE, Action.STATUS, Action.FAULTS):
+    if entity is not None and action in (
+        Action.DISASTER,
+        Action.BLACKHOLE,
+        Action.THROTTLE,
+        Action.STATUS,
+        Action.FAULTS,
+    ):
         _fail(f"--entity does not apply to {action.value}")
     try:
-        answer = _run(client, action, entity, probability, delay)
+        if action is Action.THROTTLE:
+            assert window is not None
+            answer = client.throttle(window, 1.0 if probability is None else probability)
+        else:
+            answer = _run(client, action, entity, probability, delay)
     except EmulatorError as exc:
         _fail(str(exc))
     typer.echo(json.dumps(answer, indent=2))
@@ -77,6 +96,8 @@ def _run(
         return client.stall(delay, entity)
     if action is Action.BLACKHOLE:
         return client.blackhole()
+    if action is Action.DETACH:
+        return client.detach(entity)
     if action is Action.FAULTS:
         return client.faults()
     return client.status()

@@ -56,6 +56,7 @@ class LocalNamespace:
         key: str | None = None,
         log_level: str = "WARNING",
         extra_args: tuple[str, ...] = (),
+        idle_timeouts: tuple[float, float] | None = None,
     ) -> None:
         self.name = name
         self.entities_file = entities_file
@@ -67,6 +68,7 @@ class LocalNamespace:
         self.log_level = log_level
         # More ``bridge emulator`` options, e.g. ``("--disable-local-auth", "--identity-dir", DIR)``.
         self.extra_args = extra_args
+        self.idle_timeouts = idle_timeouts  # (link, connection) seconds; None = Azure's 600 and 300
         self.port = 0
         self.control_port = 0
         self.endpoints: NamespaceEndpoints | None = None
@@ -103,6 +105,9 @@ class LocalNamespace:
         if self.auto_create:
             args.append("--auto-create")
         args += list(self.extra_args)
+        if self.idle_timeouts is not None:
+            link, connection = self.idle_timeouts
+            args += ["--link-idle-timeout", str(link), "--connection-idle-timeout", str(connection)]
         env = dict(os.environ, BRIDGE_EMULATOR_KEY=self.key)  # keeps the key out of `ps`
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "emulator.log").open("a")

@@ -20,5 +20,8 @@ class NamespaceControl(Protocol):
     def disaster(self) -> None:
         """Lose every entity and message at once (on disk too), and drop every connection."""
 
+    def detach(self, entity: str | None = None) -> int:
+        """Force-detach the links of ``entity`` (and below), or of every entity; returns how many."""
+
     def status(self) -> dict[str, Any]:
         """A JSON-able summary: at least ``name``, entity counts, ``connections`` and ``faults``."""

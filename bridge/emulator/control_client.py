@@ -35,6 +35,14 @@ class ControlClient:
         """Settle transfers and answer CBS only after ``delay`` seconds (``None``: never)."""
         return self._fault("stall", entity=entity, delay=delay)
 
+    def throttle(self, window: float, probability: float = 1.0) -> dict[str, Any]:
+        """Throttle as Service Bus does: a tripping request refuses every request for ``window`` seconds."""
+        return self._fault("throttle", probability=probability, window=window)
+
+    def detach(self, entity: str | None = None) -> dict[str, Any]:
+        """Force-detach the links of ``entity`` (or of every entity) now; ``{"detached": n}``."""
+        return self._call("POST", "/detach", {"entity": entity} if entity is not None else {})
+
     def blackhole(self) -> dict[str, Any]:
         """Accept TCP and never answer (see ``bridge.emulator.faults`` for the SDK hang this causes)."""
         return self._fault("blackhole")

@@ -11,6 +11,9 @@ Field names are those of the description dataclasses; durations are seconds::
     [topics.events.subscriptions.audit]
     [topics.events.subscriptions.red-only.rules.red]
     sql = "color = 'red'"          # or: correlation = { label = "x", properties = { color = "red" } }
+    parameters = { }               # SQL filter parameters, e.g. { "@min" = 10 }
+    action = "SET seen = TRUE"     # optional SQL rule action
+    action_parameters = { }
 
 A subscription with a ``rules`` table gets exactly those rules (its ``$Default`` rule is removed).
 """
@@ -28,6 +31,7 @@ from bridge.emulator.model.descriptions import (
     EntityDescription,
     QueueDescription,
     RuleDescription,
+    SqlRuleAction,
     SqlRuleFilter,
     SubscriptionDescription,
     TopicDescription,
@@ -64,14 +68,22 @@ def parse_entities(data: dict[str, Any], source: str = "entities") -> list[Entit
             if rules is None:
                 continue
             for rule_name, rule in rules.items():
-                rule_filter = _filter(rule, f"{where}.rules.{rule_name}")
-                out.append(RuleDescription(name, sub_name, rule_name, rule_filter))
+                rule_where = f"{where}.rules.{rule_name}"
+                unknown_keys = set(rule) - {"sql", "parameters", "correlation", "action", "action_parameters"}
+                if unknown_keys:
+                    raise EmulatorError(f"{rule_where}: unknown option(s) {sorted(unknown_keys)}")
+                action = (
+                    SqlRuleAction(str(rule["action"]), dict(rule.get("action_parameters") or {}))
+                    if "action" in rule
+                    else None
+                )
+                out.append(RuleDescription(name, sub_name, rule_name, _filter(rule, rule_where), action))
     return out
 
 
 def _filter(rule: dict[str, Any], where: str) -> SqlRuleFilter | CorrelationRuleFilter:
     if "sql" in rule:
-        return SqlRuleFilter(str(rule["sql"]))
+        return SqlRuleFilter(str(rule["sql"]), dict(rule.get("parameters") or {}))
     if "correlation" in rule:
         try:
             return CorrelationRuleFilter(**rule["correlation"])

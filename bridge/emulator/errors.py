@@ -112,7 +112,15 @@ class MessageNotFoundError(BrokerError):
 
 
 class ServerBusyError(BrokerError):
-    """The namespace is throttling (fault control ``busy``); the SDK backs off and retries."""
+    """The namespace is throttling (fault control ``busy``/``throttle``); the SDK backs off and retries."""
+
+    @classmethod
+    def throttled(cls, remaining: float) -> ServerBusyError:
+        """The refusal inside a penalty window, worded like Service Bus's (which names the wait)."""
+        return cls(
+            "The request was terminated because the namespace is being throttled (injected). "
+            f"Please wait {max(1, round(remaining))} seconds and try again."
+        )
 
     condition = "com.microsoft:server-busy"
     http_status = 503

@@ -13,6 +13,10 @@ Kinds (``FaultKind``):
   draws the random number (``ActiveFault.trips(rand)``) so tests can decide the outcome.
 - ``stall``: accept transfers but settle them only after ``delay`` seconds, or never when ``delay`` is
   ``None``; CBS replies are delayed the same way. Acts after SASL, so clients connect normally.
+- ``throttle``: Service Bus's own throttling shape. Each request (a send, a management request, a link
+  attach) trips it with ``probability``; once tripped, every request of the namespace is refused with
+  ``com.microsoft:server-busy`` for ``window`` seconds (the penalty window), then requests are judged
+  afresh. Namespace scope only, as Azure throttles a namespace. ``PenaltyWindow`` holds the window.
 - ``blackhole``: accept TCP and never answer a byte. Namespace scope only: it acts before any entity is
   named, so an entity-scoped blackhole would mean nothing and is refused.
 
@@ -55,6 +59,7 @@ class FaultKind(StrEnum):
     BUSY = "busy"
     STALL = "stall"
     BLACKHOLE = "blackhole"
+    THROTTLE = "throttle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +70,11 @@ class ActiveFault:
     entity: str | None = None
     probability: float = 1.0
     delay: float | None = None
+    window: float | None = None
 
     def trips(self, rand: Callable[[], float]) -> bool:
-        """Whether this fault hits the current operation; only ``busy`` is probabilistic."""
-        if self.kind is not FaultKind.BUSY:
+        """Whether this fault hits the current operation; only ``busy`` and ``throttle`` are probabilistic."""
+        if self.kind not in (FaultKind.BUSY, FaultKind.THROTTLE):
             return True
         if self.probability >= 1.0:
             return True
@@ -81,6 +87,7 @@ class ActiveFault:
             "entity": self.entity,
             "probability": self.probability,
             "delay": self.delay,
+            "window": self.window,
         }
 
 
@@ -109,9 +116,10 @@ class FaultState:
         entity: str | None = None,
         probability: float | None = 1.0,
         delay: float | None = None,
+        window: float | None = None,
     ) -> ActiveFault:
         """Switch a fault on for a scope (replacing that scope's fault); bad input changes nothing."""
-        fault = _validated(kind, entity, probability, delay)
+        fault = _validated(kind, entity, probability, delay, window)
         if fault.entity is None:
             replaced, self._namespace = self._namespace, fault
         else:
@@ -195,21 +203,25 @@ def parse_kind(kind: FaultKind | str) -> FaultKind:
 
 
 def _validated(
-    kind: FaultKind | str, entity: str | None, probability: float | None, delay: float | None
+    kind: FaultKind | str,
+    entity: str | None,
+    probability: float | None,
+    delay: float | None,
+    window: float | None = None,
 ) -> ActiveFault:
     parsed = parse_kind(kind)
     if entity is not None:
         entity = _checked_entity(entity)
-        if parsed is FaultKind.BLACKHOLE:
-            raise ArgumentError("entity: blackhole applies to the whole namespace only")
+        if parsed in (FaultKind.BLACKHOLE, FaultKind.THROTTLE):
+            raise ArgumentError(f"entity: {parsed.value} applies to the whole namespace only")
     if probability is None:
         probability = 1.0
     if isinstance(probability, bool) or not isinstance(probability, int | float):
         raise ArgumentError("probability: must be a number between 0 and 1")
     if math.isnan(probability) or not 0.0 <= probability <= 1.0:
         raise ArgumentError(f"probability: {probability} is outside 0..1")
-    if parsed is not FaultKind.BUSY and probability != 1.0:
-        raise ArgumentError("probability: applies to busy only")
+    if parsed not in (FaultKind.BUSY, FaultKind.THROTTLE) and probability != 1.0:
+        raise ArgumentError("probability: applies to busy and throttle only")
     if delay is not None:
         if isinstance(delay, bool) or not isinstance(delay, int | float):
             raise ArgumentError("delay: must be a number of seconds")
@@ -217,7 +229,44 @@ def _validated(
             raise ArgumentError(f"delay: {delay} is not a non-negative number of seconds")
         if parsed is not FaultKind.STALL:
             raise ArgumentError("delay: applies to stall only")
-    return ActiveFault(parsed, entity, float(probability), None if delay is None else float(delay))
+    checked_delay = None if delay is None else float(delay)
+    return ActiveFault(parsed, entity, float(probability), checked_delay, _checked_window(parsed, window))
+
+
+def _checked_window(kind: FaultKind, window: float | None) -> float | None:
+    if window is None:
+        if kind is FaultKind.THROTTLE:
+            raise ArgumentError("window: required for throttle (seconds every request is refused)")
+        return None
+    if isinstance(window, bool) or not isinstance(window, int | float):
+        raise ArgumentError("window: must be a number of seconds")
+    if math.isnan(window) or math.isinf(window) or window <= 0:
+        raise ArgumentError(f"window: {window} is not a positive number of seconds")
+    if kind is not FaultKind.THROTTLE:
+        raise ArgumentError("window: applies to throttle only")
+    return float(window)
+
+
+@dataclass(slots=True)
+class PenaltyWindow:
+    """The penalty window of a ``throttle`` fault: until when every request of the namespace is refused."""
+
+    until: float = 0.0
+
+    def refuses(self, fault: ActiveFault | None, now: float, rand: Callable[[], float]) -> bool:
+        """Whether a request at ``now`` is refused; a tripping request opens the window."""
+        if fault is None or fault.kind is not FaultKind.THROTTLE or fault.window is None:
+            return False
+        if now < self.until:
+            return True
+        if fault.trips(rand):
+            self.until = now + fault.window
+            return True
+        return False
+
+    def remaining(self, now: float) -> float:
+        """Seconds left in the window (0 when none is open)."""
+        return max(0.0, self.until - now)
 
 
 def _checked_entity(entity: str) -> str:

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from bridge.emulator.amqp.broker import Broker
+from bridge.emulator.amqp.codec import with_application_properties
 from bridge.emulator.amqp.connection import AmqpConnection
+from bridge.emulator.amqp.idle import IdleTimeouts
 from bridge.emulator.amqp.tls import TlsSniffer
 from bridge.emulator.certs import ensure_certificate, server_ssl_context
 from bridge.emulator.entities_file import load_entities
@@ -78,6 +80,7 @@ class EmulatorConfig:
     # More ports for AMQPS/HTTPS/WebSockets: 5671 (AMQPS) and 443 (HTTPS, WebSockets) let a client built
     # from a host name connect unchanged. Each is bound where free, skipped otherwise.
     amqps_ports: tuple[int, ...] = ()
+    idle_timeouts: IdleTimeouts = field(default_factory=IdleTimeouts)
 
 
 class EmulatorServer:
@@ -85,7 +88,9 @@ class EmulatorServer:
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
-        self.namespace = Namespace(config.name, auto_create=config.auto_create)
+        self.namespace = Namespace(
+            config.name, auto_create=config.auto_create, properties_writer=with_application_properties
+        )
         self.faults = FaultState()
         self.wal: WriteAheadLog | None = None
         if config.data_dir is not None:
@@ -108,6 +113,7 @@ class EmulatorServer:
         if issuer_key is not None and identity_dir is not None and config.identities_file is not None:
             self.identity = IdentityService(issuer_key, config.identities_file, identity_dir)
         self.broker = Broker(self.namespace, self.faults, self.auth, self.wal)
+        self.broker.idle_timeouts = config.idle_timeouts
         self.ssl_context: ssl.SSLContext = server_ssl_context(self.cert.cert, self.cert.key)
         self._listener: socket.socket | None = None
         self._amqps_listeners: list[socket.socket] = []
@@ -280,6 +286,8 @@ class EmulatorServer:
             self._parked.clear()
             for conn in list(self.broker.connections):
                 conn.abort()
+        if FaultKind.THROTTLE in started or FaultKind.THROTTLE in ended:
+            self.broker.penalty.until = 0.0  # a new or cleared throttle starts without a window
         for fault in change.started:
             if fault.entity is not None and fault.kind is FaultKind.OUTAGE:
                 self._detach_entity_links(fault.entity)
@@ -290,6 +298,12 @@ class EmulatorServer:
             conn.detach_entity(entity)
 
     # ---- control interface (NamespaceControl) --------------------------------------------------------
+    def detach(self, entity: str | None = None) -> int:
+        """Force-detach the entity links of ``entity`` (and below), or of every entity; returns how many."""
+        detached = sum(conn.force_detach(entity) for conn in list(self.broker.connections))
+        self.broker.after_io()
+        return detached
+
     def disaster(self) -> None:
         """Lose every entity and message, including what is on disk."""
         self.namespace.disaster()

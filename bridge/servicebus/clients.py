@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBusReceiver, ServiceBusSender
@@ -54,7 +55,8 @@ class RoleClient:
         self.sdk_timeout = sdk_timeout
         self.max_senders = max_senders
         self.senders: OrderedDict[str, ServiceBusSender] = OrderedDict()
-        self._senders_lock = threading.Lock()
+        self.senders_lock = threading.Lock()
+        self.last_used: dict[str, float] = {}  # entity → monotonic time its sender was last handed out
         self.receivers: dict[str, ServiceBusReceiver] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.users = 0
@@ -94,12 +96,13 @@ class RoleClient:
     def sender(self, entity: str) -> ServiceBusSender:
         """The cached sender for a queue or topic path (the AMQP link target is just the path); the caller
         holds the path's lock (``locks["send:<path>"]``)."""
-        with self._senders_lock:
+        with self.senders_lock:
             sender = self.senders.get(entity)
+            self.last_used[entity] = time.monotonic()
             if sender is not None:
                 self.senders.move_to_end(entity)
                 return sender
-            sender = self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
+            sender = self.new_sender(entity)
             self.senders[entity] = sender
             evicted = self._evict(keep=entity)
         for path, old in evicted:
@@ -121,10 +124,20 @@ class RoleClient:
                 continue
             try:
                 evicted.append((path, self.senders.pop(path)))
+                self.last_used.pop(path, None)
             finally:
                 if lock is not None:
                     lock.release()
         return evicted
+
+    def new_sender(self, entity: str) -> ServiceBusSender:
+        """A new, unopened sender for ``entity`` (the cache is the caller's business)."""
+        return self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
+
+    def idle_since(self) -> dict[str, float]:
+        """A copy of ``last_used`` taken under the senders lock (the refresher reads it from its thread)."""
+        with self.senders_lock:
+            return dict(self.last_used)
 
     def receiver(self, queue: str) -> ServiceBusReceiver:
         """The cached PEEK_LOCK receiver of ``queue`` (no prefetch: the syphon takes what it asks for)."""

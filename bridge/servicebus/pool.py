@@ -70,6 +70,7 @@ from bridge.errors import (
 )
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner
+from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, send_in_batches
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
@@ -125,6 +126,12 @@ class NamespacePool:
         self._timer: threading.Timer | None = None
         self._pid = os.getpid()
         self._runner = AttemptRunner(max_stuck=max_stuck_threads)
+        refresh_after = settings.retry.link_refresh_after
+        self._refresher = (
+            None
+            if refresh_after is None
+            else LinkRefresher(refresh_after, self._live_clients, open_deadline=self.attempt_deadline)
+        )
 
     # ---- public operations -----------------------------------------------------------------------------
     def send(
@@ -143,6 +150,8 @@ class NamespacePool:
         """
         if not messages:
             return SendResult()
+        if self._refresher is not None:
+            self._refresher.ensure_running()
         try:
             with self._using(role, f"send:{entity}") as client:
                 channel = _Channel(self, client, client.sender(entity), entity)
@@ -286,6 +295,8 @@ class NamespacePool:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        if self._refresher is not None:
+            self._refresher.stop()
         for client in clients:
             client.retired = True
             self._discard(client, force=client.users == 0)
@@ -297,6 +308,15 @@ class NamespacePool:
         with self._lock:
             client = self._clients.get(role)
             return None if client is None else client.generation
+
+    @property
+    def refreshed_links(self) -> int:
+        """Idle senders reopened in the background so far (``refresh``)."""
+        return 0 if self._refresher is None else self._refresher.refreshed
+
+    def _live_clients(self) -> list[RoleClient]:
+        with self._lock:
+            return [c for c in self._clients.values() if not c.retired]
 
     @property
     def stuck_threads(self) -> int:
@@ -443,6 +463,8 @@ class NamespacePool:
         self._coupling = CouplingState()
         self._timer = None
         self._runner = AttemptRunner(max_stuck=self._max_stuck)
+        if self._refresher is not None:
+            self._refresher.forget_thread()
 
 
 __all__ = ["NamespacePool", "SendResult"]

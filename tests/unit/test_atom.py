@@ -50,6 +50,7 @@ from bridge.emulator.model.descriptions import (
     SubscriptionDescription,
     TopicDescription,
 )
+from bridge.emulator.model.descriptions import SqlRuleAction as EmulatorSqlRuleAction
 
 PROPS = {"a": "x", "n": 3, "b": True, "f": 1.5}
 COUNTS = RuntimeCounts(
@@ -255,18 +256,25 @@ def test_bad_bodies_are_refused_with_the_field(body: bytes, reason: str) -> None
         parse_description(body, "q1")
 
 
-def test_rule_actions_and_parameters_are_refused_not_ignored() -> None:
-    action = SqlRuleAction("SET a = 1")
-    rule = RuleProperties("r1", filter=TrueRuleFilter(), action=action, created_at_utc=None)
-    body = sdk_body(
-        CreateRuleBody(content=CreateRuleBodyContent(rule_description=rule._to_internal_entity())).serialize(
-            is_xml=True
-        )
+def test_rule_actions_and_parameters_are_read() -> None:
+    action = SqlRuleAction("SET a = @p; REMOVE b", parameters={"@p": 1})
+    rule = RuleProperties(
+        "r1", filter=SdkSqlFilter("a = @q", parameters={"@q": "x"}), action=action, created_at_utc=None
     )
-    with pytest.raises(ArgumentError, match="Action"):
-        parse_description(body, "r1", "t1", "s1")
+    element = CreateRuleBody(
+        content=CreateRuleBodyContent(rule_description=rule._to_internal_entity())
+    ).serialize(is_xml=True)
+    serialize_rule_key_values(element, rule)
+    desc = parse_description(sdk_body(element), "r1", "t1", "s1")
+    assert isinstance(desc, RuleDescription)
+    assert desc.filter == SqlRuleFilter("a = @q", {"@q": "x"})
+    assert desc.action == EmulatorSqlRuleAction("SET a = @p; REMOVE b", {"@p": 1})
+
+
+def test_a_parameter_of_an_unsupported_type_is_refused_not_ignored() -> None:
+    body = sdk_rule_body(SdkSqlFilter("a = @p", parameters={"@p": dt.datetime(2024, 1, 1, tzinfo=dt.UTC)}))
     with pytest.raises(ArgumentError, match="Parameters"):
-        parse_description(sdk_rule_body(SdkSqlFilter("a = @p", parameters={"@p": 1})), "r1", "t1", "s1")
+        parse_description(body, "r1", "t1", "s1")
 
 
 # ---- what the SDK reads back ---------------------------------------------------------------------------

@@ -29,9 +29,14 @@ class StandInNamespace:
     def __init__(self) -> None:
         self.faults = FaultState()
         self.disasters = 0
+        self.detached: list[str | None] = []
 
     def disaster(self) -> None:
         self.disasters += 1
+
+    def detach(self, entity: str | None = None) -> int:
+        self.detached.append(entity)
+        return 2
 
     def status(self) -> dict[str, Any]:
         return {
@@ -60,7 +65,13 @@ def test_client_switches_faults_and_reads_them(served: tuple[StandInNamespace, s
     client.stall(entity="q2")
     faults = client.faults()
     assert faults["namespace"]["fault"] == "outage"
-    assert faults["entities"]["q1"] == {"fault": "busy", "entity": "q1", "probability": 0.25, "delay": None}
+    assert faults["entities"]["q1"] == {
+        "fault": "busy",
+        "entity": "q1",
+        "probability": 0.25,
+        "delay": None,
+        "window": None,
+    }
     assert faults["entities"]["q2"]["delay"] is None
     assert client.restore("q1")["cleared"][0]["entity"] == "q1"
     assert set(client.status()["faults"]["entities"]) == {"q2"}
@@ -70,6 +81,10 @@ def test_client_switches_faults_and_reads_them(served: tuple[StandInNamespace, s
     assert namespace.faults.for_namespace() is not None
     client.disaster()
     assert namespace.disasters == 1
+    assert client.throttle(window=2.5, probability=0.1)["fault"]["window"] == 2.5
+    assert client.detach("q1") == {"detached": 2}
+    assert client.detach() == {"detached": 2}
+    assert namespace.detached == ["q1", None]
 
 
 @pytest.mark.parametrize(
@@ -133,7 +148,10 @@ def test_cli_drives_the_control_interface(served: tuple[StandInNamespace, str]) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["outage", "--probability", "0.5"], "--probability applies to busy only"),
+        (["outage", "--probability", "0.5"], "--probability applies to busy and throttle only"),
+        (["throttle"], "--window is required for throttle"),
+        (["busy", "--window", "1"], "--window is required for throttle and applies to it only"),
+        (["throttle", "--window", "1", "--entity", "q1"], "--entity does not apply to throttle"),
         (["busy", "--delay", "1"], "--delay applies to stall only"),
         (["disaster", "--entity", "q1"], "--entity does not apply to disaster"),
         (["busy", "--probability", "3"], "refused with 400 (probability)"),

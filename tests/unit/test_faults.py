@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bridge.emulator.errors import ArgumentError
-from bridge.emulator.faults import ActiveFault, FaultChange, FaultKind, FaultState
+from bridge.emulator.faults import ActiveFault, FaultChange, FaultKind, FaultState, PenaltyWindow
 
 
 def test_nothing_is_active_at_first() -> None:
@@ -129,7 +129,15 @@ def test_unsubscribe_and_failing_listener() -> None:
         ({"kind": "busy", "probability": math.nan}, "probability"),
         ({"kind": "busy", "probability": "half"}, "probability"),
         ({"kind": "busy", "probability": True}, "probability"),
-        ({"kind": "outage", "probability": 0.5}, "probability: applies to busy only"),
+        ({"kind": "outage", "probability": 0.5}, "probability: applies to busy and throttle only"),
+        ({"kind": "throttle"}, "window: required"),
+        ({"kind": "throttle", "window": 0}, "window"),
+        ({"kind": "throttle", "window": math.nan}, "window"),
+        (
+            {"kind": "throttle", "window": 1, "entity": "q1"},
+            "entity: throttle applies to the whole namespace",
+        ),
+        ({"kind": "busy", "window": 1}, "window: applies to throttle only"),
         ({"kind": "stall", "delay": -1}, "delay"),
         ({"kind": "stall", "delay": math.inf}, "delay"),
         ({"kind": "stall", "delay": "1s"}, "delay"),
@@ -173,6 +181,32 @@ def test_snapshot_is_json() -> None:
     state.set("busy", probability=0.5)
     snap = json.loads(json.dumps(state.snapshot()))
     assert snap == {
-        "namespace": {"fault": "busy", "entity": None, "probability": 0.5, "delay": None},
-        "entities": {"Q1": {"fault": "stall", "entity": "Q1", "probability": 1.0, "delay": None}},
+        "namespace": {"fault": "busy", "entity": None, "probability": 0.5, "delay": None, "window": None},
+        "entities": {
+            "Q1": {"fault": "stall", "entity": "Q1", "probability": 1.0, "delay": None, "window": None}
+        },
     }
+
+
+@pytest.mark.parametrize(
+    ("draws", "times", "refused"),
+    [
+        # a draw below the probability trips the throttle and opens the window ...
+        ([0.1], [0.0, 0.5, 1.9], [True, True, True]),
+        # ... which refuses everything inside it without drawing, then requests are judged afresh
+        ([0.1, 0.9, 0.1, 0.1], [0.0, 2.0, 2.5, 4.4, 4.6], [True, False, True, True, True]),
+        # draws above the probability never trip it
+        ([0.9, 0.9, 0.9], [0.0, 1.0, 2.0], [False, False, False]),
+    ],
+)
+def test_penalty_window(draws: list[float], times: list[float], refused: list[bool]) -> None:
+    fault = FaultState().set("throttle", probability=0.5, window=2.0)
+    window = PenaltyWindow()
+    pending = iter(draws)
+    assert [window.refuses(fault, at, lambda: next(pending)) for at in times] == refused
+
+
+def test_penalty_window_ignores_other_faults() -> None:
+    busy = FaultState().set("busy", probability=1.0)
+    assert not PenaltyWindow().refuses(busy, 0.0, lambda: 0.0)
+    assert not PenaltyWindow().refuses(None, 0.0, lambda: 0.0)

@@ -12,13 +12,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proton import Sender
 
+from bridge.emulator.amqp import idle
 from bridge.emulator.amqp.codec import BrokerStamp, stamp_message
-from bridge.emulator.faults import ActiveFault, FaultState
+from bridge.emulator.faults import ActiveFault, FaultKind, FaultState, PenaltyWindow
 from bridge.emulator.identity.grants import AuthPolicy
 from bridge.emulator.model.messages import Delivery
 from bridge.emulator.model.namespace import Namespace
@@ -49,6 +50,7 @@ class Consumer:
     session_id: str | None
     owner: str
     source_address: str
+    active: float = field(default_factory=idle.now)  # last message traffic (``idle``)
 
 
 @dataclass(eq=False)
@@ -81,6 +83,9 @@ class Broker:
         self.wal = wal
         self.clock = clock
         self.rand = rand
+        self.penalty = PenaltyWindow()
+        self.idle_timeouts = idle.IdleTimeouts()
+        self._next_idle_sweep = 0.0
         self.consumers: dict[int, list[Consumer]] = {}
         self.pending_sessions: list[PendingSession] = []
         self.connections: set[AmqpConnection] = set()
@@ -104,6 +109,16 @@ class Broker:
     def fault_for(self, path: str) -> ActiveFault | None:
         """The fault that applies to ``path`` now, if any."""
         return self.faults.for_entity(path)
+
+    def throttled(self) -> float | None:
+        """Seconds left of the namespace's penalty window if this request is refused (``throttle``)."""
+        fault = self.faults.for_namespace()
+        if fault is None or fault.kind is not FaultKind.THROTTLE:
+            return None  # the common case costs one lookup
+        now = self.clock()
+        if self.penalty.refuses(fault, now, self.rand):
+            return self.penalty.remaining(now)
+        return None
 
     # ---- consumers -----------------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -143,6 +158,7 @@ class Broker:
         for delivery in deliveries:
             self._send(consumer, delivery)
         if deliveries:
+            consumer.active = idle.now()
             self.mark_dirty(consumer.conn)
 
     def _send(self, consumer: Consumer, delivery: Delivery) -> None:
@@ -189,4 +205,14 @@ class Broker:
             pending.conn.expire_pending_session(pending)
         for conn in list(self.connections):
             conn.tick(now)
+        self._sweep_idle()
         self.after_io()
+
+    def _sweep_idle(self) -> None:
+        at = idle.now()
+        if at < self._next_idle_sweep:
+            return
+        self._next_idle_sweep = at + self.idle_timeouts.sweep_interval()
+        for conn in list(self.connections):
+            if not conn.closed:
+                idle.sweep(conn, self.idle_timeouts, at)

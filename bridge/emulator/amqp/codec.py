@@ -272,3 +272,24 @@ def stamp_message(raw: bytes, stamp: BrokerStamp) -> bytes:
         parts.append(app_section)
     parts.extend(rest_after)
     return b"".join(parts)
+
+
+def with_application_properties(raw: bytes, updates: Mapping[str, Any], removed: set[str]) -> bytes:
+    """``raw`` with its application properties changed (a rule action); every other section as it was.
+
+    A message without application properties gets the section, placed where AMQP wants it: after the
+    header, annotations and properties, before the body.
+    """
+    sections = split_sections(raw)
+    index = next((i for i, (code, _) in enumerate(sections) if code == APP_PROPS), None)
+    current: dict[Any, Any] = dict(_value(sections[index][1]) or {}) if index is not None else {}
+    for name in removed:
+        current.pop(name, None)
+    current.update(updates)
+    encoded = (APP_PROPS, _encode(APP_PROPS, current))
+    if index is not None:
+        sections[index] = encoded
+    else:
+        at = next((i for i, (code, _) in enumerate(sections) if code > APP_PROPS), len(sections))
+        sections.insert(at, encoded)
+    return b"".join(section for _, section in sections)

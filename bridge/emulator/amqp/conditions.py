@@ -24,3 +24,8 @@ def error_condition(exc: BrokerError) -> Condition:
 def timeout_condition(description: str) -> Condition:
     """``com.microsoft:timeout``: the SDK raises OperationTimeoutError for it."""
     return Condition(TIMEOUT, description, {TRACKING_ID: str(uuid.uuid4())})
+
+
+def with_info(condition: Condition) -> Condition:
+    """``condition`` with an info map (proton's own errors have none; the SDK needs one)."""
+    return Condition(condition.name, condition.description, {TRACKING_ID: str(uuid.uuid4())})

@@ -18,9 +18,10 @@ import logging
 
 from proton import Collector, Condition, Connection, Delivery, Event, Receiver, Sender, Transport
 
-from bridge.emulator.amqp import links, requests, sends, settlement
+from bridge.emulator.amqp import idle, links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
-from bridge.emulator.amqp.conditions import error_condition
+from bridge.emulator.amqp.conditions import error_condition, with_info
+from bridge.emulator.amqp.sequencing import DeliveryIdFilter
 from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultKind
 
@@ -47,6 +48,8 @@ class AmqpConnection(asyncio.Protocol):
         # unless a fresh token arrived first (Azure does the same; the SDK refreshes ahead of expiry).
         self.token_expiry: float | None = None
         self.reply_links: dict[str, Sender] = {}  # request-node address → our link answering on it
+        self.wire = DeliveryIdFilter()
+        self.last_activity = idle.now()  # the client's last frame other than a heartbeat (``idle``)
         self.closed = False
 
     # ---- asyncio protocol --------------------------------------------------------------------------
@@ -61,20 +64,31 @@ class AmqpConnection(asyncio.Protocol):
         fault = self.broker.faults.for_namespace()
         if fault is not None and fault.kind is FaultKind.BLACKHOLE:
             return  # swallow everything: the peer sees an open socket that never answers
-        view = memoryview(data)
+        if len(data) > 8:  # an empty frame (8 bytes) is a heartbeat, not activity
+            self.last_activity = idle.now()
+        for piece in self.wire.incoming(data):
+            if not self._push(memoryview(piece)):
+                break
+        condition = self.engine.condition
+        if condition is not None and not condition.info and self.wire.close_condition is None:
+            self.wire.close_condition = with_info(condition)  # see ``sequencing``
+        self.broker.mark_dirty(self)
+        self.broker.after_io()
+
+    def _push(self, view: memoryview) -> bool:
+        """Feed ``view`` to the engine and handle its events; False once the engine takes no more."""
         while view:
             capacity = self.engine.capacity()
             if capacity <= 0:
-                break
+                return False
             chunk, view = view[:capacity], view[capacity:]
             try:
                 self.engine.push(bytes(chunk))
             except Exception:
                 log.debug("protocol error from client", exc_info=True)
-                break
+                return False
             self._process_events()
-        self.broker.mark_dirty(self)
-        self.broker.after_io()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Drop this connection's consumers (their locks run out) and waiting session attaches."""
@@ -120,7 +134,8 @@ class AmqpConnection(asyncio.Protocol):
                 return
             output = self.engine.peek(pending)
             if output is not None:  # never None with pending > 0; proton's stub allows it
-                self.aio.write(bytes(output))
+                data = bytes(output)
+                self.aio.write(self.wire.outgoing(data) if self.wire.scans_output else data)
             self.engine.pop(pending)
 
     def abort(self) -> None:
@@ -147,6 +162,10 @@ class AmqpConnection(asyncio.Protocol):
     def detach_entity(self, entity: str) -> None:
         """Force-detach every link of this connection that works on ``entity`` (an entity outage)."""
         links.detach_entity(self, entity)
+
+    def force_detach(self, entity: str | None) -> int:
+        """Force-detach the entity links (of ``entity``, or all) as Service Bus does; returns how many."""
+        return links.force_detach_links(self, entity)
 
     def try_pending_session(self, pending: PendingSession) -> None:
         """Give a waiting next-available-session attach a session if one has become available."""
@@ -225,4 +244,5 @@ class AmqpConnection(asyncio.Protocol):
         elif path.endswith(links.MANAGEMENT_SUFFIX):
             requests.on_management(self, dlv, raw, path.removesuffix(links.MANAGEMENT_SUFFIX))
         else:
+            idle.touch(link)
             sends.on_send(self, dlv, raw, path)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from proton import Link, Receiver, Sender, Terminus, symbol
 
+from bridge.emulator.amqp import idle
 from bridge.emulator.amqp.broker import Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition, timeout_condition
 from bridge.emulator.errors import (
@@ -27,6 +28,7 @@ from bridge.emulator.errors import (
     DetachForcedError,
     EntityNotFoundError,
     InvalidOperationError,
+    ServerBusyError,
     UnauthorizedError,
 )
 from bridge.emulator.faults import FaultKind
@@ -96,22 +98,46 @@ def on_detach(conn: AmqpConnection, link: Link) -> None:
 
 def detach_entity(conn: AmqpConnection, entity: str) -> None:
     """Force-detach every link of ``conn`` that works on ``entity`` or below it (an entity outage)."""
-    prefix = entity.strip("/").lower()
+    error = DetachForcedError(f"The entity '{entity}' is unavailable (injected outage).")
+    for link in _entity_links(conn, entity):
+        force_detach(conn, link, error)
+
+
+def force_detach_links(conn: AmqpConnection, entity: str | None) -> int:
+    """Force-detach the entity links of ``conn`` (of ``entity`` and below, or all); returns how many."""
+    detached = _entity_links(conn, entity)
+    for link in detached:
+        force_detach(conn, link, idle.forced_detach_error(link))
+    return len(detached)
+
+
+def force_detach(conn: AmqpConnection, link: Link, exc: BrokerError) -> None:
+    """Detach one of our links with ``exc``, dropping its consumer."""
+    consumer: Consumer | None = getattr(link, "sb_consumer", None)
+    if consumer is not None:
+        conn.broker.remove_consumer(consumer)
+    link.condition = error_condition(exc)
+    link.close()
+    conn.broker.mark_dirty(conn)
+
+
+def _entity_links(conn: AmqpConnection, entity: str | None) -> list[Link]:
+    """The open links of ``conn`` on ``entity`` or below it (every entity link for ``None``)."""
+    prefix = entity.strip("/").lower() if entity is not None else None
+    out: list[Link] = []
     link = conn.conn.link_head(0)
     while link is not None:
-        nxt = link.next(0)
         consumer: Consumer | None = getattr(link, "sb_consumer", None)
         path: str = consumer.store.path if consumer is not None else getattr(link, "sb_path", "")
         path = path.lower()
-        if (path == prefix or path.startswith(prefix + "/")) and not link.state & Link.LOCAL_CLOSED:
-            if consumer is not None:
-                conn.broker.remove_consumer(consumer)
-            link.condition = error_condition(
-                DetachForcedError(f"The entity '{entity}' is unavailable (injected outage).")
-            )
-            link.close()
-        link = nxt
-    conn.broker.mark_dirty(conn)
+        if prefix is None:
+            wanted = bool(path) and not is_request_node(path)
+        else:
+            wanted = path == prefix or path.startswith(prefix + "/")
+        if wanted and not link.state & Link.LOCAL_CLOSED:
+            out.append(link)
+        link = link.next(0)
+    return out
 
 
 def try_pending_session(conn: AmqpConnection, pending: PendingSession) -> None:
@@ -131,7 +157,10 @@ def expire_pending_session(conn: AmqpConnection, pending: PendingSession) -> Non
     broker = conn.broker
     if pending in broker.pending_sessions:
         broker.pending_sessions.remove(pending)
+    # As Azure answers: the attach comes back without a source, then a timeout detach. Echoing the source
+    # would let the SDK "open" a receiver without a session (it reads the session from the source).
     link = pending.link
+    link.source.type = Terminus.UNSPECIFIED
     link.open()
     link.condition = timeout_condition("No session available within the timeout.")
     link.close()
@@ -158,6 +187,7 @@ def _attach_incoming(conn: AmqpConnection, link: Receiver) -> None:
             _refuse(link, exc)
             return
         link.max_message_size = conn.broker.namespace.max_message_size(path)
+        idle.touch(link)
     link.open()
     link.flow(RECEIVER_CREDIT)
 
@@ -250,6 +280,9 @@ def _check_entity(conn: AmqpConnection, path: str, sending: bool) -> None:
     base = path.removesuffix(MANAGEMENT_SUFFIX)
     authorize(conn, base, Right.SEND if sending else Right.LISTEN)
     broker = conn.broker
+    remaining = broker.throttled()
+    if remaining is not None:
+        raise ServerBusyError.throttled(remaining)
     fault = broker.fault_for(base)
     if fault is not None and fault.kind is FaultKind.OUTAGE:
         raise DetachForcedError(f"The entity '{base}' is unavailable (injected outage).")

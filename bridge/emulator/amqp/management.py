@@ -23,7 +23,7 @@ from bridge.emulator.amqp.codec import (
     stamp_message,
     ts,
 )
-from bridge.emulator.errors import ArgumentError, BrokerError, SessionLockLostError
+from bridge.emulator.errors import ArgumentError, BrokerError, ServerBusyError, SessionLockLostError
 from bridge.emulator.identity.rights import Right
 from bridge.emulator.model.entities import Topic
 from bridge.emulator.model.messages import Delivery, IncomingMessage, MessageState, StoredMessage
@@ -61,6 +61,10 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
             "amqp:not-implemented",
         )
     body = request.body if isinstance(request.body, dict) else {}
+    remaining = broker.throttled()
+    if remaining is not None:
+        busy = ServerBusyError.throttled(remaining)
+        return busy.http_status, str(busy), None, busy.condition
     try:
         if operation == "com.microsoft:schedule-message":
             return 200, "OK", _schedule(broker, path, body), None

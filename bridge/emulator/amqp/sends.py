@@ -32,8 +32,12 @@ if TYPE_CHECKING:
 def on_send(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) -> None:
     """Store the messages of one complete transfer to ``path``, unless a fault trips first."""
     broker = conn.broker
+    remaining = broker.throttled()
+    if remaining is not None:
+        conn.settle(dlv, ServerBusyError.throttled(remaining))
+        return
     fault = broker.fault_for(path)
-    if fault is not None and fault.trips(broker.rand):
+    if fault is not None and fault.kind is not FaultKind.THROTTLE and fault.trips(broker.rand):
         if fault.kind is FaultKind.BUSY:
             conn.settle(dlv, ServerBusyError("The server is busy (injected). Please retry."))
             return

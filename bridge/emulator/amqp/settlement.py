@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from proton import Delivery, Link
 
+from bridge.emulator.amqp import idle
 from bridge.emulator.amqp.broker import Consumer
 from bridge.emulator.amqp.conditions import error_condition
 from bridge.emulator.errors import BrokerError
@@ -46,6 +47,7 @@ def on_disposition(conn: AmqpConnection, link: Link, dlv: Delivery) -> None:
         dlv.settle()  # RECEIVE_AND_DELETE: nothing is locked, so the outcome changes nothing
         return
     store, now = consumer.store, conn.broker.clock()
+    consumer.active = idle.now()
     log.debug("disposition %s for %s on %s", state, token, store.path)
     try:
         if state == Delivery.ACCEPTED:

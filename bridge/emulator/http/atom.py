@@ -37,6 +37,7 @@ from bridge.emulator.model.descriptions import (
     RuleDescription,
     RuleFilter,
     RuntimeCounts,
+    SqlRuleAction,
     SqlRuleFilter,
     SubscriptionDescription,
     TopicDescription,
@@ -130,12 +131,12 @@ def parse_description(
     if tag == "SubscriptionDescription" and topic is not None:
         return SubscriptionDescription(topic_name=topic, name=name, **_values(element, _SUBSCRIPTION))
     if tag == "RuleDescription" and topic is not None and subscription is not None:
-        _refuse_actions(element)
         return RuleDescription(
             topic_name=topic,
             subscription_name=subscription,
             name=name,
             filter=_parse_filter(_child(element, "Filter")),
+            action=_parse_action(_child(element, "Action")),
         )
     raise ArgumentError(f"body: <{tag[:40]}> does not describe an entity at this path")
 
@@ -174,13 +175,19 @@ def _values(element: ET.Element, table: list[tuple[str, str, str]]) -> dict[str,
     return values
 
 
-def _refuse_actions(rule: ET.Element) -> None:
-    action = _child(rule, "Action")
+def _parse_action(action: ET.Element | None) -> SqlRuleAction | None:
     if action is None:
-        return
+        return None
     kind = _xsi_type(action)
-    if kind not in (None, "EmptyRuleAction") or (_child(action, "SqlExpression") is not None):
-        raise ArgumentError("Action: rule actions are not supported by the local Service Bus")
+    expression = _child(action, "SqlExpression")
+    if kind == "EmptyRuleAction" or (kind is None and expression is None):
+        return None
+    if kind not in (None, "SqlRuleAction"):
+        raise ArgumentError(f"Action: unsupported action type {kind[:40]!r}")
+    text = (expression.text or "").strip() if expression is not None else ""
+    if not text:
+        raise ArgumentError("SqlExpression: a SQL rule action needs an expression")
+    return SqlRuleAction(text, _parse_properties(_child(action, "Parameters"), "Parameters"))
 
 
 def _parse_filter(element: ET.Element | None) -> RuleFilter:
@@ -192,14 +199,11 @@ def _parse_filter(element: ET.Element | None) -> RuleFilter:
     if kind == "FalseFilter":
         return SqlRuleFilter("1=0")
     if kind == "SqlFilter":
-        parameters = _child(element, "Parameters")
-        if parameters is not None and len(parameters):
-            raise ArgumentError("Parameters: SQL filter parameters are not supported")
         expression = _child(element, "SqlExpression")
         text = (expression.text or "").strip() if expression is not None else ""
         if not text:
             raise ArgumentError("SqlExpression: a SQL filter needs an expression")
-        return SqlRuleFilter(text)
+        return SqlRuleFilter(text, _parse_properties(_child(element, "Parameters"), "Parameters"))
     if kind == "CorrelationFilter":
         found = {
             attr: (child.text or "")
@@ -210,18 +214,18 @@ def _parse_filter(element: ET.Element | None) -> RuleFilter:
     raise ArgumentError(f"Filter: unsupported filter type {kind[:40]!r}")
 
 
-def _parse_properties(element: ET.Element | None) -> dict[str, Any]:
+def _parse_properties(element: ET.Element | None, label: str = "Properties") -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for pair in element if element is not None else []:
         key, value = _child(pair, "Key"), _child(pair, "Value")
         if key is None or value is None or not key.text:
-            raise ArgumentError("Properties: each entry needs a Key and a Value")
+            raise ArgumentError(f"{label}: each entry needs a Key and a Value")
         kind = _xsi_type(value) or "string"
-        properties[key.text] = _typed(key.text, kind, value.text or "")
+        properties[key.text] = _typed(key.text, kind, value.text or "", label)
     return properties
 
 
-def _typed(key: str, kind: str, text: str) -> Any:
+def _typed(key: str, kind: str, text: str, label: str = "Properties") -> Any:
     try:
         if kind == "string":
             return text
@@ -234,7 +238,7 @@ def _typed(key: str, kind: str, text: str) -> Any:
     except ValueError:
         pass
     reason = f"{key[:40]!r} ({kind[:20]}) is malformed or of an unsupported type"
-    raise ArgumentError(f"Properties: {reason}")
+    raise ArgumentError(f"{label}: {reason}")
 
 
 def _child(element: ET.Element, name: str) -> ET.Element | None:
@@ -322,7 +326,7 @@ def _description(desc: EntityDescription, counts: RuntimeCounts | None) -> str:
     if isinstance(desc, RuleDescription):
         created = format_time(counts.created_at if counts else 0.0)
         return (
-            f'<RuleDescription{head}>{_filter(desc.filter)}<Action i:type="EmptyRuleAction"/>'
+            f"<RuleDescription{head}>{_filter(desc.filter)}{_action(desc.action)}"
             f"<CreatedAt>{created}</CreatedAt><Name>{escape(desc.name)}</Name></RuleDescription>"
         )
     counts = counts or RuntimeCounts()
@@ -393,8 +397,23 @@ def _filter(rule_filter: RuleFilter) -> str:
     )
     return (
         f'<Filter i:type="{kind}"><SqlExpression>{escape(expression)}</SqlExpression>'
-        f"<CompatibilityLevel>20</CompatibilityLevel></Filter>"
+        f"<CompatibilityLevel>20</CompatibilityLevel>{_parameters(rule_filter.parameters)}</Filter>"
     )
+
+
+def _action(action: SqlRuleAction | None) -> str:
+    if action is None:
+        return '<Action i:type="EmptyRuleAction"/>'
+    return (
+        f'<Action i:type="SqlRuleAction"><SqlExpression>{escape(action.sql_expression)}</SqlExpression>'
+        f"<CompatibilityLevel>20</CompatibilityLevel>{_parameters(action.parameters)}</Action>"
+    )
+
+
+def _parameters(parameters: dict[str, Any]) -> str:
+    if not parameters:
+        return ""
+    return f"<Parameters>{''.join(_property(key, value) for key, value in parameters.items())}</Parameters>"
 
 
 def _property(key: str, value: Any) -> str:

@@ -5,8 +5,10 @@ Routes::
     GET  /health    {"ok": true}
     GET  /status    NamespaceControl.status()
     GET  /faults    {"namespace": fault|null, "entities": {path: fault}}
-    POST /faults    {"fault": "outage"|"busy"|"stall"|"blackhole", "entity"?, "probability"?, "delay"?}
+    POST /faults    {"fault": "outage"|"busy"|"stall"|"blackhole"|"throttle", "entity"?, "probability"?,
+                     "delay"?, "window"?}
     POST /restore   {"entity"?}     no entity = clear every fault
+    POST /detach    {"entity"?}     force-detach the links of an entity (or of all entities) now
     POST /disaster  {}              drop all entities and messages
 
 Bad input answers 400 ``{"error": "...", "field": "<name>"}`` and changes nothing. There is no
@@ -26,7 +28,7 @@ from bridge.emulator.http.server import HttpApp, HttpRequest, HttpResponse
 log = logging.getLogger(__name__)
 
 _JSON = {"Content-Type": "application/json"}
-_FAULT_FIELDS = frozenset({"fault", "entity", "probability", "delay"})
+_FAULT_FIELDS = frozenset({"fault", "entity", "probability", "delay", "window"})
 _RESTORE_FIELDS = frozenset({"entity"})
 
 
@@ -45,17 +47,20 @@ def make_control_app(control: NamespaceControl) -> HttpApp:
             if route == ("POST", "/faults"):
                 body = _body(request, _FAULT_FIELDS)
                 if "fault" not in body:
-                    raise ArgumentError("fault: required (outage, busy, stall or blackhole)")
+                    raise ArgumentError("fault: required (outage, busy, stall, blackhole or throttle)")
                 fault = control.faults.set(
                     body["fault"],
                     entity=_entity(body),
                     probability=body.get("probability"),
                     delay=body.get("delay"),
+                    window=body.get("window"),
                 )
                 return _ok({"fault": fault.to_json(), "faults": control.faults.snapshot()})
             if route == ("POST", "/restore"):
                 ended = control.faults.clear(_entity(_body(request, _RESTORE_FIELDS)))
                 return _ok({"cleared": [f.to_json() for f in ended], "faults": control.faults.snapshot()})
+            if route == ("POST", "/detach"):
+                return _ok({"detached": control.detach(_entity(_body(request, _RESTORE_FIELDS)))})
             if route == ("POST", "/disaster"):
                 _body(request, frozenset())
                 log.warning("disaster requested through the control interface")
@@ -64,7 +69,7 @@ def make_control_app(control: NamespaceControl) -> HttpApp:
         except ArgumentError as exc:
             field, _, reason = str(exc).partition(": ")
             return _json(400, {"error": reason or field, "field": field if reason else "body"})
-        if route[1] in ("/health", "/status", "/faults", "/restore", "/disaster"):
+        if route[1] in ("/health", "/status", "/faults", "/restore", "/detach", "/disaster"):
             return _json(405, {"error": f"method {request.method} not allowed on {route[1]}"})
         return _json(404, {"error": f"no control route {request.path[:100]!r}"})
 

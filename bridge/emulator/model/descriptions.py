@@ -90,9 +90,18 @@ class SubscriptionDescription:
 
 @dataclass(frozen=True, slots=True)
 class SqlRuleFilter:
-    """A SQL filter; the emulator evaluates ``1=1``, ``1=0`` and ``AND``-ed property equalities."""
+    """A SQL filter (the subset in ``filters``), with ``@name`` parameters substituted from ``parameters``."""
 
     sql_expression: str = "1=1"
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SqlRuleAction:
+    """A rule action: ``SET``/``REMOVE`` statements on the copy a subscription gets (``actions``)."""
+
+    sql_expression: str
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,7 @@ class RuleDescription:
     subscription_name: str
     name: str = "$Default"
     filter: RuleFilter = field(default_factory=SqlRuleFilter)
+    action: SqlRuleAction | None = None
 
 
 EntityDescription = QueueDescription | TopicDescription | SubscriptionDescription | RuleDescription

@@ -6,6 +6,7 @@ import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from bridge.emulator.model.actions import Action, compile_action
 from bridge.emulator.model.descriptions import (
     MAX_DURATION,
     QueueDescription,
@@ -97,6 +98,13 @@ class Rule:
 
     desc: RuleDescription
     predicate: Predicate
+    action: Action | None = None
+
+    @classmethod
+    def compile(cls, desc: RuleDescription) -> Rule:
+        """The rule with its filter and action compiled; ArgumentError for what the subset lacks."""
+        action = compile_action(desc.action) if desc.action is not None else None
+        return cls(desc, compile_filter(desc.filter), action)
 
 
 @dataclass
@@ -120,7 +128,7 @@ class Subscription:
             updated_at=now,
         )
         default = RuleDescription(topic_name=desc.topic_name, subscription_name=desc.name)
-        sub.rules["$default"] = Rule(default, compile_filter(default.filter))
+        sub.rules["$default"] = Rule.compile(default)
         return sub
 
     def redescribe(self, desc: SubscriptionDescription, now: float) -> None:

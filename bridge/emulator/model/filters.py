@@ -4,8 +4,9 @@ The SQL subset covers what routing rules use in practice: ``1=1``/``1=0``, compa
 (``= <> != < > <= >=``) of a property with a literal (string in single quotes, number, TRUE/FALSE),
 ``IS [NOT] NULL``, ``AND``/``OR``/``NOT`` and parentheses. Identifiers are ``sys.<Name>`` (system
 properties such as ``sys.Label``, ``sys.CorrelationId``), ``user.<name>`` or a bare ``<name>`` (both user
-properties), optionally in ``[brackets]``. Anything else is refused when the rule is created, with the
-reason, rather than silently matching everything.
+properties), optionally in ``[brackets]``; ``@name`` is a parameter, bound from the filter's
+``parameters`` when the rule is created (an unknown one is refused). Anything else is refused when the rule
+is created, with the reason, rather than silently matching everything.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ Predicate = Callable[[Mapping[str, Any]], bool]
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>-?\d+(?:\.\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><>|!=|<=|>=|=|<|>|\(|\))"
-    r"|(?P<ident>\[[^\]]+\]|[A-Za-z_][A-Za-z0-9_.$-]*))"
+    r"|(?P<param>@[A-Za-z_][A-Za-z0-9_]*)|(?P<ident>\[[^\]]+\]|[A-Za-z_][A-Za-z0-9_.$-]*))"
 )
 _KEYWORDS = {"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}
 _MISSING = object()
@@ -44,7 +45,7 @@ def compile_filter(rule_filter: RuleFilter) -> Predicate:
     if isinstance(rule_filter, CorrelationRuleFilter):
         return _correlation(rule_filter)
     if isinstance(rule_filter, SqlRuleFilter):
-        return _SqlParser(rule_filter.sql_expression).parse()
+        return _SqlParser(rule_filter.sql_expression, rule_filter.parameters).parse()
     raise ArgumentError(f"unsupported filter type {type(rule_filter).__name__}")
 
 
@@ -65,8 +66,9 @@ def _correlation(flt: CorrelationRuleFilter) -> Predicate:
 class _SqlParser:
     """Recursive descent: or_expr := and_expr (OR and_expr)*; and_expr := not_expr (AND not_expr)*."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, parameters: Mapping[str, Any] | None = None) -> None:
         self.text = text
+        self.parameters = {k.lstrip("@").lower(): v for k, v in (parameters or {}).items()}
         self.tokens = self._tokenize(text)
         self.pos = 0
 
@@ -167,6 +169,14 @@ class _SqlParser:
             return lambda _props: flag
         if kind == "kw" and value == "NULL":
             return lambda _props: None
+        if kind == "param":
+            key = value[1:].lower()
+            if key not in self.parameters:
+                raise ArgumentError(
+                    f"SQL filter {self.text!r}: parameter {value} is not among its parameters"
+                )
+            bound = self.parameters[key]
+            return lambda _props: bound
         if kind == "ident":
             name = _property_name(value)
             return lambda props: props.get(name, _MISSING)

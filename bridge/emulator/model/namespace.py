@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from bridge.emulator.errors import (
@@ -22,6 +22,7 @@ from bridge.emulator.errors import (
     MessageSizeExceededError,
     QuotaExceededError,
 )
+from bridge.emulator.model.actions import evaluate
 from bridge.emulator.model.descriptions import (
     DEFAULT_MAX_MESSAGE_SIZE,
     EntityDescription,
@@ -35,7 +36,6 @@ from bridge.emulator.model.descriptions import (
     path_of,
 )
 from bridge.emulator.model.entities import Queue, Rule, Subscription, Topic
-from bridge.emulator.model.filters import compile_filter
 from bridge.emulator.model.messages import IncomingMessage, StoredMessage
 from bridge.emulator.model.records import description_to_dict, incoming_to_record
 from bridge.emulator.model.store import Journal, MessageStore, TokenFactory
@@ -49,15 +49,25 @@ def _key(name: str) -> str:
     return name.strip("/").lower()
 
 
+# (encoded message, properties to set, properties to remove) → the re-encoded message.
+PropertiesWriter = Callable[[bytes, dict[str, Any], set[str]], bytes]
+
+
 class Namespace:
     """Entities and messages of one namespace; implements the ``Catalog`` protocol."""
 
     def __init__(
-        self, name: str, auto_create: bool = False, token_factory: TokenFactory = uuid.uuid4
+        self,
+        name: str,
+        auto_create: bool = False,
+        token_factory: TokenFactory = uuid.uuid4,
+        properties_writer: PropertiesWriter | None = None,
     ) -> None:
         self.name = name
         self.auto_create = auto_create
         self.token_factory = token_factory
+        # Rewrites a message's application properties for rule actions (the AMQP codec's; see ``actions``).
+        self.properties_writer = properties_writer
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self._journal: Journal | None = None
@@ -139,7 +149,7 @@ class Namespace:
             sub = self._subscription(desc.topic_name, desc.subscription_name)
             if create and _key(desc.name) in sub.rules:
                 raise EntityAlreadyExistsError(f"The rule '{desc.name}' already exists.")
-            sub.rules[_key(desc.name)] = Rule(desc, compile_filter(desc.filter))
+            sub.rules[_key(desc.name)] = Rule.compile(desc)
 
     def get(self, kind: EntityKind, path: str) -> EntityDescription:
         """The description of one entity of that kind."""
@@ -351,9 +361,20 @@ class Namespace:
                 continue
             props = msg.properties or {}
             for sub in target.subscriptions.values():
-                if any(rule.predicate(props) for rule in sub.rules.values()):
-                    sub.store.insert(_stored(msg, seq, now), now)
+                matched = [rule for rule in sub.rules.values() if rule.predicate(props)]
+                if matched:
+                    sub.store.insert(_stored(msg, seq, now, self._acted_on(msg.raw, props, matched)), now)
         return seqs
+
+    def _acted_on(self, raw: bytes, props: Mapping[str, Any], matched: builtins.list[Rule]) -> bytes:
+        """The copy a subscription stores: its matching rules' actions applied, in rule-name order."""
+        actions = [r.action for r in sorted(matched, key=lambda r: r.desc.name) if r.action is not None]
+        if not actions:
+            return raw
+        if self.properties_writer is None:
+            raise RuntimeError("rule actions need the namespace's properties writer")
+        changes = evaluate(actions, props)
+        return self.properties_writer(raw, changes.updates, changes.removed)
 
     def tick(self, now: float) -> builtins.list[MessageStore]:
         """Advance time; the stores (and DLQs) in which messages became ready."""
@@ -382,10 +403,10 @@ def _is_subscription(path: str) -> bool:
     return len(parts) == 3 and parts[1].lower() == "subscriptions"
 
 
-def _stored(msg: IncomingMessage, seq: int, now: float) -> StoredMessage:
+def _stored(msg: IncomingMessage, seq: int, now: float, raw: bytes | None = None) -> StoredMessage:
     return StoredMessage(
         seq=seq,
-        raw=msg.raw,
+        raw=msg.raw if raw is None else raw,
         enqueued_at=now,
         message_id=msg.message_id,
         session_id=msg.session_id,

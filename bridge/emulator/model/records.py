@@ -15,6 +15,7 @@ from bridge.emulator.model.descriptions import (
     EntityDescription,
     QueueDescription,
     RuleDescription,
+    SqlRuleAction,
     SqlRuleFilter,
     SubscriptionDescription,
     TopicDescription,
@@ -38,7 +39,9 @@ def description_to_dict(desc: EntityDescription) -> dict[str, Any]:
         if isinstance(value, timedelta):
             value = {"td": value.total_seconds()}
         elif isinstance(value, SqlRuleFilter):
-            value = {"sql": value.sql_expression}
+            value = {"sql": value.sql_expression, "parameters": value.parameters}
+        elif isinstance(value, SqlRuleAction):
+            value = {"action": value.sql_expression, "parameters": value.parameters}
         elif isinstance(value, CorrelationRuleFilter):
             value = {"correlation": {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
         out[fld.name] = value
@@ -56,7 +59,9 @@ def description_from_dict(data: dict[str, Any]) -> EntityDescription:
         if isinstance(value, dict) and "td" in value:
             value = timedelta(seconds=value["td"])
         elif isinstance(value, dict) and "sql" in value:
-            value = SqlRuleFilter(value["sql"])
+            value = SqlRuleFilter(value["sql"], value.get("parameters") or {})
+        elif isinstance(value, dict) and "action" in value:
+            value = SqlRuleAction(value["action"], value.get("parameters") or {})
         elif isinstance(value, dict) and "correlation" in value:
             value = CorrelationRuleFilter(**value["correlation"])
         kwargs[fld.name] = value
