@@ -73,16 +73,9 @@ def emulator(
 ) -> None:
     """Run a local Service Bus namespace (AMQP + management + fault control) until stopped."""
     from bridge.emulator.amqp.idle import IdleTimeouts
-    from bridge.emulator.server import EmulatorConfig, run
+    from bridge.emulator.server import EmulatorConfig
 
-    if link_idle_timeout <= 0 or connection_idle_timeout <= 0:
-        typer.echo("bridge emulator: idle timeouts must be positive numbers of seconds", err=True)
-        raise typer.Exit(2)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        typer.echo(
-            "warning: the local Service Bus is a test tool; binding beyond loopback exposes it", err=True
-        )
+    _check_options(host, (link_idle_timeout, connection_idle_timeout), log_level)
     config = EmulatorConfig(
         name=name,
         host=host,
@@ -101,6 +94,24 @@ def emulator(
         amqps_ports=tuple(amqps_port or ()),
         idle_timeouts=IdleTimeouts(link=link_idle_timeout, connection=connection_idle_timeout),
     )
+    _run(config, json_output, host, port)
+
+
+def _check_options(host: str, idle_timeouts: tuple[float, float], log_level: str) -> None:
+    """Refuse what cannot work (exit 2), set up logging, warn about a bind beyond loopback."""
+    if min(idle_timeouts) <= 0:
+        typer.echo("bridge emulator: idle timeouts must be positive numbers of seconds", err=True)
+        raise typer.Exit(2)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(
+            "warning: the local Service Bus is a test tool; binding beyond loopback exposes it", err=True
+        )
+
+
+def _run(config: object, json_output: bool, host: str, port: int) -> None:
+    from bridge.emulator.server import run
+
     try:
         asyncio.run(_serve(config, json_output, run))
     except EmulatorError as exc:
