@@ -1,0 +1,261 @@
+"""The azure-servicebus SDK's own samples, run unmodified against the local stack on Entra ID.
+
+    python -m bench.samples [--only NAME ...] [--timeout 120] [--jobs 2]
+
+Downloads the ``azure-servicebus`` source distribution (``SDK_VERSION``) from PyPI once per machine into
+the test cache (``tests/integration/rest_clients.py``: ``$BRIDGE_TEST_CACHE``, else
+``~/.cache/bridge-tests``) — the samples are never part of this repository — and starts the stack of
+``bridge up --entra`` (Redis, two namespaces, the token issuer, SAS refused, AMQPS on 5671 and HTTPS on 443
+where free; ``bridge/embedded/entra.py``) with the entities the samples name. Each sample runs as
+``python sample.py`` in a shell that sourced the stack's ``bridge.env`` (``set -a; . bridge.env``: the
+namespace, ``IDENTITY_ENDPOINT``/``IDENTITY_HEADER``, the certificates) plus the ``SERVICEBUS_*`` variables
+the samples read, each sample with entities of its own so none sees another's leftovers. It prints one row
+per sample: ``pass``, ``fail`` with the last error line, or ``excluded`` with the reason
+(``EXCLUDED``). The exit status is 1 when a sample that is not excluded failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.embedded import up
+from bridge.embedded.stack import LocalStack
+from bridge.emulator.identity.directory import default_client_id
+from tests.integration.rest_clients import _install, cache_dir
+
+SDK_VERSION = "7.15.0"
+SDIST = f"azure_servicebus-{SDK_VERSION}"
+AIOHTTP_VERSION = "3.14.5"
+SAS_ONLY = "authenticates with SAS (a key or connection string); the Entra-only stack refuses SAS"
+EXCLUDED: dict[str, str] = {
+    "sync_samples/authenticate_client_connstr.py": SAS_ONLY,
+    "async_samples/authenticate_client_connstr_async.py": SAS_ONLY,
+    "sync_samples/authenticate_using_azure_named_key_credential.py": SAS_ONLY,
+    "async_samples/authenticate_using_azure_named_key_credential_async.py": SAS_ONLY,
+    "sync_samples/authenticate_using_azure_sas_credential.py": SAS_ONLY,
+    "async_samples/authenticate_using_azure_sas_credential_async.py": SAS_ONLY,
+    "sync_samples/generate_sas_token_and_authenticate_client.py": SAS_ONLY,
+    "sync_samples/sample_code_servicebus.py": SAS_ONLY + " (SERVICEBUS_CONNECTION_STR throughout)",
+    "sync_samples/connection_to_custom_endpoint_address.py": (
+        "placeholders to edit: custom_endpoint_address='sb://<custom_endpoint_hostname>:<port>'"
+    ),
+    "async_samples/connection_to_custom_endpoint_address_async.py": (
+        "placeholders to edit: custom_endpoint_address='sb://<custom_endpoint_hostname>:<port>'"
+    ),
+    "sync_samples/session_pool_receive.py": "never ends by design: its session workers loop forever",
+    "async_samples/session_pool_receive_async.py": "never ends by design: its session workers loop forever",
+    "async_samples/proxy_async.py": (
+        "an SDK bug: the async client passes http_proxy's 'proxy_hostname' to aiohttp as a keyword it rejects"
+    ),
+}
+"""Samples not run, with why (``docs/local-servicebus.md`` explains each)."""
+
+REPRESENTATIVE = (
+    "sync_samples/send_queue.py",
+    "sync_samples/receive_queue.py",
+    "async_samples/send_topic_async.py",
+    "sync_samples/receive_subscription.py",
+    "sync_samples/session_send_receive.py",
+    "sync_samples/receive_deferred_message_queue.py",
+    "sync_samples/auto_lock_renew.py",
+)
+"""The short set the default test suite runs: queue, topic/subscription, session, deferral, lock renewal."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One sample's outcome: ``pass``, ``fail`` (``detail``: the last error line) or ``excluded``."""
+
+    sample: str
+    result: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def samples_root() -> Path:
+    """The sdist's ``samples`` folder, downloaded from PyPI and unpacked once per machine."""
+    name = f"{SDIST}-sdist"
+    staging = cache_dir() / f"{name}.partial"
+    ready = cache_dir() / name / SDIST / "samples"
+    pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--quiet"]
+    _install(
+        name,
+        ready,
+        [
+            [*pip, f"azure-servicebus=={SDK_VERSION}", "-d", str(staging)],
+            ["tar", "xzf", str(staging / f"{SDIST}.tar.gz"), "-C", str(staging)],
+        ],
+        staging,
+    )
+    return ready
+
+
+def async_deps() -> Path:
+    """``aiohttp`` (what the samples' README installs for the async samples: ``azure.identity.aio`` needs it),
+    installed once per machine into the cache and put on the samples' ``PYTHONPATH`` only: the bridge
+    itself does not use it."""
+    name = f"samples-aiohttp-{AIOHTTP_VERSION}"
+    staging = cache_dir() / f"{name}.partial"
+    ready = cache_dir() / name / "aiohttp"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(staging)]
+    _install(name, ready, [[*pip, f"aiohttp=={AIOHTTP_VERSION}"]], staging)
+    return ready.parent
+
+
+def all_samples(root: Path) -> list[str]:
+    """Every sample, as ``sync_samples/x.py`` / ``async_samples/x_async.py``."""
+    return sorted(str(p.relative_to(root)) for p in root.glob("*_samples/*.py"))
+
+
+def slug(sample: str) -> str:
+    """The entity-name prefix of one sample (``sync_samples/send_queue.py`` -> ``sync-send-queue``)."""
+    folder, file = sample.split("/")
+    return f"{folder.split('_')[0]}-{file.removesuffix('.py').replace('_', '-')}"
+
+
+def entities_toml(samples: Iterable[str]) -> str:
+    """Per sample: a queue, a session queue, and a topic with one subscription."""
+    lines: list[str] = []
+    for sample in samples:
+        s = slug(sample)
+        lines += [f"[queues.{s}-q]", f"[queues.{s}-sq]", "requires_session = true"]
+        lines += [f"[topics.{s}-t]", f"[topics.{s}-t.subscriptions.sub]"]
+    return "\n".join(lines) + "\n"
+
+
+def sample_env(sample: str, local: LocalStack) -> dict[str, str]:
+    """The ``SERVICEBUS_*`` variables the samples read, and ``EnvironmentCredential``'s for the sender."""
+    s = slug(sample)
+    env = {
+        "SERVICEBUS_QUEUE_NAME": f"{s}-q",
+        "SERVICEBUS_SESSION_QUEUE_NAME": f"{s}-sq",
+        "SERVICEBUS_SESSION_ID": "session-1",
+        "SERVICEBUS_TOPIC_NAME": f"{s}-t",
+        "SERVICEBUS_SUBSCRIPTION_NAME": "sub",
+    }
+    endpoints = local.primary.endpoints
+    wants_principal = "client_identity_authentication" in sample
+    if wants_principal and local.entra and endpoints and endpoints.authority and endpoints.tenant_id:
+        # EnvironmentCredential signs in as a service principal with a secret: the Data Sender identity.
+        # Only here: with AZURE_CLIENT_ID set, DefaultAzureCredential would ask for that identity instead.
+        env.update(
+            {
+                "AZURE_TENANT_ID": endpoints.tenant_id,
+                "AZURE_CLIENT_ID": default_client_id("sender"),
+                "AZURE_CLIENT_SECRET": local.entra.secrets["sender"],
+                "AZURE_AUTHORITY_HOST": endpoints.authority,
+            }
+        )
+    return env
+
+
+def last_error_line(output: str) -> str:
+    """The line that says what went wrong: the last exception line, else the last line printed."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "Exception" in line or "Timeout" in line]
+    return (errors or lines or ["(no output)"])[-1][:300]
+
+
+def run_sample(root: Path, sample: str, env_file: Path, extra: dict[str, str], timeout: float) -> Result:
+    """``python sample.py`` in a shell that sourced ``env_file``, in the sample's folder, bounded."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "AZURE_", "IDENTITY_"))}
+    clean.pop("SERVICEBUS_FULLY_QUALIFIED_NAMESPACE", None)
+    clean["PYTHONPATH"] = str(async_deps())
+    script = f'set -a; . "{env_file}"; set +a; exec "$@"'
+    path = root / sample
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        ["bash", "-c", script, "sample", sys.executable, path.name],
+        cwd=path.parent,
+        env={**clean, **extra, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return Result(sample, "fail", f"no end within {timeout:.0f} s: {last_error_line(output)}", timeout)
+    seconds = time.monotonic() - began
+    if proc.returncode == 0 and "Traceback" not in output:
+        return Result(sample, "pass", seconds=seconds)
+    return Result(sample, "fail", last_error_line(output), seconds)
+
+
+@contextmanager
+def entra_stack(samples: Iterable[str], base: Path | None = None) -> Iterator[tuple[LocalStack, Path]]:
+    """The namespaces of ``bridge up --entra`` with the samples' entities, and its ``bridge.env``."""
+    base = base or Path(tempfile.mkdtemp(prefix="bridge-samples-"))
+    entities = base / "sample-entities.toml"
+    base.mkdir(parents=True, exist_ok=True)
+    entities.write_text(entities_toml(samples))
+    local = LocalStack(base, entities={}, namespace_entities_file=entities, entra=True)
+    try:
+        local.start()
+        yield local, up.write_env_file(local)
+    finally:
+        local.stop()
+
+
+def run_all(
+    root: Path, samples: list[str], local: LocalStack, env_file: Path, timeout: float, jobs: int
+) -> list[Result]:
+    """Every sample (excluded ones reported, not run), ``jobs`` at a time, in ``samples`` order."""
+
+    def one(sample: str) -> Result:
+        if sample in EXCLUDED:
+            return Result(sample, "excluded", EXCLUDED[sample])
+        return run_sample(root, sample, env_file, sample_env(sample, local), timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, samples))
+
+
+def table(results: list[Result]) -> str:
+    """A Markdown table: sample, result, detail."""
+    rows = ["| Sample | Result | Detail |", "| --- | --- | --- |"]
+    for r in results:
+        took = f" ({r.seconds:.1f} s)" if r.result == "pass" else ""
+        detail = r.detail.replace("|", "\\|")
+        rows.append(f"| `{r.sample}` | {r.result}{took} | {detail} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.samples", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", help="run these samples only (e.g. sync_samples/send_queue.py)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per sample (default 120)")
+    parser.add_argument("--jobs", type=int, default=2, help="samples run at once (default 2)")
+    args = parser.parse_args(argv)
+    root = samples_root()
+    samples = all_samples(root)
+    if args.only:
+        unknown = sorted(set(args.only) - set(samples))
+        if unknown:
+            parser.error(f"no such sample in azure-servicebus {SDK_VERSION}: {', '.join(unknown)}")
+        samples = [s for s in samples if s in args.only]
+    with entra_stack(samples) as (local, env_file):
+        results = run_all(root, samples, local, env_file, args.timeout, args.jobs)
+    print(table(results))
+    counts = {k: sum(r.result == k for r in results) for k in ("pass", "fail", "excluded")}
+    print(f"\nazure-servicebus {SDK_VERSION} samples: {counts['pass']} pass, {counts['fail']} fail, "
+          f"{counts['excluded']} excluded")  # fmt: skip
+    return 1 if counts["fail"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
