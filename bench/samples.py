@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,11 +34,83 @@ from pathlib import Path
 from bridge.embedded import up
 from bridge.embedded.stack import LocalStack
 from bridge.emulator.identity.directory import default_client_id
+from tests.integration.proxy_support import Tinyproxy
 from tests.integration.rest_clients import _install, cache_dir
 
 SDK_VERSION = "7.15.0"
 SDIST = f"azure_servicebus-{SDK_VERSION}"
 AIOHTTP_VERSION = "3.14.5"
+PROXY_PORT = 8899
+SDK_PORTS = (5671, 443)
+PORT_WAIT = 180.0
+
+
+class PortsTaken(RuntimeError):
+    """Another process holds 5671 or 443: the samples, which name no port, would reach it instead."""
+
+
+SAMPLES = (
+    "async_samples/authenticate_client_connstr_async.py",
+    "async_samples/authenticate_using_azure_named_key_credential_async.py",
+    "async_samples/authenticate_using_azure_sas_credential_async.py",
+    "async_samples/auto_lock_renew_async.py",
+    "async_samples/client_identity_authentication_async.py",
+    "async_samples/connection_to_custom_endpoint_address_async.py",
+    "async_samples/deadletter_messages_and_correct_async.py",
+    "async_samples/list_sessions_async.py",
+    "async_samples/mgmt_queue_async.py",
+    "async_samples/mgmt_rule_async.py",
+    "async_samples/mgmt_subscription_async.py",
+    "async_samples/mgmt_topic_async.py",
+    "async_samples/proxy_async.py",
+    "async_samples/receive_deadlettered_messages_async.py",
+    "async_samples/receive_deferred_message_queue_async.py",
+    "async_samples/receive_iterator_queue_async.py",
+    "async_samples/receive_peek_async.py",
+    "async_samples/receive_queue_async.py",
+    "async_samples/receive_subscription_async.py",
+    "async_samples/sample_code_servicebus_async.py",
+    "async_samples/schedule_messages_and_cancellation_async.py",
+    "async_samples/schedule_topic_messages_and_cancellation_async.py",
+    "async_samples/send_and_receive_amqp_annotated_message_async.py",
+    "async_samples/send_queue_async.py",
+    "async_samples/send_topic_async.py",
+    "async_samples/session_pool_receive_async.py",
+    "async_samples/session_send_receive_async.py",
+    "async_samples/topic_subscription_with_rule_operations_async.py",
+    "sync_samples/authenticate_client_connstr.py",
+    "sync_samples/authenticate_using_azure_named_key_credential.py",
+    "sync_samples/authenticate_using_azure_sas_credential.py",
+    "sync_samples/auto_lock_renew.py",
+    "sync_samples/client_identity_authentication.py",
+    "sync_samples/connection_to_custom_endpoint_address.py",
+    "sync_samples/deadletter_messages_and_correct.py",
+    "sync_samples/failure_and_recovery.py",
+    "sync_samples/generate_sas_token_and_authenticate_client.py",
+    "sync_samples/list_sessions.py",
+    "sync_samples/mgmt_queue.py",
+    "sync_samples/mgmt_rule.py",
+    "sync_samples/mgmt_subscription.py",
+    "sync_samples/mgmt_topic.py",
+    "sync_samples/proxy.py",
+    "sync_samples/receive_deadlettered_messages.py",
+    "sync_samples/receive_deferred_message_queue.py",
+    "sync_samples/receive_iterator_queue.py",
+    "sync_samples/receive_peek.py",
+    "sync_samples/receive_queue.py",
+    "sync_samples/receive_subscription.py",
+    "sync_samples/sample_code_servicebus.py",
+    "sync_samples/schedule_messages_and_cancellation.py",
+    "sync_samples/schedule_topic_messages_and_cancellation.py",
+    "sync_samples/send_and_receive_amqp_annotated_message.py",
+    "sync_samples/send_queue.py",
+    "sync_samples/send_topic.py",
+    "sync_samples/session_pool_receive.py",
+    "sync_samples/session_send_receive.py",
+    "sync_samples/topic_subscription_with_rule_operations.py",
+)
+"""Every sample in the sdist (``all_samples`` checks the download against it)."""
+
 SAS_ONLY = "authenticates with SAS (a key or connection string); the Entra-only stack refuses SAS"
 EXCLUDED: dict[str, str] = {
     "sync_samples/authenticate_client_connstr.py": SAS_ONLY,
@@ -56,7 +130,7 @@ EXCLUDED: dict[str, str] = {
     "sync_samples/session_pool_receive.py": "never ends by design: its session workers loop forever",
     "async_samples/session_pool_receive_async.py": "never ends by design: its session workers loop forever",
     "async_samples/proxy_async.py": (
-        "an SDK bug: the async client passes http_proxy's 'proxy_hostname' to aiohttp as a keyword it rejects"
+        "an SDK bug: the async WebSocket transport hands aiohttp the proxy as 'host:port' without a scheme"
     ),
 }
 """Samples not run, with why (``docs/local-servicebus.md`` explains each)."""
@@ -204,11 +278,38 @@ def entra_stack(samples: Iterable[str], base: Path | None = None) -> Iterator[tu
     base.mkdir(parents=True, exist_ok=True)
     entities.write_text(entities_toml(samples))
     local = LocalStack(base, entities={}, namespace_entities_file=entities, entra=True)
+    # proxy.py dials an HTTP proxy at 127.0.0.1:8899 with Basic auth admin/123456 (its own placeholders)
+    proxy = Tinyproxy(base / "proxy", "admin", "123456")
+    proxy.port = PROXY_PORT
     try:
+        wait_ports_free(SDK_PORTS, PORT_WAIT)
         local.start()
+        endpoints = local.primary.endpoints
+        served = set((endpoints.amqps_ports or "").split(",")) if endpoints else set()
+        if not {str(p) for p in SDK_PORTS} <= served:
+            raise PortsTaken(
+                f"ports {SDK_PORTS} are not all free (served: {sorted(served)}): the SDK dials 5671 for "
+                "AMQPS whatever port the namespace names, and the administration client 443"
+            )
+        if shutil.which("tinyproxy") and port_free(PROXY_PORT):
+            proxy.start()
         yield local, up.write_env_file(local)
     finally:
+        proxy.stop()
         local.stop()
+
+
+def wait_ports_free(ports: Iterable[int], timeout: float) -> None:
+    """Wait (bounded) for another local stack holding the SDK's ports to end; the caller then tries."""
+    deadline = time.monotonic() + timeout
+    while not all(port_free(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(1)
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on ``127.0.0.1:port``."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
 def run_all(
