@@ -156,6 +156,7 @@ KNOWN_COST = {
     "tests/integration/test_chaos.py": 200.0,
     "tests/integration/test_demo.py": 200.0,
     "tests/integration/test_up.py": 40.0,
+    "tests/integration/test_sdk_samples.py": 60.0,
     "tests/integration/test_ingress_fuzz.py": 30.0,
 }
 # The rest by the fixtures they take, plus a base cost for an integration or a unit test:
