@@ -42,7 +42,7 @@ SDIST = f"azure_servicebus-{SDK_VERSION}"
 AIOHTTP_VERSION = "3.14.5"
 PROXY_PORT = 8899
 SDK_PORTS = (5671, 443)
-PORT_WAIT = 180.0
+PORT_WAIT = 120.0
 
 
 class PortsTaken(RuntimeError):

@@ -68,7 +68,7 @@ def test_exclusions_name_real_samples_and_the_representative_set_is_run(sample_r
     assert set(KNOWN_FAILURES) <= names - set(samples.EXCLUDED)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)  # the first one also waits (bounded) for 5671 and starts the stack
 @pytest.mark.parametrize("sample", QUICK)
 def test_representative_sample_passes(
     sample_root: Path, sample_stack: tuple[LocalStack, Path], sample: str
