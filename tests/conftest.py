@@ -156,6 +156,7 @@ KNOWN_COST = {
     "tests/integration/test_chaos.py": 200.0,
     "tests/integration/test_demo.py": 200.0,
     "tests/integration/test_up.py": 40.0,
+    "tests/integration/test_sdk_samples.py": 60.0,
     "tests/integration/test_ingress_fuzz.py": 30.0,
     "tests/integration/test_workers_entities.py::test_one_message_to_each_of_300": 35.0,
     # Builds an image (and, on a machine's first run, its debootstrap base): docs/containers.md.
