@@ -1,6 +1,6 @@
 """``bridge report`` at scale, and the roll's throughput, as ratios measured in the same run.
 
-    python -m bench.ledger [--events 1000000 5000000] [--master local[2]] [--driver-memory 1g]
+    python -m bench.ledger [--events 1000000 5000000] [--master local[2]] [--driver-memory 1g] [--rounds 1]
                            [--roll-events 200000] [--hot-path-messages 50000] [--hot-path-rounds 3]
                            [--skip report|roll|hot-path] [--keep]
 
@@ -10,7 +10,12 @@
    the receiver, 0.1 % lost — then ``bridge report --drained --json`` on ``--master`` as a separate process.
    Wall time includes the JVM's start; the driver's peak memory is the JVM's VmHWM. Prints the times and the
    ratio largest/smallest (target <= 5.5 for 5x the events), and checks the report found exactly the
-   messages the generator lost (so a fast but wrong job cannot pass unnoticed).
+   messages the generator lost (so a fast but wrong job cannot pass unnoticed). Against each report, the
+   floor of any Spark job on this machine, measured on the same journal right after it: a minimal PySpark
+   job (its own process and JVM, Spark's defaults but for the same master and driver memory) that starts
+   its session, reads the journal and collects one grouped count. It prints report / floor per size
+   (targets <= 1.5 up to 100,000 events, <= 2 above); ``--rounds N`` alternates the two N times and
+   prints every round, so the spread shows.
 2. roll: ``--roll-events`` single events appended to a private Redis (batches of 200, one script call
    each), then rolled into Parquet: events/s of both.
 3. hot path: the outbox write alone (``Producer.send_batch`` of 1,000 1 KB messages into one Redis,
@@ -159,6 +164,72 @@ def run_report(
     return elapsed, peak, json.loads(stdout)
 
 
+FLOOR_JOB = """
+import sys, time
+from pyspark.sql import SparkSession
+journal, master, memory = sys.argv[1:4]
+spark = (SparkSession.builder.master(master).config("spark.driver.memory", memory)
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+rows = spark.read.option("basePath", journal).parquet(journal).groupBy("entity").count().collect()
+print(sum(row["count"] for row in rows))
+spark.stop()
+"""
+"""The yardstick: start a session, read the journal, one grouped count (``FLOOR_JOB``'s own process)."""
+
+
+def run_floor(journal: Path, master: str, driver_memory: str) -> tuple[float, int]:
+    """``FLOOR_JOB`` as a separate process: wall seconds (JVM start included) and the events it counted."""
+    env = dict(os.environ)
+    env.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
+    command = [sys.executable, "-c", FLOOR_JOB, journal.resolve().as_uri(), master, driver_memory]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the floor job failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return elapsed, int(done.stdout.split()[-1])
+
+
+def bench_report(args: argparse.Namespace, root: Path) -> None:
+    """Every size: generate, then ``--rounds`` times the report and the floor back to back."""
+    times: dict[int, float] = {}
+    for size in sorted(args.events):
+        journal = root / f"journal-{size}"
+        started = time.monotonic()
+        expected = generate(journal, size)
+        made = time.monotonic() - started
+        print(
+            f"{size:>10,} events ({expected['messages']:,} messages, generated in {made:.0f} s)", flush=True
+        )
+        ratios: list[float] = []
+        for round_ in range(1, args.rounds + 1):
+            elapsed, peak_kb, summary = run_report(journal, root / f"report-{size}", args.master,
+                                                   args.driver_memory)  # fmt: skip
+            floor, counted = run_floor(journal, args.master, args.driver_memory)
+            times[size] = min(times.get(size, elapsed), elapsed)
+            ratios.append(elapsed / floor)
+            found = summary["accepted"], summary["lost"]
+            check = (
+                "ok"
+                if found == (expected["messages"], expected["lost"]) and counted == expected["events"]
+                else f"WRONG (expected {expected}, floor counted {counted})"
+            )
+            print(
+                f"  round {round_}: bridge report {elapsed:.1f} s wall incl. JVM start, floor {floor:.1f} s, "
+                f"report / floor {elapsed / floor:.2f} (target <= {1.5 if size <= 100_000 else 2}); driver "
+                f"peak RSS {peak_kb / 1024:,.0f} MB (--driver-memory {args.driver_memory}); accepted/lost "
+                f"{found}: {check}",
+                flush=True,
+            )
+        if len(ratios) > 1:
+            print(f"  report / floor over {len(ratios)} rounds: {min(ratios):.2f}-{max(ratios):.2f}, "
+                  f"median {statistics.median(ratios):.2f}")  # fmt: skip
+    if len(times) > 1:
+        small, large = min(times), max(times)
+        print(f"ratio {large / small:.0f}x events: {times[large] / times[small]:.2f} (target <= 5.5)")
+
+
 def bench_roll(events: int) -> None:
     from bridge.core import journal as J
     from bridge.embedded.redis_server import RedisServer
@@ -287,6 +358,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 5_000_000])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--rounds", type=int, default=1, help="report and floor, alternated")
     parser.add_argument("--roll-events", type=int, default=200_000)
     parser.add_argument("--hot-path-messages", type=int, default=50_000)
     parser.add_argument("--hot-path-rounds", type=int, default=3)
@@ -296,30 +368,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     try:
         if "report" not in args.skip:
-            times: dict[int, float] = {}
-            for size in sorted(args.events):
-                journal = root / f"journal-{size}"
-                started = time.monotonic()
-                expected = generate(journal, size)
-                made = time.monotonic() - started
-                elapsed, peak_kb, summary = run_report(journal, root / f"report-{size}", args.master,
-                                                       args.driver_memory)  # fmt: skip
-                times[size] = elapsed
-                found = summary["accepted"], summary["lost"]
-                check = (
-                    "ok"
-                    if found == (expected["messages"], expected["lost"])
-                    else f"WRONG (expected {expected})"
-                )
-                print(
-                    f"{size:>10,} events ({expected['messages']:,} messages, generated in {made:.0f} s): "
-                    f"bridge report {elapsed:.1f} s wall incl. JVM start, driver peak RSS "
-                    f"{peak_kb / 1024:,.0f} MB (--driver-memory {args.driver_memory}), "
-                    f"accepted/lost {found}: {check}"
-                )
-            if len(times) > 1:
-                small, large = min(times), max(times)
-                print(f"ratio {large / small:.0f}x events: {times[large] / times[small]:.2f} (target <= 5.5)")
+            bench_report(args, root)
         if "roll" not in args.skip:
             bench_roll(args.roll_events)
         if "hot-path" not in args.skip:
