@@ -78,6 +78,23 @@ def master_url(option: str | None) -> str:
     return option or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
 
 
+def local_cores(master: str) -> int | None:
+    """The cores a ``local`` master runs tasks on (``local``: 1, ``local[N]``: N, ``local[*]``: all of this
+    machine's), None for any other master.
+
+    The report's shuffles default to one partition per core there: a task costs scheduling and a file of
+    shuffle output whatever its size, and more partitions than cores run no faster on one machine.
+    """
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return None
+    inside = master[len("local[") :].split("]", 1)[0].split(",", 1)[0].strip()
+    if inside == "*":
+        return os.cpu_count() or 1
+    return int(inside) if inside.isdigit() and int(inside) > 0 else None
+
+
 def _log_config() -> Path:
     # Spark's own INFO/WARN lines would bury the progress display and the JSON; errors still show.
     path = Path(tempfile.gettempdir()) / "bridge-ledger-log4j2.properties"
@@ -104,12 +121,16 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (8 if local else 64)))
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or local_cores(master) or 64))
     )
     if local:
-        # No web UI and loopback only: a report is a batch job, not a service.
+        # No web UI and loopback only: a report is a batch job, not a service. Adaptive execution off:
+        # with one shuffle partition per core there is nothing left for it to coalesce, and it plans each
+        # query again at every shuffle and runs each stage as a Spark job of its own (about twice the jobs;
+        # docs/journal-ledger.md, "Where the time goes").
         builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+        builder = builder.config("spark.sql.adaptive.enabled", "false")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
