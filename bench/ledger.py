@@ -1,6 +1,6 @@
 """``bridge report`` at scale, and the roll's throughput, as ratios measured in the same run.
 
-    python -m bench.ledger [--events 1000000 5000000] [--master local[2]] [--driver-memory 1g]
+    python -m bench.ledger [--events 1000000 5000000] [--master local[2]] [--driver-memory 1g] [--rounds 1]
                            [--roll-events 200000] [--hot-path-messages 50000] [--hot-path-rounds 3]
                            [--skip report|roll|hot-path] [--keep]
 
@@ -10,7 +10,14 @@
    the receiver, 0.1 % lost — then ``bridge report --drained --json`` on ``--master`` as a separate process.
    Wall time includes the JVM's start; the driver's peak memory is the JVM's VmHWM. Prints the times and the
    ratio largest/smallest (target <= 5.5 for 5x the events), and checks the report found exactly the
-   messages the generator lost (so a fast but wrong job cannot pass unnoticed).
+   messages the generator lost (so a fast but wrong job cannot pass unnoticed). Against each report, the
+   floor of any Spark job on this machine, measured on the same journal right after it: a minimal PySpark
+   job (its own process and JVM, Spark's defaults but for the same master and driver memory) that starts
+   its session, reads the journal and collects one grouped count. It prints report / floor per size
+   (targets <= 1.5 up to 100,000 events, <= 2 above), in wall seconds and in CPU seconds of each process
+   tree (user + system, from ``/proc``: on a machine shared with other work the wall-clock ratio moves
+   with the neighbours' load, the CPU ratio much less); ``--rounds N`` alternates the two N times and
+   prints every round, so the spread shows.
 2. roll: ``--roll-events`` single events appended to a private Redis (batches of 200, one script call
    each), then rolled into Parquet: events/s of both.
 3. hot path: the outbox write alone (``Producer.send_batch`` of 1,000 1 KB messages into one Redis,
@@ -44,8 +51,12 @@ HOUR_MS = 3_600_000
 START = 1_790_000_000.0
 
 
-def _peak_rss_kb(root_pid: int) -> int:
-    """The largest VmHWM among ``root_pid`` and its descendants (the JVM is a child of the CLI)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_sample(root_pid: int, cpu: dict[int, float]) -> int:
+    """The largest VmHWM among ``root_pid`` and its descendants (the JVM is a child of the CLI); records each
+    one's user + system CPU seconds so far in ``cpu``."""
     best = 0
     pending = [root_pid]
     while pending:
@@ -55,11 +66,42 @@ def _peak_rss_kb(root_pid: int) -> int:
                 for line in status:
                     if line.startswith("VmHWM:"):
                         best = max(best, int(line.split()[1]))
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            cpu[pid] = max(cpu.get(pid, 0.0), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         except OSError:
             continue
         pending.extend(int(child) for child in children)
     return best
+
+
+def _watched(command: list[str], what: str) -> tuple[float, int, float, str]:
+    """Run ``command``: wall seconds, the tree's peak RSS (KB), its CPU seconds (sampled every 0.2 s, so a
+    last fraction of a second may be missed) and stdout."""
+    env = dict(os.environ)
+    env.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    cpu: dict[int, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_sample(process.pid, cpu))
+            done.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    stdout, stderr = process.communicate()
+    elapsed = time.monotonic() - started
+    done.set()
+    watcher.join()
+    if process.returncode != 0:
+        raise SystemExit(f"{what} failed ({process.returncode}):\n{stderr[-3000:]}")
+    return elapsed, peak, sum(cpu.values()), stdout
 
 
 def generate(folder: Path, events: int, seed: int = 7) -> dict[str, int]:
@@ -129,34 +171,80 @@ def generate(folder: Path, events: int, seed: int = 7) -> dict[str, int]:
 
 def run_report(
     journal: Path, out: Path, master: str, driver_memory: str
-) -> tuple[float, int, dict[str, Any]]:
-    """``bridge report`` as a separate process: wall seconds, the driver's peak RSS (KB), its summary."""
-    env = dict(os.environ)
-    env.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
+) -> tuple[float, int, float, dict[str, Any]]:
+    """``bridge report`` as a separate process: wall seconds, the driver's peak RSS (KB), CPU seconds, its
+    summary."""
     command = [
         sys.executable, "-m", "bridge.cli.main", "report", "--drained", "--json", "--journal", str(journal),
         "--out", str(out), "--master", master, "--driver-memory", driver_memory,
     ]  # fmt: skip
-    started = time.monotonic()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    done = threading.Event()
+    elapsed, peak, cpu, stdout = _watched(command, "bridge report")
+    return elapsed, peak, cpu, json.loads(stdout)
 
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _peak_rss_kb(process.pid))
-            done.wait(0.5)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    stdout, stderr = process.communicate()
-    elapsed = time.monotonic() - started
-    done.set()
-    watcher.join()
-    if process.returncode != 0:
-        raise SystemExit(f"bridge report failed ({process.returncode}):\n{stderr[-3000:]}")
-    return elapsed, peak, json.loads(stdout)
+FLOOR_JOB = """
+import sys, time
+from pyspark.sql import SparkSession
+journal, master, memory = sys.argv[1:4]
+spark = (SparkSession.builder.master(master).config("spark.driver.memory", memory)
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+rows = spark.read.option("basePath", journal).parquet(journal).groupBy("entity").count().collect()
+print(sum(row["count"] for row in rows))
+spark.stop()
+"""
+"""The yardstick: start a session, read the journal, one grouped count (``FLOOR_JOB``'s own process)."""
+
+
+def run_floor(journal: Path, master: str, driver_memory: str) -> tuple[float, float, int]:
+    """``FLOOR_JOB`` as a separate process: wall seconds (JVM start included), CPU seconds and the events it
+    counted."""
+    command = [sys.executable, "-c", FLOOR_JOB, journal.resolve().as_uri(), master, driver_memory]
+    elapsed, _, cpu, stdout = _watched(command, "the floor job")
+    return elapsed, cpu, int(stdout.split()[-1])
+
+
+def bench_report(args: argparse.Namespace, root: Path) -> None:
+    """Every size: generate, then ``--rounds`` times the report and the floor back to back."""
+    times: dict[int, float] = {}
+    for size in sorted(args.events):
+        journal = root / f"journal-{size}"
+        started = time.monotonic()
+        expected = generate(journal, size)
+        made = time.monotonic() - started
+        print(
+            f"{size:>10,} events ({expected['messages']:,} messages, generated in {made:.0f} s)", flush=True
+        )
+        ratios: list[float] = []
+        cpu_ratios: list[float] = []
+        for round_ in range(1, args.rounds + 1):
+            elapsed, peak_kb, cpu, summary = run_report(journal, root / f"report-{size}", args.master,
+                                                        args.driver_memory)  # fmt: skip
+            floor, floor_cpu, counted = run_floor(journal, args.master, args.driver_memory)
+            cpu_ratios.append(cpu / floor_cpu)
+            times[size] = min(times.get(size, elapsed), elapsed)
+            ratios.append(elapsed / floor)
+            found = summary["accepted"], summary["lost"]
+            check = (
+                "ok"
+                if found == (expected["messages"], expected["lost"]) and counted == expected["events"]
+                else f"WRONG (expected {expected}, floor counted {counted})"
+            )
+            print(
+                f"  round {round_}: bridge report {elapsed:.1f} s wall incl. JVM start, floor {floor:.1f} s, "
+                f"report / floor {elapsed / floor:.2f} (target <= {1.5 if size <= 100_000 else 2}); "
+                f"CPU s report {cpu:.0f}, floor {floor_cpu:.0f}, ratio {cpu / floor_cpu:.2f}; driver "
+                f"peak RSS {peak_kb / 1024:,.0f} MB (--driver-memory {args.driver_memory}); accepted/lost "
+                f"{found}: {check}",
+                flush=True,
+            )
+        if len(ratios) > 1:
+            print(f"  report / floor over {len(ratios)} rounds: {min(ratios):.2f}-{max(ratios):.2f}, "
+                  f"median {statistics.median(ratios):.2f}; in CPU seconds {min(cpu_ratios):.2f}-"
+                  f"{max(cpu_ratios):.2f}, median {statistics.median(cpu_ratios):.2f}")  # fmt: skip
+    if len(times) > 1:
+        small, large = min(times), max(times)
+        print(f"ratio {large / small:.0f}x events: {times[large] / times[small]:.2f} (target <= 5.5)")
 
 
 def bench_roll(events: int) -> None:
@@ -287,6 +375,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 5_000_000])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--rounds", type=int, default=1, help="report and floor, alternated")
     parser.add_argument("--roll-events", type=int, default=200_000)
     parser.add_argument("--hot-path-messages", type=int, default=50_000)
     parser.add_argument("--hot-path-rounds", type=int, default=3)
@@ -296,30 +385,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     try:
         if "report" not in args.skip:
-            times: dict[int, float] = {}
-            for size in sorted(args.events):
-                journal = root / f"journal-{size}"
-                started = time.monotonic()
-                expected = generate(journal, size)
-                made = time.monotonic() - started
-                elapsed, peak_kb, summary = run_report(journal, root / f"report-{size}", args.master,
-                                                       args.driver_memory)  # fmt: skip
-                times[size] = elapsed
-                found = summary["accepted"], summary["lost"]
-                check = (
-                    "ok"
-                    if found == (expected["messages"], expected["lost"])
-                    else f"WRONG (expected {expected})"
-                )
-                print(
-                    f"{size:>10,} events ({expected['messages']:,} messages, generated in {made:.0f} s): "
-                    f"bridge report {elapsed:.1f} s wall incl. JVM start, driver peak RSS "
-                    f"{peak_kb / 1024:,.0f} MB (--driver-memory {args.driver_memory}), "
-                    f"accepted/lost {found}: {check}"
-                )
-            if len(times) > 1:
-                small, large = min(times), max(times)
-                print(f"ratio {large / small:.0f}x events: {times[large] / times[small]:.2f} (target <= 5.5)")
+            bench_report(args, root)
         if "roll" not in args.skip:
             bench_roll(args.roll_events)
         if "hot-path" not in args.skip:

@@ -70,9 +70,17 @@ def batch_facts(batch: DataFrame) -> DataFrame:
 
 
 def start_stream(
-    spark: SparkSession, journal_dir: Path, checkpoint: Path, tally: LiveTally, *, interval: float, lock: Any
+    spark: SparkSession,
+    journal_dir: Path,
+    checkpoint: Path,
+    tally: LiveTally,
+    *,
+    interval: float,
+    lock: Any,
+    folded: threading.Event | None = None,
 ) -> Any:
-    """Start the streaming query that folds new journal files into ``tally``; returns the query."""
+    """Start the streaming query that folds new journal files into ``tally``; returns the query. ``folded``
+    is set after each micro-batch is in the tally."""
     journal_dir.mkdir(parents=True, exist_ok=True)
     stream = (
         spark.readStream.schema(JOURNAL_SCHEMA)
@@ -95,6 +103,8 @@ def start_stream(
                     copies=int(row["copies"]),
                     suppressed=int(row["suppressed"]),
                 )
+        if folded is not None:
+            folded.set()
 
     return (
         events.writeStream.foreachBatch(fold)
@@ -162,7 +172,9 @@ def follow(
     tally = LiveTally()
     checkpoint = Path(tempfile.mkdtemp(prefix="bridge-follow-"))
     lock = threading.Lock()
-    query = start_stream(spark, journal_dir, checkpoint, tally, interval=interval, lock=lock)
+    folded = threading.Event()
+    query = start_stream(spark, journal_dir, checkpoint, tally, interval=interval, lock=lock, folded=folded)
+    shown = False  # the first micro-batch's tally is drawn as soon as it is folded, not up to interval later
     started = time.monotonic()
     missing_counts: dict[str, int] = {}
     note = "starting"
@@ -189,7 +201,10 @@ def follow(
                     done = on_update is not None and on_update(tally, missing_counts)
                 if done:
                     break
-                time.sleep(interval)
+                if shown:
+                    time.sleep(interval)
+                else:
+                    shown = folded.wait(interval)
     except KeyboardInterrupt:
         pass
     finally:

@@ -40,6 +40,8 @@ LOST_IDS_IN_JSON = 1000
 """Lost MessageIds listed per entity in the JSON (all of them are in the ``lost`` table)."""
 
 Progress = Callable[[str], None]
+Rows = list[dict[str, Any]]
+Entities = dict[str, dict[str, Any]]
 
 
 @dataclass
@@ -71,6 +73,13 @@ def _write_rows(rows: Sequence[Mapping[str, Any]], folder: Path, schema: pa.Sche
     pq.write_table(table, folder / "part-0.parquet")
 
 
+def _in_order(rows: Rows, *keys: str) -> Rows:
+    """``rows`` sorted as Spark's ``orderBy(*keys)`` sorts (ascending, nulls first); equal keys keep the
+    order of the remaining columns, so the result does not depend on how Spark's partitions came back."""
+    names = [*keys, *(name for name in (rows[0] if rows else {}) if name not in keys)]
+    return sorted(rows, key=lambda row: [(row[name] is not None, row[name]) for name in names])
+
+
 def _write_frame(frame: DataFrame, folder: Path) -> None:
     frame.coalesce(1).write.mode("overwrite").parquet(uri(folder))
 
@@ -86,10 +95,6 @@ def run_report(spark: SparkSession, inputs: ReportInputs, progress: Progress | N
         return _report(spark, inputs, events, table_dir, step)
     finally:
         events.unpersist()
-
-
-Rows = list[dict[str, Any]]
-Entities = dict[str, dict[str, Any]]
 
 
 def _report(
@@ -111,7 +116,9 @@ def _report(
         _write_frame(tables.lost(messages), table_dir / "lost")
         _write_frame(tables.duplicates(messages), table_dir / "duplicates")
         step("latency percentiles")
-        latency_rows = [row.asDict() for row in tables.latency(messages).collect()]
+        latency_rows = _in_order(
+            [row.asDict() for row in tables.latency(messages).collect()], "entity", "measure", "path"
+        )
     finally:
         messages.unpersist()
     step("billable operations")
@@ -145,14 +152,17 @@ def _reconciliation(
 ) -> tuple[Rows, Entities]:
     """The ``reconciliation`` rows, and per entity its record for the summary (lost ids included)."""
     rec_frame = tables.reconciliation(messages, events)
-    rec_rows = [
-        row.asDict()
-        for row in rec_frame.select(
-            *[c for c in rec_frame.columns if c not in ("first_event_at", "last_event_at")],
-            _seconds("first_event_at"),
-            _seconds("last_event_at"),
-        ).collect()
-    ]
+    rec_rows = _in_order(
+        [
+            row.asDict()
+            for row in rec_frame.select(
+                *[c for c in rec_frame.columns if c not in ("first_event_at", "last_event_at")],
+                _seconds("first_event_at"),
+                _seconds("last_event_at"),
+            ).collect()
+        ],
+        "entity",
+    )
     overflowed = {
         row["entity"]: int(row["journal_overflow"])
         for row in tables.overflow(read_rolled(spark, inputs.journal)).collect()
@@ -176,7 +186,7 @@ def _reconciliation(
 
 def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tuple[Rows, Rows, CostEstimate]:
     """The ``event_counts`` rows, the ``billing`` rows and the cost estimate over the delivered messages."""
-    count_rows = [row.asDict() for row in tables.event_counts(events).collect()]
+    count_rows = _in_order([row.asDict() for row in tables.event_counts(events).collect()], "entity", "kind")
     counts = [
         EventCount(
             r["entity"], r["kind"], r["namespace"], r["path"], r["result"], int(r["events"]), int(r["units"])
@@ -204,14 +214,16 @@ def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tup
 def _failover(events: DataFrame, entities: Entities) -> tuple[Rows, Rows]:
     """The ``timeline_events`` and ``failover`` rows; each entity's record gets its ``failover``."""
     timeline_frame = tables.timeline_events(events)
-    timeline_rows = [
-        row.asDict()
-        for row in timeline_frame.select(
-            *[c for c in timeline_frame.columns if c != "time"], _seconds("time")
-        )
-        .orderBy("entity", "time")
-        .collect()
-    ]
+    timeline_rows = _in_order(
+        [
+            row.asDict()
+            for row in timeline_frame.select(
+                *[c for c in timeline_frame.columns if c != "time"], _seconds("time")
+            ).collect()
+        ],
+        "entity",
+        "time",
+    )
     failover_rows: Rows = []
     for name, record in entities.items():
         story = [

@@ -25,6 +25,12 @@ from bridge.core.journal_files import COLUMNS
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "1g"
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The driver JVM's options on a ``local`` master, where it also runs every task: the quick (C1) compiler
+only, and the serial collector. A report is a short batch job on a small machine: the optimising compiler's
+threads spent more CPU than they saved (100,000 events: 9 s instead of 19-25 s; 1,000,000: the same), and
+G1's concurrent threads compete with the tasks for the same cores (``docs/journal-ledger.md``, "Where the
+time goes"). ``--conf spark.driver.extraJavaOptions=...`` replaces them."""
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),
@@ -78,6 +84,23 @@ def master_url(option: str | None) -> str:
     return option or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
 
 
+def local_cores(master: str) -> int | None:
+    """The cores a ``local`` master runs tasks on (``local``: 1, ``local[N]``: N, ``local[*]``: all of this
+    machine's), None for any other master.
+
+    The report's shuffles default to one partition per core there: a task costs scheduling and a file of
+    shuffle output whatever its size, and more partitions than cores run no faster on one machine.
+    """
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return None
+    inside = master[len("local[") :].split("]", 1)[0].split(",", 1)[0].strip()
+    if inside == "*":
+        return os.cpu_count() or 1
+    return int(inside) if inside.isdigit() and int(inside) > 0 else None
+
+
 def _log_config() -> Path:
     # Spark's own INFO/WARN lines would bury the progress display and the JSON; errors still show.
     path = Path(tempfile.gettempdir()) / "bridge-ledger-log4j2.properties"
@@ -95,21 +118,26 @@ def build_session(
     """A Spark session for the report (an existing one in this process is reused as it is)."""
     local = master.startswith("local")
     log_option = f"-Dlog4j2.configurationFile=file:{_log_config()}"
+    driver_options = f"{log_option} {LOCAL_JVM_OPTIONS}" if local else log_option
     builder = (
         SparkSession.builder.master(master)
         .appName("bridge-report")
         .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.extraJavaOptions", log_option)
+        .config("spark.driver.extraJavaOptions", driver_options)
         .config("spark.executor.extraJavaOptions", log_option)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (8 if local else 64)))
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or local_cores(master) or 64))
     )
     if local:
-        # No web UI and loopback only: a report is a batch job, not a service.
+        # No web UI and loopback only: a report is a batch job, not a service. Adaptive execution off:
+        # with one shuffle partition per core there is nothing left for it to coalesce, and it plans each
+        # query again at every shuffle and runs each stage as a Spark job of its own (about twice the jobs;
+        # docs/journal-ledger.md, "Where the time goes").
         builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+        builder = builder.config("spark.sql.adaptive.enabled", "false")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

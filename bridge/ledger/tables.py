@@ -10,6 +10,10 @@
 - ``event_counts``: events per entity, kind, namespace, path and result (what billing is computed from);
 - ``timeline_events``: the entity-level events of the failover story (few; collected by the driver).
 
+The tables the driver collects (all but ``lost`` and ``duplicates``) come unsorted: the driver sorts their
+few rows itself (``bridge.ledger.job``), where a Spark ``orderBy`` would cost a sampling job and a shuffle
+each.
+
 A message's path is the path of its first accepted copy; one that went to a backlog queue is
 ``backlog+syphon`` (the syphon moves it on; ``pending_backlog`` while it has not).
 """
@@ -161,7 +165,7 @@ def reconciliation(messages: DataFrame, events: DataFrame) -> DataFrame:
     joined = entity_level.join(per_message, "entity", "left").na.fill(0)
     return joined.select(
         "*", (F.col("quarantined_messages") + F.col("quarantined_without_id")).alias("quarantined")
-    ).orderBy("entity")
+    )
 
 
 def overflow(rolled: DataFrame) -> DataFrame:
@@ -214,23 +218,18 @@ def latency(messages: DataFrame) -> DataFrame:
             F.col("q")[2].alias("p99_ms"),
             "max_ms",
         )
-        .orderBy("entity", "measure", "path")
     )
 
 
 def event_counts(events: DataFrame) -> DataFrame:
     """Events and the operations they stand for, per entity, kind, namespace, path and result."""
-    return (
-        events.groupBy("entity", "kind", "namespace", "path", "result")
-        .agg(F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units"))
-        .orderBy("entity", "kind")
+    return events.groupBy("entity", "kind", "namespace", "path", "result").agg(
+        F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units")
     )
 
 
 def timeline_events(events: DataFrame) -> DataFrame:
-    """The failover story's events (few), oldest first."""
-    return (
-        events.where(F.col("kind").isin(*TIMELINE_KINDS))
-        .select("entity", "time", "kind", "from_role", "to_role", "reason", "queue", "result")
-        .orderBy("entity", "time")
+    """The failover story's events (few)."""
+    return events.where(F.col("kind").isin(*TIMELINE_KINDS)).select(
+        "entity", "time", "kind", "from_role", "to_role", "reason", "queue", "result"
     )

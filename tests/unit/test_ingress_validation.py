@@ -261,3 +261,14 @@ def test_names_with_forbidden_characters_are_refused(name: str):
     with pytest.raises(InvalidMessageError) as caught:
         validate_entity(name)
     assert caught.value.code in ("entity_name_invalid", "entity_not_sendable")
+
+
+def test_a_batch_draws_a_distinct_random_message_id_per_message_from_one_read():
+    from bridge.http.ingress import message_id_source
+
+    draw = message_id_source(100)
+    ids = [draw() for _ in range(100)]
+    assert len(set(ids)) == 100
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    with pytest.raises(StopIteration):  # never more ids than it read bytes for
+        draw()
