@@ -167,3 +167,40 @@ def test_session_queue_requires_a_session(shared_namespace: LocalNamespace, sess
         # And a receiver without a session cannot read a session queue
         with pytest.raises(ServiceBusError), client.get_queue_receiver(session_queue) as receiver:
             receiver.receive_messages(max_wait_time=1)
+
+
+def test_a_session_messages_lock_lasts_as_long_as_the_session_lock(
+    shared_namespace: LocalNamespace, session_queue: str
+) -> None:
+    """On Service Bus a session message's lock is the session's: a receiver that keeps renewing the session
+    lock (as ``AutoLockRenewer`` does in the SDK's sample) settles its messages long after the entity's
+    LockDuration. Before, the local namespace expired each message lock on its own and the completion
+    answered MessageLockLostError."""
+    with sb_client(shared_namespace) as client:
+        with client.get_queue_sender(session_queue) as sender:
+            sender.send_messages([ServiceBusMessage(f"m{i}", session_id="S") for i in range(3)])
+        with client.get_queue_receiver(session_queue, session_id="S", prefetch_count=3) as receiver:
+            messages = receive(receiver, 3)
+            session = receiver.session
+            deadline = time.monotonic() + 8  # well past the 3 s lock
+            while time.monotonic() < deadline:
+                session.renew_lock()
+                time.sleep(1)
+            for message in messages:
+                receiver.complete_message(message)  # raised MessageLockLostError before
+        with client.get_queue_receiver(session_queue, session_id="S", max_wait_time=1) as receiver:
+            assert receiver.receive_messages(max_message_count=5, max_wait_time=1) == []
+
+
+def test_a_session_messages_lock_ends_with_an_unrenewed_session_lock(
+    shared_namespace: LocalNamespace, session_queue: str
+) -> None:
+    """The other side of the rule: without renewals the session lock, and so the message lock, ends."""
+    with sb_client(shared_namespace) as client:
+        with client.get_queue_sender(session_queue) as sender:
+            sender.send_messages(ServiceBusMessage("m", session_id="T"))
+        with client.get_queue_receiver(session_queue, session_id="T") as receiver:
+            (message,) = receive(receiver, 1)
+            time.sleep(4.5)
+            with pytest.raises(ServiceBusError):
+                receiver.complete_message(message)

@@ -33,6 +33,11 @@ class SessionTable:
         held = self.locks.get(session_id)
         return held is not None and held.locked_until > now
 
+    def live_until(self, session_id: str | None, now: float) -> float | None:
+        """When the live lock on the session ends, or None (no session, or its lock is gone)."""
+        held = self.locks.get(session_id) if session_id is not None else None
+        return held.locked_until if held is not None and held.locked_until > now else None
+
     def acquire(self, session_id: str, owner: str, now: float, duration: float) -> float:
         """Lock the session for ``owner`` (re-locking its own is a renewal); returns the locked-until time."""
         held = self.locks.get(session_id)

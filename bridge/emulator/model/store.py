@@ -162,11 +162,21 @@ class MessageStore:
         msg = self.messages.get(seq) if seq is not None else None
         if msg is None or msg.lock_token != token:
             raise MessageLockLostError("The lock supplied is invalid: it expired or the message is gone.")
-        if msg.locked_until is not None and msg.locked_until < now:
+        if msg.locked_until is not None and msg.locked_until < now and not self._held_by_session(msg, now):
             self._unlock(msg)
             self._count_failed_delivery(msg, now)
             raise MessageLockLostError("The lock supplied expired before the settlement.")
         return msg
+
+    def _held_by_session(self, msg: StoredMessage, now: float) -> bool:
+        """A session message's lock is the session's, as on Azure: while the session lock lives the
+        message stays locked (its lock follows the session's; ``release_session`` ends both)."""
+        until = self.sessions.live_until(msg.session_id, now)
+        if until is None:
+            return False
+        msg.locked_until = until
+        heapq.heappush(self._lock_expiry, (until, msg.seq))
+        return True
 
     def _unlock(self, msg: StoredMessage) -> None:
         if msg.lock_token is not None:
@@ -293,6 +303,8 @@ class MessageStore:
             _, seq = heapq.heappop(self._lock_expiry)
             msg = self.messages.get(seq)
             if msg is None or msg.lock_token is None or msg.locked_until is None or msg.locked_until > now:
+                continue
+            if self._held_by_session(msg, now):
                 continue
             self._unlock(msg)
             self._count_failed_delivery(msg, now)
