@@ -202,7 +202,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     and sum(d["messages"] or 0 for d in s["backlog"]["depths"].values()) == 0
                     and s
                 ),
-                90,
+                # Ping, restore and the syphon's runs, plus, when a run found deferred messages it had no
+                # record of, one LockDuration (60 s here) before the next takes them: hence more than 90 s.
+                180,
                 0.5,
                 "payments restored, its backlog syphoned and measured empty",
             )
