@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import redis
+from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from bridge.core.paired import backlog_queue_path
@@ -63,14 +64,28 @@ def _create_queue(ns: Any, name: str) -> None:
 def _backlog_messages(
     stack: LocalStack, expected: int, timeout: float = 30.0, skip: tuple[int, ...] = ()
 ) -> list[Any]:
+    """Receive-and-delete from the backlog queues until ``expected`` arrived (or the timeout), then one more
+    short round that would catch extra copies.
+
+    One receiver per queue stays open for the whole wait: a receive-and-delete receiver closed between
+    polls drops what the namespace delivered to it after its last receive call returned (the link's credit
+    outlives the call), and those messages are gone from the queue too.
+    """
     got: list[Any] = []
     deadline = time.monotonic() + timeout
-    while len(got) < expected and time.monotonic() < deadline:
-        for index in range(BACKLOGS):
-            if index in skip:
-                continue
-            path = backlog_queue_path(_primary_name(stack), index)
-            got.extend(receive_all(stack.secondary, path, 0, timeout=0.5))
+    paths = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS) if i not in skip]
+    mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
+    with ServiceBusClient.from_connection_string(stack.secondary.connection_string, retry_total=1) as client:
+        receivers = [client.get_queue_receiver(path, receive_mode=mode) for path in paths]
+        try:
+            while len(got) < expected and time.monotonic() < deadline:
+                for receiver in receivers:
+                    got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=0.5))
+            for receiver in receivers:
+                got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=0.5))
+        finally:
+            for receiver in receivers:
+                receiver.close()
     return got
 
 
