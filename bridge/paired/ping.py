@@ -13,8 +13,10 @@ Bounds: each ping is one pool call, so at most the attempt deadline (twice in sc
 up to ``PING_THREADS`` threads, and a ping not started within ``ping_timeout`` of the run's start waits for
 the next interval. ``ping_due`` with half an interval of slack decides whether an entity is due, so a beat
 firing a few milliseconds early still pings, and a second firing in the same interval (another beat, a
-redelivered task) does not ping again; a claim in Redis for the rest of the interval keeps two runs that
-overlap from both pinging.
+redelivered task) does not ping again. Two runs that overlap before either recorded its ping (two beats, a
+ping slower than the interval while the next firing comes) ping once: a run pings an entity only under a
+claim in Redis that lasts until its ping is recorded (released then) or, if the run dies, as long as a run
+can take (``claim_ms``); a run that wins the claim checks again that the entity is still due.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from bridge.journal.emit import ping_events
 from bridge.observability import metrics
 from bridge.paired.entities import paired_entities
 from bridge.servicebus.messages import ping_message
+from bridge.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +55,35 @@ class PingReport:
     postponed: list[str] = field(default_factory=list)
 
 
-def due_entities(ctx: DeliveryContext) -> list[str]:
-    """Failed-over paired entities whose ping is due now."""
+def claim_ms(settings: Settings) -> int:
+    """How long a ping claim lasts if its run never releases it (the run died): the longest a run can
+    take to record its last ping (started within ``ping_timeout``, each ping bounded by the attempt
+    deadline, twice in schedule mode), and never less than the rest of the interval."""
+    paired = settings.paired
+    sends = 2 if paired.ping_mode == "schedule" else 1
+    longest = paired.ping_timeout + sends * settings.retry.attempt_deadline + 1.0
+    return int(max(longest, (1 - DUE_SLACK) * paired.ping_primary_interval) * 1000)
+
+
+def due_entities(ctx: DeliveryContext, token: str) -> list[str]:
+    """Failed-over paired entities whose ping is due now, each claimed with ``token`` (released by
+    ``ping_failed_over`` once the ping is recorded)."""
     policy = ctx.settings.paired.failover_policy()
-    now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
     engaged = ctx.paired.failed_over_entities(paired_entities(ctx.settings))
-    due = [entity for entity in engaged if ping_due(ctx.paired.get(entity), now, policy)]
-    # Two runs can overlap (two beats, a slow run still waiting on a deadline) before either recorded its
-    # ping: a claim for the rest of the interval lets only one of them ping each entity.
-    claim_ms = int((1 - DUE_SLACK) * policy.ping_primary_interval * 1000)
-    return [entity for entity in due if ctx.paired.claim_ping(entity, claim_ms)]
+
+    def due(entity: str) -> bool:
+        now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
+        return ping_due(ctx.paired.get(entity), now, policy)
+
+    claimed: list[str] = []
+    for entity in filter(due, engaged):
+        if not ctx.paired.claim_ping(entity, token, claim_ms(ctx.settings)):
+            continue  # another run is pinging it
+        if due(entity):  # another run may have recorded its ping between our look and our claim
+            claimed.append(entity)
+        else:
+            ctx.paired.release_ping(entity, token)
+    return claimed
 
 
 def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
@@ -96,17 +118,23 @@ def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
 def ping_failed_over(ctx: DeliveryContext) -> PingReport:
     """Ping every failed-over paired entity that is due (one beat firing)."""
     report = PingReport()
-    entities = due_entities(ctx)
+    token = uuid.uuid4().hex
+    entities = due_entities(ctx, token)
     if not entities:
         return report
     started = ctx.clock()
     timeout = ctx.settings.paired.ping_timeout
 
     def one(entity: str) -> None:
-        if ctx.clock() - started > timeout:
-            report.postponed.append(entity)
-            return
-        outcome = ping_entity(ctx, entity)
+        try:
+            if ctx.clock() - started > timeout:
+                report.postponed.append(entity)
+                return
+            outcome = ping_entity(ctx, entity)
+        finally:
+            # Recorded (or never sent): the next due run may ping. A release that fails leaves the claim to
+            # expire after ``claim_ms``.
+            ctx.paired.release_ping(entity, token)
         report.pinged.append(entity)
         if outcome.ok:
             report.restored.append(entity)

@@ -103,10 +103,16 @@ class PairedStore:
         with driver_errors():
             return PairedState.from_fields(self.client.hgetall(keys.paired(entity)))
 
-    def claim_ping(self, entity: str, ttl_ms: int) -> bool:
-        """True for the one caller that may ping ``entity`` in the next ``ttl_ms`` milliseconds."""
+    def claim_ping(self, entity: str, token: str, ttl_ms: int) -> bool:
+        """True for the one caller that may ping ``entity`` until it releases the claim (``release_ping``)
+        or ``ttl_ms`` milliseconds pass."""
         with driver_errors():
-            return bool(self.client.set(keys.ping_claim(entity), "1", nx=True, px=max(1, ttl_ms)))
+            return bool(self.client.set(keys.ping_claim(entity), token, nx=True, px=max(1, ttl_ms)))
+
+    def release_ping(self, entity: str, token: str) -> None:
+        """End the claim ``token`` holds on ``entity``'s ping (nothing when it expired or is another's)."""
+        with driver_errors():
+            run_script(self.client, scripts.RELEASE_CLAIM, [keys.ping_claim(entity)], [token])
 
     def apply(self, entity: str, changes: Sequence[PairedChange]) -> PairedUpdate:
         """Apply ``changes`` in order, atomically, as ``core.paired.apply_changes`` would."""

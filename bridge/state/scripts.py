@@ -175,6 +175,17 @@ return 1
 )
 
 
+# KEYS: a claim key. ARGV: the claimant's token. Deletes the claim only while it is still that claimant's.
+RELEASE_CLAIM = LuaScript(
+    """local key = KEYS[1]
+if redis.call('GET', key) == ARGV[1] then
+  return redis.call('DEL', key)
+end
+return 0
+"""
+)
+
+
 def pairs(flat: Sequence[Any]) -> dict[bytes | str, bytes | str]:
     """A ``HGETALL``-style flat reply ``[field, value, ...]`` as a dict."""
     return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
