@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.exceptions import ServiceBusError
 
 from bridge.embedded.namespaces import LocalNamespace
 
@@ -147,22 +148,40 @@ def compare(ref: str, rounds: int, total: int, persist: bool) -> None:
     """This tree's emulator against ``ref``'s, alternating, and the 10 % rule on the medians."""
     here = Path(__file__).resolve().parent.parent
     trees = {"this tree": here, ref: code_of(ref)}
-    runs: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    runs: dict[str, list[dict[str, float] | None]] = {label: [] for label in trees}
     try:
         for index in range(rounds):
             order = list(trees) if index % 2 == 0 else list(reversed(trees))
             for label in order:
-                with emulator_code(trees[label]):
-                    runs[label].append(measure(total, persist))
-                print(f"  round {index + 1} {label}: " + ", ".join(
-                    f"{k} {v:,.0f}" for k, v in runs[label][-1].items()), flush=True)  # fmt: skip
+                runs[label].append(_one_run(trees[label], total, persist, f"round {index + 1} {label}"))
     finally:
         shutil.rmtree(trees[ref], ignore_errors=True)
+    _report(ref, rounds, total, runs)
+
+
+def _one_run(tree: Path, total: int, persist: bool, title: str) -> dict[str, float] | None:
+    """One measurement with ``tree``'s emulator, or None (printed) when the run failed."""
+    try:
+        with emulator_code(tree):
+            figures = measure(total, persist)
+    except (ServiceBusError, RuntimeError) as exc:
+        print(f"  {title}: failed: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+        return None
+    print(f"  {title}: " + ", ".join(f"{k} {v:,.0f}" for k, v in figures.items()), flush=True)
+    return figures
+
+
+def _report(ref: str, rounds: int, total: int, runs: dict[str, list[dict[str, float] | None]]) -> None:
+    """Medians, ranges and per-round ratios over the rounds where both trees completed."""
+    pairs = [(a, b) for a, b in zip(runs["this tree"], runs[ref], strict=True) if a and b]
+    lost = {label: sum(r is None for r in results) for label, results in runs.items()}
     print(f"\nlocal Service Bus, this tree vs {ref}: {rounds} rounds of {total} messages of 1 KB, msgs/s")
+    print(f"  rounds where both completed: {len(pairs)}; failed runs: {lost}")
+    if not pairs:
+        return
     failed = []
     for figure in ("baseline", *FIGURES):
-        mine = [r[figure] for r in runs["this tree"]]
-        theirs = [r[figure] for r in runs[ref]]
+        mine, theirs = [a[figure] for a, _ in pairs], [b[figure] for _, b in pairs]
         ratio = statistics.median(mine) / statistics.median(theirs)
         per_round = [a / b for a, b in zip(mine, theirs, strict=True)]
         print(
