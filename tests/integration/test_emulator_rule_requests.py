@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote_plus
 
@@ -29,6 +30,7 @@ from proton.reactor import LinkOption
 from proton.utils import BlockingConnection
 
 from bridge.embedded.namespaces import LocalNamespace
+from tests.integration.entra_support import entra_admin, entra_client, entra_namespace, secret_credential
 from tests.integration.sdk_conformance import admin_client, receive, receive_nothing, sb_client
 
 pytestmark = pytest.mark.timeout(90)
@@ -240,3 +242,27 @@ def test_enumerate_rules_answers_the_described_types_the_dotnet_and_java_clients
     sql_filter, sql_action = by_name["sql"][:2]
     assert (sql_filter.descriptor, sql_filter.value[0]) == (SQL_FILTER, "n > 5")
     assert (sql_action.descriptor, sql_action.value[0]) == (SQL_ACTION, "SET m = 1")
+
+
+def test_rule_requests_need_listen_not_manage(tmp_path: Path) -> None:
+    """As with the .NET and Java rule managers: a Data Receiver manages rules, a Data Sender cannot."""
+    ns = entra_namespace(tmp_path)
+    try:
+        with entra_admin(ns, secret_credential(ns, "owner")) as admin:
+            admin.create_topic("t")
+            admin.create_subscription("t", "s")
+        add = {"rule-name": "r", "rule-description": {"sql-filter": {"expression": "n > 1"}}}
+        with (
+            entra_client(ns, secret_credential(ns, "listener")) as client,
+            client.get_subscription_receiver("t", "s") as receiver,
+        ):
+            assert _request(receiver, "com.microsoft:add-rule", add) == (200, {})
+            assert _names(receiver) == ["$Default", "r"]
+        with (
+            pytest.raises(ServiceBusError, match="'Listen' claim"),
+            entra_client(ns, secret_credential(ns, "sender")) as client,
+            client.get_subscription_receiver("t", "s") as receiver,
+        ):
+            _request(receiver, "com.microsoft:remove-rule", {"rule-name": "r"})
+    finally:
+        ns.close()
