@@ -2,6 +2,9 @@
 
     python -m bench.samples [--only NAME ...] [--timeout 120] [--jobs 2]
 
+A sample that sleeps longer than ``--timeout`` by design (the lock-renewal samples) runs under its designed
+sleeps plus ``WORK_MARGIN`` instead (``timeout_for``).
+
 Downloads the ``azure-servicebus`` source distribution (``SDK_VERSION``) from PyPI once per machine into
 the test cache (``tests/integration/rest_clients.py``: ``$BRIDGE_TEST_CACHE``, else
 ``~/.cache/bridge-tests``) — the samples are never part of this repository — and starts the stack of
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -250,6 +254,26 @@ def last_error_line(output: str) -> str:
     return (errors or lines or ["(no output)"])[-1][:300]
 
 
+_SLEEP = re.compile(r"\b(?:asyncio|time)\.sleep\(\s*(\d+(?:\.\d+)?)\s*\)")
+WORK_MARGIN = 120.0
+"""Seconds a sample gets on top of its designed sleeps: sign-in, sends, receives that wait up to
+``max_wait_time``, on a loaded machine (the async ``auto_lock_renew`` took 21 s more than its sleeps alone,
+the sync one 49 s with another sample beside it)."""
+
+
+def designed_seconds(root: Path, sample: str) -> float:
+    """How long a sample sleeps by design: the sum of its literal ``asyncio.sleep``/``time.sleep`` calls.
+
+    The lock-renewal samples sleep for minutes on purpose (``auto_lock_renew_async.py``: 4 x 100 s + 80 s),
+    so a fixed per-sample timeout below that kills them mid-sleep, which looks like a hang."""
+    return sum(float(seconds) for seconds in _SLEEP.findall((root / sample).read_text()))
+
+
+def timeout_for(root: Path, sample: str, floor: float) -> float:
+    """The bound a sample runs under: ``floor``, raised to its designed sleeps plus ``WORK_MARGIN``."""
+    return max(floor, designed_seconds(root, sample) + WORK_MARGIN)
+
+
 def run_sample(root: Path, sample: str, env_file: Path, extra: dict[str, str], timeout: float) -> Result:
     """``python sample.py`` in a shell that sourced ``env_file``, in the sample's folder, bounded."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "AZURE_", "IDENTITY_"))}
@@ -329,7 +353,8 @@ def run_all(
     def one(sample: str) -> Result:
         if sample in EXCLUDED:
             return Result(sample, "excluded", EXCLUDED[sample])
-        return run_sample(root, sample, env_file, sample_env(sample, local), timeout)
+        bound = timeout_for(root, sample, timeout)
+        return run_sample(root, sample, env_file, sample_env(sample, local), bound)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, samples))
@@ -348,7 +373,12 @@ def table(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.samples", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="run these samples only (e.g. sync_samples/send_queue.py)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per sample (default 120)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds per sample (default 120; a sample that sleeps longer by design gets its sleeps + 120)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="samples run at once (default 2)")
     args = parser.parse_args(argv)
     root = samples_root()

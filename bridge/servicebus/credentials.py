@@ -44,6 +44,12 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from bridge.settings import NamespaceSettings
 
+AZURE_CLI_TIMEOUT = 60
+"""Seconds ``az account get-access-token`` may take. azure-identity's default is 10 s, and the CLI (a Python
+program importing hundreds of modules) took 12.5 s and more on a loaded 2-CPU host, which made the
+credential fail as "Failed to invoke the Azure CLI"; a token is fetched about once an hour, so waiting
+longer for it costs little."""
+
 _credentials: dict[NamespaceSettings, TokenCredential] = {}
 _lock = threading.Lock()
 
@@ -97,7 +103,7 @@ def _build_credential(namespace: NamespaceSettings) -> TokenCredential:
             namespace.tenant_id, namespace.client_id, str(namespace.client_certificate), **options
         )
     if kind == "azure_cli":
-        return AzureCliCredential(tenant_id=namespace.tenant_id or "")
+        return AzureCliCredential(tenant_id=namespace.tenant_id or "", process_timeout=AZURE_CLI_TIMEOUT)
     default: dict[str, Any] = dict(options)
     if namespace.client_id:
         default["managed_identity_client_id"] = namespace.client_id

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 from azure.core.exceptions import ClientAuthenticationError
-from azure.identity import ClientSecretCredential, DefaultAzureCredential, ManagedIdentityCredential
+from azure.identity import (
+    AzureCliCredential,
+    ClientSecretCredential,
+    DefaultAzureCredential,
+    ManagedIdentityCredential,
+)
 from azure.servicebus import TransportType
 from azure.servicebus.exceptions import (
     ServiceBusAuthenticationError,
@@ -19,7 +24,7 @@ from bridge.errors import (
     NamespaceRoleMissingError,
     TransientNamespaceError,
 )
-from bridge.servicebus.credentials import credential_for, http_proxy, transport_options
+from bridge.servicebus.credentials import AZURE_CLI_TIMEOUT, credential_for, http_proxy, transport_options
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, load_settings
 
@@ -113,6 +118,16 @@ def test_credential_kinds_build_the_azure_identity_classes_once_per_namespace() 
     assert isinstance(
         credential_for(NamespaceSettings(fully_qualified_namespace="ns2.x")), DefaultAzureCredential
     )
+
+
+def test_the_azure_cli_credential_waits_for_a_slow_cli() -> None:
+    """The short variant of ``integration/test_entra_azure_cli.py`` (``-m slow``, the real az CLI)."""
+    cli = credential_for(
+        NamespaceSettings(fully_qualified_namespace=FQNS, credential="azure_cli", tenant_id="t")
+    )
+    assert isinstance(cli, AzureCliCredential)
+    assert (cli.tenant_id, cli._process_timeout) == ("t", AZURE_CLI_TIMEOUT)  # azure-identity's default: 10
+    assert AZURE_CLI_TIMEOUT >= 60
 
 
 def test_a_missing_right_is_one_error_naming_the_role() -> None:

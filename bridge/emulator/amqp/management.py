@@ -13,6 +13,7 @@ from typing import Any
 
 from proton import Array, Message
 
+from bridge.emulator.amqp import rule_requests
 from bridge.emulator.amqp.broker import Broker
 from bridge.emulator.amqp.codec import (
     BrokerStamp,
@@ -53,7 +54,7 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     """Run one management request against ``path``."""
     operation = _operation(request) or ""
     handler = _HANDLERS.get(operation)
-    if handler is None:
+    if handler is None and operation not in rule_requests.OPERATIONS:
         return (
             501,
             f"Operation {operation!r} is not supported by the local Service Bus.",
@@ -68,6 +69,9 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     try:
         if operation == "com.microsoft:schedule-message":
             return 200, "OK", _schedule(broker, path, body), None
+        if operation in rule_requests.OPERATIONS:
+            result = rule_requests.OPERATIONS[operation](broker.namespace, path, body, broker.clock())
+            return (200, "OK", result, None) if result is not None else (204, "No Content", None, None)
         topic = broker.namespace.send_target(path)
         if operation == "com.microsoft:cancel-scheduled-message" and isinstance(topic, Topic):
             # A topic numbers a scheduled message once and every subscription holds its copy under that
@@ -77,6 +81,7 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
                 subscription.store.cancel_scheduled(numbers)
             return 200, "OK", {}, None
         store = broker.namespace.store(path, broker.clock())
+        assert handler is not None  # the rule operations returned above
         result = handler(broker, store, body)
     except BrokerError as exc:
         return exc.http_status, str(exc), None, exc.condition
