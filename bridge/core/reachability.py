@@ -6,17 +6,17 @@ its first attempt to notice (0.4â€“0.6 s measured, ``docs/servicebus-sdk.md``) â
 is known within one round trip. So an SDK send that has not returned after ``ProbePolicy.after`` seconds
 has the namespace's address probed with a plain TCP connect; if the endpoint *refuses*, the namespace is
 down now, and the attempt ends at once as an outage (the SDK call is abandoned, as at the attempt
-deadline) instead of after the SDK's backoff. A refusal stands for ``fresh_for`` seconds, during which a
-new send to that address fails at once without a connect of its own. Nothing else is evidence: a connect
+deadline) instead of after the SDK's backoff. A refusal stands for ``refusal_stands`` seconds, during which
+a new send to that address fails at once without a connect of its own. Nothing else is evidence: a connect
 that times out, an unreachable network, a name that does not resolve, or an endpoint that accepts TCP
 and then says nothing (a blackhole: the attempt deadline ends that one) leave the SDK to decide.
 
 A refusal is believed only from an address that was seen accepting while the namespace worked
 (``armed``): the address is worked out here the way the SDK works it out, and a mistake there (a port
 the SDK does not use, say) must cost the fast path, never cause a failover. A probe that finds the
-endpoint connected says nothing beyond "not refused"; it is reused for ``fresh_for`` seconds by every
-send of the process, so a slow, healthy namespace sees at most one TCP connect per ``fresh_for`` from a
-process, and only while its sends are slower than ``after``.
+endpoint connected says nothing beyond "not refused"; any answer is reused for ``every`` seconds by every
+send of the process, so a slow, healthy namespace sees at most one TCP connect per ``every`` from a
+process, and only while some send of it is slower than ``after``.
 
 Where the SDK dials (azure-servicebus 7.15, ``_common/_configuration.py`` and ``_pyamqp/_connection.py``):
 ``custom_endpoint_address`` when set (its port, else 5671 for AMQP and 443 for WebSockets); otherwise the
@@ -88,18 +88,19 @@ class ProbePolicy:
     """When a send's address is probed and how long an answer stands.
 
     ``after``: seconds an SDK send may run before its address is probed (a healthy batched send on a
-    warm link takes milliseconds); ``every``: seconds between further probes while it still runs;
-    ``fresh_for``: seconds a probe's answer is reused by every send of the process; ``timeout``: the
+    warm link takes milliseconds); ``every``: seconds between further probes while it still runs, and
+    how long any answer is reused by every send of the process (at most one connect per ``every``);
+    ``refusal_stands``: seconds a refusal makes new sends fail without being tried; ``timeout``: the
     longest a connect may take (a connect that times out proves nothing).
     """
 
     after: float = 0.05
-    every: float = 0.1
-    fresh_for: float = 0.25
+    every: float = 0.05
+    refusal_stands: float = 0.25
     timeout: float = 0.5
 
     def __post_init__(self) -> None:
-        if min(self.after, self.every, self.fresh_for, self.timeout) <= 0:
+        if min(self.after, self.every, self.refusal_stands, self.timeout) <= 0:
             raise ValueError("probe times must be positive")
 
 
@@ -125,17 +126,18 @@ def after_reading(state: AddressState, reading: Reading) -> AddressState:
 
 
 def refused(state: AddressState, now: float, policy: ProbePolicy) -> bool:
-    """Whether the address counts as refusing now: armed, and refused by a probe at most ``fresh_for`` ago."""
+    """Whether the address counts as refusing now: armed, and refused by a probe less than
+    ``refusal_stands`` ago."""
     last = state.last
     return (
         state.armed
         and last is not None
         and last.answer is Answer.REFUSED
-        and 0 <= now - last.at < policy.fresh_for
+        and 0 <= now - last.at < policy.refusal_stands
     )
 
 
 def needs_probe(state: AddressState, now: float, policy: ProbePolicy) -> bool:
     """Whether a waiting send should connect itself rather than reuse the last answer."""
     last = state.last
-    return last is None or not 0 <= now - last.at < policy.fresh_for
+    return last is None or not 0 <= now - last.at < policy.every

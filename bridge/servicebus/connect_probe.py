@@ -4,11 +4,11 @@ decides what it proves and when).
 One ``ConnectProbe`` per ``NamespacePool`` (so per process), with the address of each namespace role worked
 out once from its settings. The pool asks it three things:
 
-- ``refusing(role)`` before a send: the address refused a probe in the last ``fresh_for`` seconds, so the
-  send fails at once (nothing was sent);
+- ``refusing(role)`` before a send: the address refused a probe in the last ``refusal_stands`` seconds,
+  so the send fails at once (nothing was sent);
 - ``watch(role)`` for the attempt runner: called while a send is still running (first after ``after``
-  seconds, then every ``every``), it probes — or reuses an answer at most ``fresh_for`` old, one connect at
-  a time per address — and returns the error that ends the attempt when the address refuses;
+  seconds, then every ``every``), it probes — or reuses an answer less than ``every`` old, one connect
+  at a time per address — and returns the error that ends the attempt when the address refuses;
 - ``calibrate(role)`` after a send the namespace accepted, until the address is armed: one connect that
   must succeed before any refusal of that address is believed.
 
@@ -100,7 +100,7 @@ class ConnectProbe:
             return None
         self._count()
         return EndpointRefusedError(
-            f"{role} {what}: connection refused (connect probe {self.policy.fresh_for:g}s ago)",
+            f"{role} {what}: connection refused (connect probe less than {self.policy.refusal_stands:g}s ago)",
             namespace=role,
         )
 

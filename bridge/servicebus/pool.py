@@ -81,6 +81,7 @@ from bridge.servicebus.connect_probe import ConnectProbe
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, send_in_batches
+from bridge.servicebus.standby import open_standby
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
 
@@ -177,6 +178,21 @@ class NamespacePool:
         if result.accepted:
             self.connect_probe.calibrate(role)
         return result
+
+    def warm(self, role: Role, entity: str) -> None:
+        """Have ``role``'s sender of ``entity`` opened in the background unless it is (``standby``): the
+        backup's link, so that a failover's first send does not open a connection. Never raises or waits."""
+        if self._namespaces.get(role) is None:
+            return
+        with self._lock:
+            self._forget_parent_clients()
+            client = self._clients.get(role)
+            if client is None:
+                try:
+                    client = self._open(role)
+                except NamespaceError:
+                    return
+        open_standby(client, entity)
 
     def schedule_and_cancel(self, role: Role, entity: str, message: ServiceBusMessage) -> None:
         """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").

@@ -20,7 +20,7 @@ from bridge.errors import EndpointRefusedError, RefusedMidAttemptError
 from bridge.servicebus.connect_probe import ConnectProbe, address_of
 from bridge.settings import NamespaceSettings
 
-POLICY = ProbePolicy(after=0.05, every=0.1, fresh_for=0.25, timeout=0.5)
+POLICY = ProbePolicy(after=0.05, every=0.1, refusal_stands=0.25, timeout=0.5)
 KEY = "SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0"
 
 
@@ -89,8 +89,8 @@ def test_a_refusal_counts_only_from_an_address_seen_accepting_and_only_while_fre
 def test_a_fresh_answer_is_reused_and_a_stale_one_is_not() -> None:
     assert needs_probe(AddressState(), 0.0, POLICY)
     state = after_reading(AddressState(), Reading(Answer.CONNECTED, 5.0))
-    assert not needs_probe(state, 5.1, POLICY)
-    assert needs_probe(state, 5.3, POLICY)
+    assert not needs_probe(state, 5.05, POLICY)
+    assert needs_probe(state, 5.15, POLICY)
 
 
 def test_probe_times_must_be_positive() -> None:
@@ -142,5 +142,5 @@ def test_the_probe_ends_a_send_only_after_the_address_was_armed() -> None:
     # And a waiting send reuses the fresh answer instead of connecting again
     before = connect.connects
     assert isinstance(check(), RefusedMidAttemptError) and connect.connects == before
-    clock[0] += POLICY.fresh_for
+    clock[0] += POLICY.refusal_stands
     assert probe.refusing("primary", "send") is None  # stale: the next send tries (and is watched)
