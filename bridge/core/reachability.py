@@ -2,7 +2,7 @@
 
 Why: azure-servicebus reports a refused connection only after its own retry policy has run — with the
 bridge's ``retry`` defaults one retry after a 0.4 s backoff, and a connection the namespace dropped takes
-its first attempt to notice (0.4–0.6 s measured, ``docs/servicebus-sdk.md``) — while a refused TCP connect
+its first attempt to notice (0.4 to 0.6 s measured, ``docs/servicebus-sdk.md``) — while a refused TCP connect
 is known within one round trip. So an SDK send that has not returned after ``ProbePolicy.after`` seconds
 has the namespace's address probed with a plain TCP connect; if the endpoint *refuses*, the namespace is
 down now, and the attempt ends at once as an outage (the SDK call is abandoned, as at the attempt

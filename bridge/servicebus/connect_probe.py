@@ -1,5 +1,5 @@
-"""The connect probe's I/O: a plain TCP connect to where the SDK dials a namespace (``bridge.core.reachability``
-decides what it proves and when).
+"""The connect probe's I/O: a plain TCP connect to where the SDK dials a namespace
+(``bridge.core.reachability`` decides what it proves and when).
 
 One ``ConnectProbe`` per ``NamespacePool`` (so per process), with the address of each namespace role worked
 out once from its settings. The pool asks it three things:
@@ -100,17 +100,18 @@ class ConnectProbe:
             return None
         self._count()
         return EndpointRefusedError(
-            f"{role} {what}: connection refused (connect probe less than {self.policy.refusal_stands:g}s ago)",
+            f"{role} {what}: connection refused"
+            f" (connect probe less than {self.policy.refusal_stands:g}s ago)",
             namespace=role,
         )
 
-    def watch(self, role: Role, what: str) -> Callable[[], BaseException | None] | None:
+    def watch(self, role: Role, what: str) -> Callable[[float], BaseException | None] | None:
         """The attempt runner's check for a send to ``role`` still running (None: this role is not probed)."""
         if self._addresses.get(role) is None:
             return None
 
-        def check() -> BaseException | None:
-            state = self._probe(role, reuse=True)
+        def check(left: float) -> BaseException | None:
+            state = self._probe(role, reuse=True, left=left)
             if not refused(state, self._clock(), self.policy):
                 return None
             self._count()
@@ -135,8 +136,9 @@ class ConnectProbe:
                 state.last.answer.value if state.last else "?",
             )
 
-    def _probe(self, role: Role, *, reuse: bool) -> AddressState:
-        """Connect to ``role``'s address (one connect at a time; a waiting caller reuses the answer)."""
+    def _probe(self, role: Role, *, reuse: bool, left: float | None = None) -> AddressState:
+        """Connect to ``role``'s address (one connect at a time; a waiting caller reuses the answer), for at
+        most ``left`` seconds when given (the attempt's deadline)."""
         address = self._addresses[role]
         assert address is not None  # callers check
         with self._probing[role]:
@@ -145,7 +147,9 @@ class ConnectProbe:
             if reuse and not needs_probe(state, self._clock(), self.policy):
                 return state
             try:
-                self._connect(address, self.policy.timeout)
+                self._connect(
+                    address, self.policy.timeout if left is None else min(left, self.policy.timeout)
+                )
                 answer = answer_of(None)
             except OSError as exc:
                 answer = answer_of(type(exc))

@@ -42,9 +42,10 @@ DEFAULT_MAX_IDLE = 4
 @dataclass(frozen=True)
 class Watch:
     """A check to run while a call has not returned: first after ``after`` s, then every ``every`` s; an
-    error it returns ends the attempt (``bridge.servicebus.connect_probe``)."""
+    error it returns ends the attempt (``bridge.servicebus.connect_probe``). It is given the seconds left
+    until the deadline and must not take longer."""
 
-    check: Callable[[], BaseException | None]
+    check: Callable[[float], BaseException | None]
     after: float
     every: float
 
@@ -174,7 +175,7 @@ class AttemptRunner:
             if now >= end:
                 return AttemptDeadlineExceeded("overrun")
             assert watch is not None  # check_at < end only with a watch
-            error = watch.check()
+            error = watch.check(end - now)
             if error is not None:
                 return error
             check_at = time.monotonic() + watch.every

@@ -344,6 +344,15 @@ class NamespacePool:
             client = self._clients.get(role)
             return None if client is None else client.generation
 
+    def sender_paths(self, role: Role) -> list[str]:
+        """The entity paths with a cached sender in ``role``'s open client (standby links among them)."""
+        with self._lock:
+            client = self._clients.get(role)
+        if client is None:
+            return []
+        with client.senders_lock:
+            return list(client.senders)
+
     @property
     def refreshed_links(self) -> int:
         """Idle senders reopened in the background so far (``refresh``)."""
@@ -433,7 +442,9 @@ class NamespacePool:
         try:
             if probe and (refusal := self.connect_probe.refusing(role, what)) is not None:
                 raise refusal
-            return self._runner.run(call, self.attempt_deadline + extra, namespace=role, what=what, watch=watch)
+            return self._runner.run(
+                call, self.attempt_deadline + extra, namespace=role, what=what, watch=watch
+            )
         except (AttemptDeadlineExceeded, RefusedMidAttemptError) as exc:
             error: NamespaceError = exc
             self._retire(client, CloseCause.FAULT, force=True)

@@ -54,7 +54,9 @@ def open_standby(client: RoleClient, entity: str) -> None:
             sender.__enter__()  # the SDK's open: connection, CBS token, attach
             adopted = client.adopt(entity, sender)
         except Exception as exc:  # best effort: real sends judge the namespace
-            logger.debug("standby open of the %s sender of %s failed: %s", client.role, entity, type(exc).__name__)
+            logger.debug(
+                "standby open of the %s sender of %s failed: %s", client.role, entity, type(exc).__name__
+            )
             adopted = False
         finally:
             with client.senders_lock:

@@ -24,7 +24,12 @@ from tests.integration.servicebus_support import drain
 
 pytestmark = pytest.mark.timeout(120)
 QUEUE = "orders"
-SLOW_SDK = {"retry_total": 1, "retry_backoff_factor": 5.0, "retry_backoff_max": 30.0, "attempt_deadline": 30.0}
+SLOW_SDK = {
+    "retry_total": 1,
+    "retry_backoff_factor": 5.0,
+    "retry_backoff_max": 30.0,
+    "attempt_deadline": 30.0,
+}
 
 
 @pytest.fixture
@@ -93,3 +98,34 @@ def test_an_address_that_never_accepted_is_not_believed(ns: LocalNamespace) -> N
         assert not pool.connect_probe.armed("primary") and pool.connect_probe.refusals == 0
     finally:
         pool.close()
+
+
+def test_the_backups_sender_is_open_before_a_failover_needs_it(
+    namespace_factory: Callable[..., LocalNamespace],
+) -> None:
+    primary = namespace_factory("primary", auto_create=True)
+    secondary = namespace_factory("secondary", auto_create=True)
+    settings = Settings(
+        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
+        secondary={"connection_string": secondary.connection_string, "certificate": secondary.certificate},
+        retry=SLOW_SDK,
+    )
+    pool = NamespacePool(settings)
+    try:
+        # Given the backup's sender asked for (passive mode does so with every batch)
+        pool.warm("secondary", QUEUE)
+        deadline = time.monotonic() + 20
+        while QUEUE not in pool.sender_paths("secondary") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.sender_paths("secondary") == [QUEUE]
+        generation = pool.generation("secondary")
+        pool.warm("secondary", QUEUE)  # already open: nothing more
+        # When the failover's first send goes there
+        env = Envelope(entity=QUEUE, message_id="first", body=b"first", accepted_at=time.time())
+        assert pool.send("secondary", QUEUE, [to_message(env)]).accepted == [0]
+        # Then it went over the link opened beforehand: same client, no second sender
+        assert pool.generation("secondary") == generation
+        assert pool.sender_paths("secondary") == [QUEUE]
+    finally:
+        pool.close()
+    assert [m.message_id for m in drain(secondary, QUEUE, 1)] == ["first"]

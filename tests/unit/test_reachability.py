@@ -60,7 +60,9 @@ def test_the_probed_address_is_where_the_sdk_dials(
 
 
 def test_addresses_from_settings() -> None:
-    emulator = NamespaceSettings(connection_string=f"Endpoint=sb://127.0.0.1:5999;{KEY};UseDevelopmentEmulator=true")
+    emulator = NamespaceSettings(
+        connection_string=f"Endpoint=sb://127.0.0.1:5999;{KEY};UseDevelopmentEmulator=true"
+    )
     azure = NamespaceSettings(connection_string=f"Endpoint=sb://ns1.servicebus.windows.net/;{KEY}")
     proxied = NamespaceSettings(
         fully_qualified_namespace="ns1.servicebus.windows.net",
@@ -113,7 +115,9 @@ class Scripted:
 
 def make_probe(clock: list[float]) -> tuple[ConnectProbe, Scripted]:
     connect = Scripted()
-    ns = NamespaceSettings(connection_string=f"Endpoint=sb://127.0.0.1:5999;{KEY};UseDevelopmentEmulator=true")
+    ns = NamespaceSettings(
+        connection_string=f"Endpoint=sb://127.0.0.1:5999;{KEY};UseDevelopmentEmulator=true"
+    )
     probe = ConnectProbe({"primary": ns, "secondary": None}, POLICY, connect=connect, clock=lambda: clock[0])
     return probe, connect
 
@@ -125,7 +129,7 @@ def test_the_probe_ends_a_send_only_after_the_address_was_armed() -> None:
     assert check is not None and probe.watch("secondary", "send to q") is None
     # Given an address that refuses before it was ever seen accepting: not believed
     connect.refuse = True
-    assert check() is None and probe.refusing("primary", "send") is None
+    assert check(1.0) is None and probe.refusing("primary", "send") is None
     # When a send was accepted: one connect arms it, later calibrations cost nothing
     connect.refuse = False
     probe.calibrate("primary")
@@ -134,13 +138,13 @@ def test_the_probe_ends_a_send_only_after_the_address_was_armed() -> None:
     # Then a refusal ends the running send (fate unknown) and refuses new sends while fresh
     connect.refuse = True
     clock[0] += 1.0
-    error = check()
+    error = check(1.0)
     assert isinstance(error, RefusedMidAttemptError) and error.timeout
     refusal = probe.refusing("primary", "send to q")
     assert type(refusal) is EndpointRefusedError and not refusal.timeout
     assert probe.refusals == 2
     # And a waiting send reuses the fresh answer instead of connecting again
     before = connect.connects
-    assert isinstance(check(), RefusedMidAttemptError) and connect.connects == before
+    assert isinstance(check(1.0), RefusedMidAttemptError) and connect.connects == before
     clock[0] += POLICY.refusal_stands
     assert probe.refusing("primary", "send") is None  # stale: the next send tries (and is watched)
