@@ -248,6 +248,7 @@ def failover_gap(
     time.sleep(after)
     stop.set()
     thread.join()
+    _wait_outbox_empty(stack, FAILOVER_ENTITY, 120)  # a worker that lags is not cut off mid-backlog
     secondary = _receive_all(stack.secondary.connection_string, FAILOVER_ENTITY, 30)
     stack.primary.control.restore()
     primary = _receive_all(stack.primary.connection_string, FAILOVER_ENTITY, 10)
@@ -290,6 +291,25 @@ def _failovers(stack: Any, producer: Any, args: Any) -> dict[str, dict[str, floa
         client.delete(keys.role(FAILOVER_ENTITY))  # the primary is active again for the next fault
         client.close()
     return out
+
+
+def _wait_outbox_empty(stack: Any, entity: str, timeout: float) -> None:
+    """Wait until every outbox shard of ``entity`` is empty (an entry is deleted once a namespace took it)."""
+    import redis
+
+    from bridge.outbox import keys
+
+    client = redis.Redis.from_url(stack.redis.url)
+    shards = int(stack.entities[entity].get("outbox_shards", 1))
+    deadline = time.monotonic() + timeout
+    try:
+        while (
+            sum(int(client.xlen(keys.outbox(entity, s))) for s in range(shards))
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+    finally:
+        client.close()
 
 
 def _receive_all(conn: str, queue: str, quiet: float) -> list[Any]:
