@@ -248,6 +248,7 @@ def failover_gap(
     time.sleep(after)
     stop.set()
     thread.join()
+    noticed = _unavailable_since(stack, FAILOVER_ENTITY)
     _wait_outbox_empty(stack, FAILOVER_ENTITY, 120)  # a worker that lags is not cut off mid-backlog
     secondary = _receive_all(stack.secondary.connection_string, FAILOVER_ENTITY, 30)
     stack.primary.control.restore()
@@ -263,6 +264,7 @@ def failover_gap(
         "gap": first - outage_at,
         "gap_applied": first - applied_at,
         "control": applied_at - outage_at,
+        "noticed": noticed - applied_at,
         "delayed": len(waited),
         "max_delay": max((latency(m) for m in waited), default=0.0),
         "healthy_p50": statistics.median(healthy) if healthy else float("nan"),
@@ -291,6 +293,22 @@ def _failovers(stack: Any, producer: Any, args: Any) -> dict[str, dict[str, floa
         client.delete(keys.role(FAILOVER_ENTITY))  # the primary is active again for the next fault
         client.close()
     return out
+
+
+def _unavailable_since(stack: Any, entity: str) -> float:
+    """When the workers recorded the primary unavailable for ``entity`` (its health record's ``since``:
+    written right after the failed send returned), NaN when they did not."""
+    import redis
+
+    from bridge.core.roles import NamespaceHealth
+    from bridge.state import keys
+
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        health = NamespaceHealth.from_fields(client.hgetall(keys.health(entity, "primary")))
+    finally:
+        client.close()
+    return float("nan") if health.available or health.since is None else health.since
 
 
 def _wait_outbox_empty(stack: Any, entity: str, timeout: float) -> None:
@@ -477,6 +495,7 @@ def main() -> None:
             f"{f['gap_applied']:.2f} s from its answer (the control took {f['control']:.2f} s)   "
             f"(target <= {target})"
         )
+        print(f"  the workers recorded the primary unavailable {f['noticed']:.3f} s after the answer")
         print(
             f"  messages delayed by it: {f['delayed']} (longest wait {f['max_delay']:.2f} s; healthy "
             f"p50 latency {f['healthy_p50'] * 1000:.0f} ms at {args.failover_rate:.0f} msgs/s); "
