@@ -185,6 +185,21 @@ class AttemptDeadlineExceeded(NamespaceOutageError):
     timeout = True
 
 
+class EndpointRefusedError(NamespaceOutageError):
+    """The namespace's address refused a TCP connect a moment ago (the connect probe,
+    ``bridge.core.reachability``): the send was not started, so nothing of it can arrive."""
+
+    error_class = ErrorClass.OUTAGE
+
+
+class RefusedMidAttemptError(EndpointRefusedError):
+    """The address refused a TCP connect while an SDK send was still running (retrying on its own): the
+    attempt is abandoned, as at the deadline, so its fate is unknown — a late copy is a duplicate."""
+
+    error_class = ErrorClass.OUTAGE
+    timeout = True
+
+
 class NamespaceConfigurationError(NamespaceError):
     """Authentication failed or the entity does not exist; alert loudly and treat as unavailable."""
 

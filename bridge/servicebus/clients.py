@@ -62,6 +62,8 @@ class RoleClient:
         self.users = 0
         self.retired = False
         self.closing = False
+        self.standby_tried: dict[str, float] = {}  # entity → monotonic time a standby open was started
+        self.standby_opening = False  # one standby open at a time (``bridge.servicebus.standby``)
 
     @classmethod
     def open(
@@ -111,6 +113,24 @@ class RoleClient:
             except Exception as exc:  # the link is dropped anyway
                 logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
         return sender
+
+    def adopt(self, entity: str, sender: ServiceBusSender) -> bool:
+        """Cache an already opened ``sender`` for ``entity`` unless a send opened one first or the client
+        was retired (False: the caller closes it); the LRU bound applies as for ``sender``."""
+        lock = self.locks.setdefault(f"send:{entity}", threading.Lock())
+        with lock, self.senders_lock:
+            if self.retired or entity in self.senders:
+                return False
+            self.senders[entity] = sender
+            self.last_used[entity] = time.monotonic()
+        with self.senders_lock:
+            evicted = self._evict(keep=entity)
+        for path, old in evicted:
+            try:
+                old.close()
+            except Exception as exc:  # the link is dropped anyway
+                logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
+        return True
 
     def _evict(self, keep: str) -> list[tuple[str, ServiceBusSender]]:
         """(Under the senders lock.) Take out the least recently used senders beyond the bound whose path

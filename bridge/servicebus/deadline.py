@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from bridge.errors import AttemptDeadlineExceeded
@@ -35,6 +37,17 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_STUCK = 8
 DEFAULT_MAX_IDLE = 4
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A check to run while a call has not returned: first after ``after`` s, then every ``every`` s; an
+    error it returns ends the attempt (``bridge.servicebus.connect_probe``). It is given the seconds left
+    until the deadline and must not take longer."""
+
+    check: Callable[[float], BaseException | None]
+    after: float
+    every: float
 
 
 class _Job(Generic[T]):
@@ -113,25 +126,59 @@ class AttemptRunner:
         with self._lock:
             return self._stuck
 
-    def run(self, call: Callable[[], T], deadline: float, namespace: str | None = None, what: str = "") -> T:
+    def run(
+        self,
+        call: Callable[[], T],
+        deadline: float,
+        namespace: str | None = None,
+        what: str = "",
+        watch: Watch | None = None,
+    ) -> T:
         """``call()``'s result, or ``AttemptDeadlineExceeded`` when it has not returned after ``deadline`` s.
 
-        Exceptions of ``call`` are re-raised here, on the caller's thread, unchanged.
+        Exceptions of ``call`` are re-raised here, on the caller's thread, unchanged. With ``watch``, its
+        check runs on the caller's thread while the call has not returned (first after ``watch.after``
+        seconds, then every ``watch.every``); an error it returns abandons the call, as an overrun does,
+        and is raised instead.
         """
         label = " ".join(part for part in (namespace, what) if part) or "attempt"
         worker = self._take_worker(label, namespace)
         job: _Job[T] = _Job(call)
         worker.jobs.put(job)  # type: ignore[arg-type]  # the queue is shared by jobs of every result type
-        if not job.done.wait(deadline) and job.abandon():
+        error = self._wait(job, deadline, watch)
+        if error is not None and job.abandon():
             with self._lock:
                 self._stuck += 1
-            logger.warning("%s overran its %.3gs deadline; its thread is abandoned", label, deadline)
-            raise AttemptDeadlineExceeded(
-                f"{label}: no answer within the {deadline:g}s attempt deadline", namespace=namespace
-            )
+            if isinstance(error, AttemptDeadlineExceeded):
+                logger.warning("%s overran its %.3gs deadline; its thread is abandoned", label, deadline)
+                raise AttemptDeadlineExceeded(
+                    f"{label}: no answer within the {deadline:g}s attempt deadline", namespace=namespace
+                )
+            logger.info("%s abandoned: %s", label, error)
+            raise error
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[return-value]  # set by execute() when error is None
+
+    @staticmethod
+    def _wait(job: _Job[T], deadline: float, watch: Watch | None) -> BaseException | None:
+        """Wait for ``job``; None when it returned, else the error that ends the wait (the watch's, or an
+        overrun)."""
+        start = time.monotonic()
+        end = start + deadline
+        check_at = end if watch is None else start + watch.after
+        while True:
+            now = time.monotonic()
+            if job.done.wait(max(0.0, min(end, check_at) - now)):
+                return None
+            now = time.monotonic()
+            if now >= end:
+                return AttemptDeadlineExceeded("overrun")
+            assert watch is not None  # check_at < end only with a watch
+            error = watch.check(end - now)
+            if error is not None:
+                return error
+            check_at = time.monotonic() + watch.every
 
     def discard(self, close: Callable[[], object], what: str) -> None:
         """Run ``close`` (of a stuck or faulted client) on a background daemon thread, never blocking."""

@@ -9,8 +9,13 @@ Options (``Settings.retry``): ``retry_total``, ``retry_backoff_factor``, ``retry
 SDK unchanged (its own bounded retries, see ``clients``); ``attempt_deadline`` bounds every SDK call from
 outside (``deadline.AttemptRunner``); the SDK also gets an operation timeout of half the deadline
 (``timeout=`` per send/schedule/cancel, ``try_timeout`` and ``auth_timeout`` per link, at least 0.5 s) so
-a slow broker answers with its own timeout before the hard deadline. ``coupling_grace`` (5 s) and
-``max_stuck_threads`` (8) are keyword options of the pool.
+a slow broker answers with its own timeout before the hard deadline. ``coupling_grace`` (5 s),
+``max_stuck_threads`` (8) and ``probe_policy`` are keyword options of the pool.
+
+Sends are watched by the connect probe (``connect_probe``, ``bridge.core.reachability``): a send still
+running after ``probe_policy.after`` (50 ms) has the namespace's address probed with a TCP connect, and a
+refusal ends it at once as an outage instead of after the SDK's own retries; a send that starts while
+the address refused a moment ago fails without being tried.
 
 One ``ServiceBusClient`` per role ("primary", "secondary"), created lazily; one sender per (role, entity
 path) — ``get_queue_sender`` for queues and topics alike, the AMQP link target is just the path — and one
@@ -61,17 +66,22 @@ from bridge.core.coupling import (
     on_open,
 )
 from bridge.core.error_classes import ErrorClass, classify
+from bridge.core.reachability import ProbePolicy
 from bridge.core.roles import Role
 from bridge.errors import (
     AttemptDeadlineExceeded,
+    EndpointRefusedError,
     NamespaceConfigurationError,
     NamespaceError,
+    RefusedMidAttemptError,
     TransientNamespaceError,
 )
 from bridge.servicebus.clients import RoleClient
-from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner
+from bridge.servicebus.connect_probe import ConnectProbe
+from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, send_in_batches
+from bridge.servicebus.standby import open_standby
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
 
@@ -88,12 +98,17 @@ class _Channel:
         self.pool, self.client, self.sender, self.entity = pool, client, sender, entity
 
     def new_batch(self) -> ServiceBusMessageBatch:
-        return self.pool._call(self.client, f"batch for {self.entity}", self.sender.create_message_batch)
+        return self.pool._call(
+            self.client, f"batch for {self.entity}", self.sender.create_message_batch, probe=True
+        )
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         timeout = self.pool.sdk_timeout
         self.pool._call(
-            self.client, f"send to {self.entity}", lambda: self.sender.send_messages(batch, timeout=timeout)
+            self.client,
+            f"send to {self.entity}",
+            lambda: self.sender.send_messages(batch, timeout=timeout),
+            probe=True,
         )
 
 
@@ -107,6 +122,7 @@ class NamespacePool:
         coupling_grace: float = COUPLING_GRACE,
         max_stuck_threads: int = DEFAULT_MAX_STUCK,
         clock: Callable[[], float] = time.monotonic,
+        probe_policy: ProbePolicy | None = None,
     ) -> None:
         self._namespaces: dict[Role, NamespaceSettings | None] = {
             "primary": settings.primary,
@@ -126,6 +142,7 @@ class NamespacePool:
         self._timer: threading.Timer | None = None
         self._pid = os.getpid()
         self._runner = AttemptRunner(max_stuck=max_stuck_threads)
+        self.connect_probe = ConnectProbe(self._namespaces, probe_policy)
         refresh_after = settings.retry.link_refresh_after
         self._refresher = (
             None
@@ -155,9 +172,27 @@ class NamespacePool:
         try:
             with self._using(role, f"send:{entity}") as client:
                 channel = _Channel(self, client, client.sender(entity), entity)
-                return send_in_batches(channel, messages, namespace=role, keys=keys)
+                result = send_in_batches(channel, messages, namespace=role, keys=keys)
         except NamespaceError as error:
             return SendResult(failed=dict.fromkeys(range(len(messages)), error))
+        if result.accepted:
+            self.connect_probe.calibrate(role)
+        return result
+
+    def warm(self, role: Role, entity: str) -> None:
+        """Have ``role``'s sender of ``entity`` opened in the background unless it is (``standby``): the
+        backup's link, so that a failover's first send does not open a connection. Never raises or waits."""
+        if self._namespaces.get(role) is None:
+            return
+        with self._lock:
+            self._forget_parent_clients()
+            client = self._clients.get(role)
+            if client is None:
+                try:
+                    client = self._open(role)
+                except NamespaceError:
+                    return
+        open_standby(client, entity)
 
     def schedule_and_cancel(self, role: Role, entity: str, message: ServiceBusMessage) -> None:
         """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").
@@ -309,6 +344,15 @@ class NamespacePool:
             client = self._clients.get(role)
             return None if client is None else client.generation
 
+    def sender_paths(self, role: Role) -> list[str]:
+        """The entity paths with a cached sender in ``role``'s open client (standby links among them)."""
+        with self._lock:
+            client = self._clients.get(role)
+        if client is None:
+            return []
+        with client.senders_lock:
+            return list(client.senders)
+
     @property
     def refreshed_links(self) -> int:
         """Idle senders reopened in the background so far (``refresh``)."""
@@ -385,19 +429,38 @@ class NamespacePool:
             receiver = client.receiver(queue)
             self._call(client, f"{what} on {queue}", lambda: settle(receiver))
 
-    def _call(self, client: RoleClient, what: str, call: Callable[[], T], extra: float = 0.0) -> T:
-        """``call()`` under the deadline (+ ``extra``), errors translated; an outage retires the client."""
+    def _call(
+        self, client: RoleClient, what: str, call: Callable[[], T], extra: float = 0.0, probe: bool = False
+    ) -> T:
+        """``call()`` under the deadline (+ ``extra``), errors translated; an outage retires the client.
+
+        ``probe`` (sends): the connect probe may end the call early, or refuse it before it starts, when
+        the namespace's address refuses TCP connections (``bridge.servicebus.connect_probe``).
+        """
         role = client.role
+        watch = self._watch(role, what) if probe else None
         try:
-            return self._runner.run(call, self.attempt_deadline + extra, namespace=role, what=what)
-        except AttemptDeadlineExceeded as exc:
+            if probe and (refusal := self.connect_probe.refusing(role, what)) is not None:
+                raise refusal
+            return self._runner.run(
+                call, self.attempt_deadline + extra, namespace=role, what=what, watch=watch
+            )
+        except (AttemptDeadlineExceeded, RefusedMidAttemptError) as exc:
             error: NamespaceError = exc
             self._retire(client, CloseCause.FAULT, force=True)
+        except EndpointRefusedError as exc:
+            error = exc
+            self._retire(client, CloseCause.FAULT, force=False)
         except Exception as exc:  # every SDK failure; translated below, outside this block
             error = translate(exc, role, what)
             if classify(error).error_class is ErrorClass.OUTAGE:
                 self._retire(client, CloseCause.FAULT, force=False)
         raise error from None
+
+    def _watch(self, role: Role, what: str) -> Watch | None:
+        check = self.connect_probe.watch(role, what)
+        policy = self.connect_probe.policy
+        return None if check is None else Watch(check, policy.after, policy.every)
 
     # ---- retiring and coupling ---------------------------------------------------------------------------
     def _retire(self, client: RoleClient, cause: CloseCause, force: bool) -> None:
@@ -463,6 +526,7 @@ class NamespacePool:
         self._coupling = CouplingState()
         self._timer = None
         self._runner = AttemptRunner(max_stuck=self._max_stuck)
+        self.connect_probe = ConnectProbe(self._namespaces, self.connect_probe.policy)
         if self._refresher is not None:
             self._refresher.forget_thread()
 

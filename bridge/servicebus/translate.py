@@ -37,7 +37,8 @@ class                  bridge exception
 =====================  ==================================================================================
 TRANSIENT              ``TransientNamespaceError`` (``NamespaceTimeoutError`` when it was a timeout, so a
                        caller's ``classify`` still sees ``timeout`` and starts the paired timer)
-OUTAGE                 ``NamespaceOutageError`` (``AttemptDeadlineExceeded`` passes through unchanged)
+OUTAGE                 ``NamespaceOutageError`` (``AttemptDeadlineExceeded`` and the connect probe's
+                       ``EndpointRefusedError`` pass through unchanged)
 MESSAGE_PERMANENT      ``MessagePermanentError``
 CONFIGURATION          ``NamespaceConfigurationError`` (``NamespaceEntityNotFoundError`` when the entity
                        is missing, so the syphon can dead-letter with that reason)

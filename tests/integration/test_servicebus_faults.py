@@ -49,14 +49,18 @@ def test_outage_is_reported_fast_as_outage(ns: LocalNamespace) -> None:
         first, first_took = send_one(pool, "during-1")
         second, second_took = send_one(pool, "during-2")
         print(f"outage detected in {first_took:.3f}s (open sender), {second_took:.3f}s (reconnect)")
-        # Then both fail as outages well inside the attempt deadline (default SDK retries)
+        # Then both fail as outages well inside the attempt deadline (the connect probe may end them before
+        # the SDK's own retry does: test_servicebus_connect_probe.py)
         for result, took in ((first, first_took), (second, second_took)):
-            assert type(result.failed[0]) is NamespaceOutageError
+            assert isinstance(result.failed[0], NamespaceOutageError), repr(result.failed[0])
             assert took < TEST_DEADLINE
-        # And after restore the pool sends again
+        # And after restore (and the probe's last refusal has lapsed) the pool sends again
         ns.control.restore()
+        time.sleep(pool.connect_probe.policy.refusal_stands)
         assert send_one(pool, "after")[0].accepted == [0]
-    assert [m.message_id for m in drain(ns, QUEUE, 2)] == ["before", "after"]
+    got = [m.message_id for m in drain(ns, QUEUE, 4)]
+    # A send the probe abandoned can still be delivered by the SDK's own retry once the namespace is back
+    assert got[0] == "before" and "after" in got and set(got) <= {"before", "during-1", "during-2", "after"}
 
 
 def test_killed_namespace_is_an_outage_and_restart_reopens(ns: LocalNamespace) -> None:

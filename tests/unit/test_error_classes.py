@@ -33,6 +33,8 @@ BRIDGE_TABLE: list[tuple[type[errors.BridgeError], Classification]] = [
     (errors.NamespaceTimeoutError, Classification(T, timeout=True)),
     (errors.NamespaceOutageError, Classification(O)),
     (errors.AttemptDeadlineExceeded, Classification(O, timeout=True)),
+    (errors.EndpointRefusedError, Classification(O)),
+    (errors.RefusedMidAttemptError, Classification(O, timeout=True)),
     (errors.NamespaceConfigurationError, Classification(C)),
     (errors.NamespaceEntityNotFoundError, Classification(C, entity_missing=True)),
     (errors.NamespaceRoleMissingError, Classification(C)),

@@ -91,3 +91,33 @@ def test_idle_threads_are_reused_and_bounded() -> None:
 def test_invalid_bounds() -> None:
     with pytest.raises(ValueError):
         AttemptRunner(max_stuck=0)
+
+
+def test_a_watch_that_returns_an_error_abandons_the_call_and_raises_it() -> None:
+    from bridge.errors import RefusedMidAttemptError
+    from bridge.servicebus.deadline import Watch
+
+    runner = AttemptRunner()
+    release = threading.Event()
+    checks: list[float] = []
+
+    def check(left: float) -> BaseException | None:
+        checks.append(left)
+        return RefusedMidAttemptError("refused") if len(checks) == 2 else None
+
+    # Given a call that would run for the whole 30 s deadline, and a watch that objects on its second look
+    with pytest.raises(RefusedMidAttemptError):
+        runner.run(release.wait, 30.0, namespace="primary", watch=Watch(check, after=0.01, every=0.01))
+    # Then the call was abandoned after two looks (each told how much of the deadline was left)
+    assert len(checks) == 2 and all(0 < left <= 30.0 for left in checks)
+    assert runner.stuck == 1
+    release.set()
+    wait_for(lambda: runner.stuck == 0)
+    # And a watch that never objects leaves the call its result
+
+    def slow() -> int:
+        time.sleep(0.05)
+        return 7
+
+    assert runner.run(slow, 5.0, watch=Watch(lambda left: None, 0.01, 0.01)) == 7
+    runner.shutdown()

@@ -1,5 +1,6 @@
 """Replication mode ``passive`` (the default): the active namespace, the backup on an outage-class failure,
-and a role swap for every worker when the backup accepts (``core.replication.decide_passive``)."""
+and a role swap for every worker when the backup accepts (``core.replication.decide_passive``). The
+backup's sender is kept open (``NamespacePool.warm``), so the first send of a failover finds a live link."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class PassiveSender:
     def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
         """Send to the active namespace; what failed over goes to the backup in the same batch, in order."""
         observed: RoleState = port.ctx.roles.get(port.entity)
+        port.ctx.pool.warm(observed.backup, port.entity)  # the backup's link, open before a failover needs it
         active_op = Operation.PRIMARY_SEND if observed.active == "primary" else Operation.BACKUP_SEND
         backup_op = Operation.BACKUP_SEND if observed.active == "primary" else Operation.PRIMARY_SEND
         first = send_entries(port, observed.active, entries, active_op)

@@ -1,0 +1,131 @@
+"""The connect probe on a real refused connection: a namespace in outage closes its listening socket, so a
+TCP connect is refused at once while the SDK would still be waiting out its own retry backoff.
+
+The SDK's backoff is set far longer than anything else here (its first retry after 10 s, the attempt
+deadline 30 s): a send that fails before either could only have been ended by the probe, and the error's
+type says so (the SDK's own refusal arrives as ``NamespaceOutageError``, the deadline as
+``AttemptDeadlineExceeded``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from bridge.core.envelope import Envelope
+from bridge.embedded.namespaces import LocalNamespace
+from bridge.errors import AttemptDeadlineExceeded, EndpointRefusedError, RefusedMidAttemptError
+from bridge.servicebus.messages import to_message
+from bridge.servicebus.pool import NamespacePool
+from bridge.settings import Settings
+from tests.integration.servicebus_support import drain
+
+pytestmark = pytest.mark.timeout(120)
+QUEUE = "orders"
+SLOW_SDK = {
+    "retry_total": 1,
+    "retry_backoff_factor": 5.0,
+    "retry_backoff_max": 30.0,
+    "attempt_deadline": 30.0,
+}
+
+
+@pytest.fixture
+def ns(namespace_factory: Callable[..., LocalNamespace]) -> LocalNamespace:
+    return namespace_factory("primary", auto_create=True)
+
+
+def _pool(ns: LocalNamespace, **retry: float) -> NamespacePool:
+    settings = Settings(
+        primary={
+            "connection_string": ns.connection_string,
+            "management_endpoint": ns.management_endpoint,
+            "certificate": ns.certificate,
+        },
+        retry={**SLOW_SDK, **retry},
+    )
+    return NamespacePool(settings)
+
+
+def _send(pool: NamespacePool, tag: str) -> Exception | None:
+    env = Envelope(entity=QUEUE, message_id=tag, body=tag.encode(), accepted_at=time.time())
+    result = pool.send("primary", QUEUE, [to_message(env)])
+    return None if result.accepted == [0] else result.failed[0]
+
+
+def test_a_refused_connection_ends_the_send_by_the_connect_probe_not_the_sdk_retries(
+    ns: LocalNamespace,
+) -> None:
+    pool = _pool(ns)
+    try:
+        # Given a sender that worked (its address was seen accepting)
+        assert _send(pool, "before") is None
+        assert pool.connect_probe.armed("primary")
+        # When the namespace refuses connections
+        ns.control.outage()
+        first = _send(pool, "during-1")
+        second = _send(pool, "during-2")
+        # Then the probe ended the first send (abandoned mid-retry: its fate is unknown) ...
+        assert type(first) is RefusedMidAttemptError, repr(first)
+        assert first.timeout and "connect probe" in str(first)
+        # ... and the second failed from the probe too (refused before it started, or ended while running)
+        assert isinstance(second, EndpointRefusedError), repr(second)
+        assert pool.connect_probe.refusals >= 2
+        # And once the namespace is back, the pool sends again
+        ns.control.restore()
+        deadline = time.monotonic() + 20
+        while (error := _send(pool, "after")) is not None and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert error is None
+    finally:
+        pool.close()
+    got = [m.message_id for m in drain(ns, QUEUE, 4, max_wait=3)]
+    assert got[0] == "before" and got[-1] == "after"
+    assert set(got) <= {"before", "during-1", "during-2", "after"}  # an abandoned send may land late
+
+
+def test_an_address_that_never_accepted_is_not_believed(ns: LocalNamespace) -> None:
+    # Given a pool whose primary was never seen accepting (down from the start): its refusals prove nothing
+    ns.control.outage()
+    pool = _pool(ns, retry_backoff_factor=0.5)
+    try:
+        error = _send(pool, "never")
+        # Then the SDK's own path decides (its retry after 1 s, well inside the deadline: not the probe)
+        assert not isinstance(error, EndpointRefusedError), repr(error)
+        assert error is not None and not isinstance(error, AttemptDeadlineExceeded)
+        assert not pool.connect_probe.armed("primary") and pool.connect_probe.refusals == 0
+    finally:
+        pool.close()
+
+
+def test_the_backups_sender_is_open_before_a_failover_needs_it(
+    namespace_factory: Callable[..., LocalNamespace],
+) -> None:
+    primary = namespace_factory("primary", auto_create=True)
+    secondary = namespace_factory("secondary", auto_create=True)
+    settings = Settings(
+        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
+        secondary={"connection_string": secondary.connection_string, "certificate": secondary.certificate},
+        retry=SLOW_SDK,
+    )
+    pool = NamespacePool(settings)
+    try:
+        # Given the backup's sender asked for (passive mode does so with every batch)
+        pool.warm("secondary", QUEUE)
+        deadline = time.monotonic() + 20
+        while QUEUE not in pool.sender_paths("secondary") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.sender_paths("secondary") == [QUEUE]
+        generation = pool.generation("secondary")
+        pool.warm("secondary", QUEUE)  # already open: nothing more
+        # When the failover's first send goes there
+        env = Envelope(entity=QUEUE, message_id="first", body=b"first", accepted_at=time.time())
+        assert pool.send("secondary", QUEUE, [to_message(env)]).accepted == [0]
+        # Then it went over the link opened beforehand: same client, no second sender
+        assert pool.generation("secondary") == generation
+        assert pool.sender_paths("secondary") == [QUEUE]
+    finally:
+        pool.close()
+    assert [m.message_id for m in drain(secondary, QUEUE, 1)] == ["first"]
