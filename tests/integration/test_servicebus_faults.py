@@ -146,7 +146,11 @@ def test_stuck_attempts_are_bounded(ns: LocalNamespace) -> None:
         deadline = time.monotonic() + 10
         while pool.stuck_threads and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert send_one(pool, "after")[0].accepted == [0]
+        # Then the pool sends again (a cold open may miss the 0.5 s deadline on a loaded machine: retried)
+        after = send_one(pool, "after")[0]
+        while after.accepted != [0] and time.monotonic() < deadline:
+            after = send_one(pool, "after")[0]
+        assert after.accepted == [0], after.failed
 
 
 def test_pool_used_in_a_forked_child_starts_afresh(ns: LocalNamespace) -> None:
