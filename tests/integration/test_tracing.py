@@ -14,17 +14,20 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from bridge.core.journal import EventKind, JournalEvent
 from bridge.core.received import ReceivedMessage
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.service import DrainService
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
+from bridge.journal import keys as journal_keys
 from bridge.observability import tracing
 from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
@@ -64,6 +67,15 @@ def _settings(redis_url: str, ns: LocalNamespace, entity: str) -> Settings:
             "receiver": {"max_wait": 0.5},
         }
     )
+
+
+def _journal(redis_url: str, entity: str) -> list[JournalEvent]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entries = client.xrange(journal_keys.journal(entity))
+    finally:
+        client.close()
+    return [event for _, fields in entries for event in JournalEvent.decode_entry(fields)]
 
 
 def _hex(value: int, width: int) -> str:
@@ -170,6 +182,9 @@ def test_an_http_request_is_one_trace_from_the_door_to_the_handler(
     creation = f"00-{INCOMING_TRACE}-{_hex(create.context.span_id, 16)}-01"
     assert properties["traceparent"] == properties["Diagnostic-Id"] == creation
     assert properties["tracestate"] == "app=1"
+    # And the journal's accepted event carries the trace id, for the ledger's tables
+    (accepted,) = [e for e in _journal(redis_url, entity) if e.kind == EventKind.ACCEPTED]
+    assert (accepted.message_id, accepted.trace_id) == (ids[0], INCOMING_TRACE)
 
 
 def test_a_producer_batch_gets_one_create_span_per_message_and_one_linked_send(
@@ -191,6 +206,11 @@ def test_a_producer_batch_gets_one_create_span_per_message_and_one_linked_send(
     sends = _named(exported, f"send {entity}")
     # Then each message has a trace of its own, from its create span to its process span
     assert [dict(s.attributes or {})["messaging.message.id"] for s in creates] == ids
+    # And the journal's batch entry has one trace id per message
+    journaled = {
+        e.message_id: e.trace_id for e in _journal(redis_url, entity) if e.kind == EventKind.ACCEPTED
+    }
+    assert journaled == {s.attributes["messaging.message.id"]: _hex(s.context.trace_id, 32) for s in creates}  # type: ignore[index,union-attr]
     by_trace = {s.context.trace_id: s for s in creates if s.context}
     assert len(by_trace) == 3
     for span in processes:
