@@ -39,8 +39,9 @@ field   attribute            meaning
 A *batch entry* stands for one event per MessageId, all alike but for the id (a request's messages, a
 send call's copies): instead of ``m`` it has ``M``, a JSON array of the MessageIds, and may have ``Z``,
 ``S``, ``Y``, ``I`` — JSON arrays of the sizes, shards, partition keys and trace ids (``null`` where none),
-one per id — in place of ``z``, ``s``, ``y``, ``i`` (``encode_batch``, ``decode_entry``). One stream entry instead of hundreds is
-what keeps the journal cheap on the hot path; the roll expands it into one row per MessageId.
+one per id — in place of ``z``, ``s``, ``y``, ``i`` (``encode_batch``, ``decode_entry``). One stream entry
+instead of hundreds is what keeps the journal cheap on the hot path; the roll expands it into one row per
+MessageId.
 
 An event's identity is ``<entity>/<stream id>`` (``<entity>/<stream id>/<i>`` for the i-th id of a batch
 entry): unique, and stable however often the roll rewrites it (``event_id``), which is what lets the

@@ -29,8 +29,8 @@ from bridge.redis.scripts import LuaScript
 #       {1, marker, duplicate, marker, duplicate, ...} where marker is "<shard> <entry id>".
 # Journal: every message stored (not a duplicate) gets its ``accepted`` event (``bridge.core.journal``) in
 # the same step, so the journal never misses a message the outbox holds: one batch entry per group (its
-# MessageIds, sizes, shards, partition keys and trace ids as JSON arrays). A full journal counts the entry in the
-# overflow hash instead (the journal never refuses a write).
+# MessageIds, sizes, shards, partition keys and trace ids as JSON arrays). A full journal counts the entry
+# in the overflow hash instead (the journal never refuses a write).
 # Entity set: a write that stores something adds the entity to the set in the same step (single server), so
 # an entity with an entry is always listed, whatever ``bridge.outbox.entities`` removes concurrently.
 # Layout: the writer assumed n = #KEYS - 7 shards. The first write that stores something records n; when
