@@ -29,10 +29,11 @@ from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
 from bridge.journal import keys as journal_keys
 from bridge.observability import tracing
+from bridge.outbox.reader import OutboxReader
 from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
 from bridge.settings import Settings
-from tests.integration.ingress_support import running_ingress
+from tests.integration.ingress_support import read_all, running_ingress
 from tests.integration.paired_support import namespace_settings
 from tests.integration.worker_support import receive_all
 
@@ -246,3 +247,31 @@ def test_a_plain_sdk_consumer_sees_the_creation_context_and_nothing_is_traced_wh
     assert got.message_id == message_id
     properties = got.application_properties or {}
     assert properties[b"traceparent"] == properties[b"Diagnostic-Id"] == INCOMING.encode()
+
+
+def test_without_tracing_both_http_doors_pass_the_request_context_on_and_drop_a_malformed_one(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity)
+    assert not tracing.enabled()
+    # Given requests to the /v1 door and the REST door, with a valid and with a malformed traceparent
+    with running_ingress(settings) as base:
+        for path, headers in (
+            (f"/v1/entities/{entity}/messages", {"traceparent": INCOMING, "tracestate": "app=1"}),
+            (f"/{entity}/messages", {"traceparent": INCOMING, "tracestate": "app=1"}),
+            (f"/v1/entities/{entity}/messages", {"traceparent": "00-nothex-01", "tracestate": "app=1"}),
+        ):
+            body: dict[str, Any] = {"json": {"body": "x"}} if path.startswith("/v1") else {"content": b"x"}
+            answer = httpx.post(f"{base}{path}", headers=headers, **body)
+            assert answer.status_code in (201, 202), answer.text
+    reader = OutboxReader(redis.Redis.from_url(redis_url), settings)
+    reader.ensure_groups(entity)
+    stored = [entry.envelope for entry in read_all(reader, entity, "test")]
+    # Then the outbox holds the request's context unchanged, and none for the malformed one
+    contexts = [(e.traceparent, e.tracestate) for e in stored if e is not None]
+    assert sorted(contexts, key=str) == sorted(
+        [(INCOMING, "app=1"), (INCOMING, "app=1"), (None, None)], key=str
+    )
+    # And the REST door did not make them custom properties
+    assert all("traceparent" not in e.application_properties for e in stored if e is not None)

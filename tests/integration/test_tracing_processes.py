@@ -1,4 +1,5 @@
-"""One trace from an HTTP request to the handler across real processes, through a passive failover.
+"""One trace from an HTTP request to the handler across real processes, through a passive failover and
+through a paired failover, the backlog and the syphon.
 
 ``bridge serve``, a ``bridge worker`` (prefork) and a ``bridge receive`` run as processes of a local stack,
 with nothing but the standard ``OTEL_*`` environment turning tracing on; they export OTLP/HTTP (protobuf) to
@@ -27,6 +28,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from bridge.embedded.stack import LocalStack, wait_until
 from tests.integration.operations_support import start_serve
+from tests.integration.paired_support import PAIRED_SETTINGS, cost, create_backlog_queues
 from tests.integration.receiver_support import FAST_RECEIVER, HANDLERS, counts
 from tests.integration.worker_support import make_stack
 
@@ -191,3 +193,49 @@ def test_one_trace_from_the_http_request_to_the_handler_through_a_passive_failov
     assert process["parent_span_id"] == create["span_id"]
     assert process["attributes"]["bridge.namespace.role"] == "secondary"
     assert process["attributes"]["messaging.message.id"] == message_id
+
+
+def test_one_trace_through_a_paired_failover_the_backlog_and_the_syphon(
+    make_stack: Any, collector: Collector
+) -> None:
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    settings = {**otel, **FAST_RECEIVER, **PAIRED_SETTINGS, "BRIDGE_PAIRED__FAILOVER_INTERVAL": "1"}
+    stack: LocalStack = make_stack({"par": {"replication": "paired"}}, settings=settings)
+    backlog_queues = create_backlog_queues(stack)
+    base = start_serve(stack)
+    stack.start_worker(concurrency=1)
+    stack.start_beat()
+    receiver = stack.start_bridge("receive-par", "receive", "par", "--handler", f"{HANDLERS}:record")
+    # Given the primary down: the message goes to a backlog queue on the secondary
+    stack.primary.control.outage()
+    try:
+        answer = httpx.post(
+            f"{base}/v1/entities/par/messages", json={"body": "paired"}, headers={"traceparent": INCOMING}
+        )
+        assert answer.status_code == 202, answer.text
+        message_id = answer.json()["message_id"]
+        wait_until(lambda: cost(stack, "par").backlog_sends >= 1, 60, what="a backlog send")
+    finally:
+        stack.primary.control.restore()
+    # When the primary is back, the syphon moves it and the receiver hands it from the primary
+    wait_until(
+        lambda: counts(stack.redis.url, "par").handled >= 1, 90, what=f"handled: {receiver.log_tail()}"
+    )
+
+    def complete() -> list[dict[str, Any]] | None:
+        spans = collector.trace(TRACE)
+        return spans if _named(spans, "process par") and _named(spans, "syphon par") else None
+
+    spans = wait_until(complete, 20, what=f"spans exported: {[s['name'] for s in collector.spans]}")
+    # Then the backlog send, the syphon's move and the handler are all in the application's trace
+    (create,) = _named(spans, "create par")
+    backlog = [s for s in spans if s["name"] in {f"send {queue}" for queue in backlog_queues}]
+    (syphon,) = _named(spans, "syphon par")
+    (process,) = _named(spans, "process par")
+    assert backlog and all(s["attributes"]["bridge.operation"] == "backlog_sends" for s in backlog)
+    assert any("error.type" not in s["attributes"] for s in backlog)
+    assert syphon["attributes"]["messaging.message.id"] == message_id
+    assert syphon["attributes"]["bridge.backlog_queue"] in backlog_queues
+    for span in (*backlog, syphon, process):
+        assert span["parent_span_id"] == create["span_id"], span
+    assert process["attributes"]["bridge.namespace.role"] == "primary"
