@@ -11,6 +11,7 @@ collector's.
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,11 +43,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    """Serve until interrupted, then print how many spans arrived."""
+    """Serve until interrupted (INT or TERM), then print how many spans arrived."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=4318)
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), _Handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped with TERM too (a background job)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
