@@ -14,6 +14,7 @@ refused for its trace context.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -112,10 +113,18 @@ def property_bytes(traceparent: str | None, tracestate: str | None) -> int:
     return size
 
 
-def within(traceparent: object, tracestate: object, room: int) -> dict[str, str]:
+def within(traceparent: str | None, tracestate: str | None, room: int) -> dict[str, str]:
     """The envelope's ``traceparent``/``tracestate`` from what a door was given: nothing when the value is
     malformed or the properties that carry it (``property_bytes``) would not fit in ``room`` bytes."""
+    fields, size = _checked(traceparent, tracestate)
+    return fields if size <= room else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(traceparent: str | None, tracestate: str | None) -> tuple[dict[str, str], int]:
+    # Cached: the messages of one request, or of a door passing one context on, share the same text.
     parent, state = incoming(traceparent, tracestate)
-    if parent is None or property_bytes(parent, state) > room:
-        return {}
-    return {TRACEPARENT: parent, TRACESTATE: state} if state else {TRACEPARENT: parent}
+    if parent is None:
+        return {}, 0
+    fields = {TRACEPARENT: parent, TRACESTATE: state} if state else {TRACEPARENT: parent}
+    return fields, property_bytes(parent, state)
