@@ -109,7 +109,7 @@ class Envelope:
         arguments and writes them in ``encode_flat``'s order; see ``bridge.outbox.scripts``).
         """
         flat: list[bytes] = []
-        if (
+        if not (
             self.partition_key is None
             and self.session_id is None
             and self.content_type is None
@@ -122,9 +122,17 @@ class Envelope:
             and self.time_to_live is None
             and self.scheduled_enqueue_time_utc is None
             and not self.application_properties
-            and self.traceparent is None
-        ):
-            return flat  # the common case, checked without the loop below
+        ):  # the common case (none of them) is checked without the loop in ``_encode_properties``
+            self._encode_properties(flat)
+        if self.traceparent is not None:
+            flat.append(b"tp")
+            flat.append(self.traceparent.encode())
+            if self.tracestate:
+                flat.append(b"ts")
+                flat.append(self.tracestate.encode())
+        return flat
+
+    def _encode_properties(self, flat: list[bytes]) -> None:
         for name, key in _OPTIONAL_TEXT:
             value = getattr(self, name)
             if value is not None:
@@ -139,13 +147,6 @@ class Envelope:
         if self.application_properties:
             flat.append(b"ap")
             flat.append(encode_properties(self.application_properties))
-        if self.traceparent is not None:
-            flat.append(b"tp")
-            flat.append(self.traceparent.encode())
-            if self.tracestate:
-                flat.append(b"ts")
-                flat.append(self.tracestate.encode())
-        return flat
 
     @classmethod
     def decode(cls, fields: dict[bytes, bytes]) -> Envelope:
