@@ -8,7 +8,9 @@ The multi-process version (real processes exporting OTLP/HTTP) is ``test_tracing
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +33,7 @@ from bridge.journal import keys as journal_keys
 from bridge.observability import tracing
 from bridge.outbox.reader import OutboxReader
 from bridge.producer import Producer
-from bridge.receiving.receiver import Receiver
+from bridge.receiving.receiver import AsyncReceiver, Receiver
 from bridge.settings import Settings
 from tests.integration.ingress_support import read_all, running_ingress
 from tests.integration.paired_support import namespace_settings
@@ -275,3 +277,40 @@ def test_without_tracing_both_http_doors_pass_the_request_context_on_and_drop_a_
     )
     # And the REST door did not make them custom properties
     assert all("traceparent" not in e.application_properties for e in stored if e is not None)
+
+
+def test_an_async_handler_runs_inside_its_process_span(
+    spans: InMemorySpanExporter, redis_url: str, shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity)
+    seen: list[int] = []
+
+    async def handler(message: ReceivedMessage) -> None:
+        seen.append(trace.get_current_span().get_span_context().span_id)
+
+    async def run() -> None:
+        receiver = AsyncReceiver(entity, handler, settings=settings)
+        task = asyncio.ensure_future(receiver.run())
+        deadline = time.monotonic() + 40
+        while not seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        receiver.stop()
+        await task
+
+    # Given a message sent with a creation context, and an asyncio handler
+    with Producer(settings=settings) as producer:
+        producer.send_batch(entity, [{"body": b"x", "traceparent": INCOMING}])
+    ctx = DeliveryContext.build(settings)
+    service = DrainService(ctx, tick=0.1, block_ms=200).start()
+    try:
+        asyncio.run(run())
+    finally:
+        service.stop()
+        ctx.close()
+    # Then the coroutine ran with the receiver's process span current, in the message's trace
+    (process,) = _named(spans.get_finished_spans(), f"process {entity}")
+    assert process.context is not None and seen == [process.context.span_id]
+    assert _hex(process.context.trace_id, 32) == INCOMING_TRACE
+    # And the message's own context was kept: no create span for it
+    assert not _named(spans.get_finished_spans(), f"create {entity}")
