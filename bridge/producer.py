@@ -12,6 +12,10 @@ Same rules as the HTTP door (``bridge.core.validation``), same atomic script, no
 ``send`` returns the MessageId (assigned when not given) once Redis has accepted the write. Errors:
 ``InvalidMessageError`` (nothing stored), ``BackpressureError`` (retry after ``retry_after`` seconds),
 ``OutboxUnavailableError`` (Redis down; nothing acknowledged, so retry with the same ``message_id``).
+
+Tracing (``docs/tracing.md``): each message's creation context is a ``create`` span, child of the caller's
+current OpenTelemetry context (the application's own tracer provider, if it set one up), or the current
+context itself when nothing traces; a message given ``traceparent`` (and ``tracestate``) keeps that.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, check_batch, validate_entity
 from bridge.errors import BridgeError, UnknownEntityError
+from bridge.observability.tracing import DoorTrace, producer_trace
 from bridge.outbox.store import AsyncOutbox, SyncOutbox
 from bridge.outbox.writer import Ack, Group, OutboxWriter
 from bridge.redis.connection import async_client, sync_client
@@ -47,7 +52,13 @@ def _body(value: bytes | str) -> bytes:
 
 
 def _prepare(
-    writer: OutboxWriter, entity: str, messages: Iterable[Message], transactional: bool, now: float
+    writer: OutboxWriter,
+    entity: str,
+    messages: Iterable[Message],
+    transactional: bool,
+    now: float,
+    *,
+    trace: DoorTrace | None,
 ) -> Group:
     """Validate every message (raising with its index) and encode the batch as one atomic group."""
     validate_entity(entity)
@@ -67,6 +78,10 @@ def _prepare(
         else:
             props, body = empty, _body(message)
         fresh.append(props.get("message_id") is None)
+        if trace is not None and props.get("traceparent") is None:
+            # A message that brings its own creation context keeps it and gets no create span.
+            traceparent, tracestate = trace.context()
+            props = {**props, "traceparent": traceparent, "tracestate": tracestate}
         envelopes.append(
             build_envelope(entity, body, props, rules=rules, now=now, new_id=new_message_id, index=index)
         )
@@ -78,6 +93,12 @@ def _ids(result: list[Ack] | BridgeError) -> list[str]:
     if isinstance(result, BridgeError):
         raise result
     return [ack.message_id for ack in result]
+
+
+def _traced(ids: list[str], result: list[Ack] | BridgeError, trace: DoorTrace | None) -> list[str]:
+    if trace is not None and isinstance(result, list):
+        trace.stored(ids, [ack.duplicate for ack in result])
+    return ids
 
 
 class Producer:
@@ -102,9 +123,15 @@ class Producer:
         self, entity: str, messages: Iterable[Message], *, transactional: bool = False
     ) -> list[str]:
         """Store all messages or none; ``transactional`` requires a single partition key."""
-        group = _prepare(self._outbox.writer, entity, messages, transactional, time.time())
-        (result,) = self._outbox.write([group])
-        return _ids(result)
+        trace = producer_trace(entity)
+        try:
+            group = _prepare(self._outbox.writer, entity, messages, transactional, time.time(), trace=trace)
+            (result,) = self._outbox.write([group])
+            return _traced(_ids(result), result, trace)
+        except BaseException as exc:
+            if trace is not None:
+                trace.failed(exc)
+            raise
 
     def close(self) -> None:
         """Release the connections."""
@@ -139,9 +166,15 @@ class AsyncProducer:
         self, entity: str, messages: Iterable[Message], *, transactional: bool = False
     ) -> list[str]:
         """Store all messages or none; ``transactional`` requires a single partition key."""
-        group = _prepare(self._outbox.writer, entity, messages, transactional, time.time())
-        (result,) = await self._outbox.write([group])
-        return _ids(result)
+        trace = producer_trace(entity)
+        try:
+            group = _prepare(self._outbox.writer, entity, messages, transactional, time.time(), trace=trace)
+            (result,) = await self._outbox.write([group])
+            return _traced(_ids(result), result, trace)
+        except BaseException as exc:
+            if trace is not None:
+                trace.failed(exc)
+            raise
 
     async def close(self) -> None:
         """Release the connections."""

@@ -25,6 +25,7 @@ from celery.signals import setup_logging, worker_process_init, worker_process_sh
 
 from bridge.delivery.context import get_context, reset_after_fork
 from bridge.delivery.service import DrainService
+from bridge.observability import tracing
 from bridge.observability.exposition import child_exited
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings, load_settings
@@ -134,6 +135,7 @@ def _stop_drainers(**_: Any) -> None:
     service, _ProcessDrainers.service = _ProcessDrainers.service, None
     if service is not None and _ProcessDrainers.pid == os.getpid():
         service.stop()
+    tracing.flush()  # a pool process leaves with os._exit: atexit would not export its last spans
 
 
 @worker_process_shutdown.connect

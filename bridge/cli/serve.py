@@ -41,6 +41,9 @@ def serve(
     from bridge.observability.sentry import init_sentry
 
     configure_logging(settings, "serve")
+    from bridge.observability import tracing
+
+    tracing.configure("bridge-serve")
     try:
         app: Any = create_app(settings, require_auth=require_auth)
     except ConfigurationError as exc:

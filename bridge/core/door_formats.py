@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from bridge.core.validation import ENVELOPE_FIELDS, check_text
+from bridge.core.validation import ENVELOPE_FIELDS, TRACE_FIELDS, check_text
 from bridge.errors import InvalidMessageError
 
 V1_FIELDS = frozenset(("body", "body_encoding", *ENVELOPE_FIELDS))
@@ -299,7 +299,7 @@ def redis_door_message(fields: Mapping[bytes, bytes], default_id: str) -> tuple[
                     ) from None
             elif value != "text":
                 raise InvalidMessageError("body_encoding_invalid", "body_encoding is text or base64", name)
-        elif name in REDIS_DOOR_TEXT:
+        elif name in REDIS_DOOR_TEXT or name in TRACE_FIELDS:
             props[name] = value
         elif name == "time_to_live":
             try:

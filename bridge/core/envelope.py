@@ -17,6 +17,9 @@ Outbox entry layout, version 1 (all values are bytes; absent optional fields are
     rsid  ReplyToSessionId           vpk  ViaPartitionKey (the ``x-opt-via-partition-key`` annotation)
     sch   ScheduledEnqueueTimeUtc, ISO-8601 with offset
     ap    application properties, JSON object (see ``encode_properties``)
+    tp    the message's creation context, a W3C ``traceparent``   ts  its ``tracestate``
+          (``bridge.core.trace_context``; entries written before them have neither, and a malformed
+          value reads back as absent: a trace context never makes an entry unreadable)
 
 Fields a reader does not know are ignored, so version 1 may gain optional fields without breaking older
 workers; a change that older workers must not misread bumps ``v``.
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bridge.core.trace_context import valid_traceparent, valid_tracestate
 from bridge.errors import CorruptEntryError
 
 FORMAT_VERSION = b"1"
@@ -72,6 +76,9 @@ class Envelope:
     time_to_live: float | None = None
     scheduled_enqueue_time_utc: datetime | None = None
     application_properties: dict[str, PropertyValue] = field(default_factory=dict)
+    traceparent: str | None = None
+    """The creation context (``docs/tracing.md``): W3C ``traceparent`` text, carried to Service Bus."""
+    tracestate: str | None = None
 
     def encode(self) -> dict[bytes, bytes]:
         """The outbox stream fields (layout in the module docstring)."""
@@ -102,7 +109,7 @@ class Envelope:
         arguments and writes them in ``encode_flat``'s order; see ``bridge.outbox.scripts``).
         """
         flat: list[bytes] = []
-        if (
+        if not (
             self.partition_key is None
             and self.session_id is None
             and self.content_type is None
@@ -115,8 +122,17 @@ class Envelope:
             and self.time_to_live is None
             and self.scheduled_enqueue_time_utc is None
             and not self.application_properties
-        ):
-            return flat  # the common case, checked without the loop below
+        ):  # the common case (none of them) is checked without the loop in ``_encode_properties``
+            self._encode_properties(flat)
+        if self.traceparent is not None:
+            flat.append(b"tp")
+            flat.append(self.traceparent.encode())
+            if self.tracestate:
+                flat.append(b"ts")
+                flat.append(self.tracestate.encode())
+        return flat
+
+    def _encode_properties(self, flat: list[bytes]) -> None:
         for name, key in _OPTIONAL_TEXT:
             value = getattr(self, name)
             if value is not None:
@@ -131,7 +147,6 @@ class Envelope:
         if self.application_properties:
             flat.append(b"ap")
             flat.append(encode_properties(self.application_properties))
-        return flat
 
     @classmethod
     def decode(cls, fields: dict[bytes, bytes]) -> Envelope:
@@ -158,6 +173,7 @@ class Envelope:
                 raise CorruptEntryError("scheduled time has no offset", field="sch")
             raw_ap = fields.get(b"ap")
             props = decode_properties(raw_ap) if raw_ap is not None else {}
+            traceparent = valid_traceparent(fields.get(b"tp"))
             return cls(
                 entity=entity,
                 message_id=message_id,
@@ -166,6 +182,8 @@ class Envelope:
                 time_to_live=_number(fields, b"ttl"),
                 scheduled_enqueue_time_utc=scheduled,
                 application_properties=props,
+                traceparent=traceparent,
+                tracestate=valid_tracestate(fields.get(b"ts")) if traceparent else None,
                 **text,
             )
         except CorruptEntryError:

@@ -32,13 +32,16 @@ field   attribute            meaning
 ``j``   ``count``            operations the event stands for (a schedule-mode ping is 2, a syphon
                              receive event counts its calls); absent means 1
 ``s``   ``shard``            accepted / sent: the outbox shard
+``i``   ``trace_id``         accepted: the W3C trace id of the message's creation context, if any
+                             (``docs/tracing.md``), so the ledger's rows lead to the message's trace
 ======  ===================  ==========================================================================
 
 A *batch entry* stands for one event per MessageId, all alike but for the id (a request's messages, a
 send call's copies): instead of ``m`` it has ``M``, a JSON array of the MessageIds, and may have ``Z``,
-``S``, ``Y`` — JSON arrays of the sizes, shards and partition keys (``null`` where none), one per id — in
-place of ``z``, ``s``, ``y`` (``encode_batch``, ``decode_entry``). One stream entry instead of hundreds is
-what keeps the journal cheap on the hot path; the roll expands it into one row per MessageId.
+``S``, ``Y``, ``I`` — JSON arrays of the sizes, shards, partition keys and trace ids (``null`` where none),
+one per id — in place of ``z``, ``s``, ``y``, ``i`` (``encode_batch``, ``decode_entry``). One stream entry
+instead of hundreds is what keeps the journal cheap on the hot path; the roll expands it into one row per
+MessageId.
 
 An event's identity is ``<entity>/<stream id>`` (``<entity>/<stream id>/<i>`` for the i-th id of a batch
 entry): unique, and stable however often the roll rewrites it (``event_id``), which is what lets the
@@ -112,6 +115,7 @@ FIELD_NAMES: dict[str, str] = {
     "epoch": "g",
     "count": "j",
     "shard": "s",
+    "trace_id": "i",
 }
 _ATTRIBUTES = {short: name for name, short in FIELD_NAMES.items()}
 _INTEGERS = frozenset({"size", "epoch", "count", "shard"})
@@ -143,6 +147,7 @@ class JournalEvent:
     epoch: int | None = None
     count: int | None = None
     shard: int | None = None
+    trace_id: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
     """Fields this version does not know (written by a later one); kept, never interpreted."""
 
@@ -211,7 +216,7 @@ class JournalEvent:
         return events
 
 
-BATCH_FIELDS = {"Z": "z", "S": "s", "Y": "y"}
+BATCH_FIELDS = {"Z": "z", "S": "s", "Y": "y", "I": "i"}
 """Per-id arrays of a batch entry and the single-event field each one stands for."""
 
 
@@ -239,10 +244,19 @@ def encode_batch(
 
 # ---- constructors, one per kind, so emitters cannot forget a field ------------------------------------
 def accepted(
-    message_id: str, at: float, *, door: str, size: int, keys: str | None = None, shard: int | None = None
+    message_id: str,
+    at: float,
+    *,
+    door: str,
+    size: int,
+    keys: str | None = None,
+    shard: int | None = None,
+    trace_id: str | None = None,
 ) -> JournalEvent:
     """The outbox stored a new message (duplicates within the idempotency window are not events)."""
-    return JournalEvent(EventKind.ACCEPTED, at, message_id, door=door, size=size, keys=keys, shard=shard)
+    return JournalEvent(
+        EventKind.ACCEPTED, at, message_id, door=door, size=size, keys=keys, shard=shard, trace_id=trace_id
+    )
 
 
 def sent(

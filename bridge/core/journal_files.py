@@ -40,6 +40,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("epoch", "int64"),
     ("count", "int64"),
     ("shard", "int32"),
+    ("trace_id", "string"),
     ("extra", "string"),
     ("rolled_at", "timestamp"),
 )

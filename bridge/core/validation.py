@@ -48,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.core.envelope import Envelope, PropertyValue
+from bridge.core.trace_context import within
 from bridge.errors import InvalidMessageError, MessageTooLargeError
 
 MAX_ENTITY_LENGTH = 260
@@ -83,6 +84,11 @@ ENVELOPE_FIELDS = frozenset(
         *ID_FIELDS,
     )
 )
+
+
+TRACE_FIELDS = frozenset(("traceparent", "tracestate"))
+"""The creation context (``bridge.core.trace_context``): accepted from the ``Producer`` and the Redis door as
+fields, from HTTP as headers; not ``/v1`` JSON fields. Malformed values are dropped, never refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +154,12 @@ def build_envelope(
         if value is None:
             continue
         if name not in ENVELOPE_FIELDS:
-            raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name, index=index)
+            if name not in TRACE_FIELDS:
+                raise InvalidMessageError("unknown_field", f"unknown field {name!r}", field=name, index=index)
+            if type(value) is not str:
+                raise InvalidMessageError("invalid_type", f"{name} must be a string", field=name, index=index)
+            values[name] = value
+            continue
         if name == "time_to_live":
             values[name] = _time_to_live(value, index)
         elif name == "scheduled_enqueue_time_utc":
@@ -181,6 +192,9 @@ def build_envelope(
             f"{rules.max_message_size}",
             index=index,
         )
+    if "traceparent" in values or "tracestate" in values:  # kept while it fits (trace_context.within)
+        room = min(MAX_HEADER_BYTES, rules.max_message_size - len(body)) - header_bytes
+        values.update(within(values.pop("traceparent", None), values.pop("tracestate", None), room))
     return Envelope(entity=entity, body=body, accepted_at=now, **values)
 
 

@@ -14,7 +14,8 @@ from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, next_health
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.shard_state import ShardState
-from bridge.observability import metrics, transitions
+from bridge.observability import metrics, tracing, transitions
+from bridge.observability.tracing import SendSpan
 from bridge.servicebus.messages import OutgoingMessage
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class ShardSending(ShardState):
         left = abandoned.wait_left(self.abandoned, role, path, self.ctx.clock())
         if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
             return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
+        span = self._start_span(role, path, messages, operation) if tracing.enabled() else None
         started = time.perf_counter()
         result = self.ctx.pool.send(role, path, messages, keys=keys)
         elapsed = time.perf_counter() - started
@@ -74,7 +76,32 @@ class ShardSending(ShardState):
         self._record_health(role, outcome)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
+        if span is not None:
+            tracing.end_send(span, len(result.accepted), tracing.outcome_type(outcome.outcomes))
         return outcome
+
+    def _start_span(
+        self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
+    ) -> SendSpan | None:
+        """The ``send <path>`` span of one batch (``bridge.observability.tracing``)."""
+        namespace = self.ctx.settings.primary if role == "primary" else self.ctx.settings.secondary
+        failover = operation is Operation.BACKUP_SEND or (self.mode != "active" and role == "secondary")
+        attributes: dict[str, str | int | bool] = {
+            "bridge.namespace.role": role,
+            "bridge.replication.mode": self.mode,
+            "bridge.attempt": self.attempts + 1,
+            "bridge.failover": failover,
+            "bridge.operation": operation.value,
+        }
+        if namespace is not None:
+            attributes["server.address"] = namespace.endpoint_host.rsplit(":", 1)[0]
+        return tracing.start_send(
+            "send",
+            path,
+            tracing.message_contexts([m.application_properties for m in messages]),
+            [m.message_id for m in messages],
+            attributes,
+        )
 
     def _after_send(self, role: Role, path: str, ids: list[str], outcome: BatchOutcome, now: float) -> None:
         """Start a wait after a timeout (``bridge.core.abandoned``), or end one the resent messages ended."""

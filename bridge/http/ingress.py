@@ -19,9 +19,10 @@ from starlette.requests import ClientDisconnect, Request
 
 from bridge.core.auth import ApiKey, Caller, authenticate_key, authenticate_sas
 from bridge.core.envelope import Envelope
-from bridge.core.validation import build_envelope, validate_entity
+from bridge.core.validation import EntityRules, build_envelope, validate_entity
 from bridge.errors import AuthenticationError, InvalidMessageError, MessageTooLargeError, UnknownEntityError
-from bridge.observability import metrics
+from bridge.observability import metrics, tracing
+from bridge.observability.tracing import DoorTrace
 from bridge.outbox.batcher import WriteBatcher
 from bridge.outbox.store import AsyncOutbox
 from bridge.outbox.view import AsyncOutboxView
@@ -127,6 +128,15 @@ class Ingress:
             ) from None
         return b"".join(chunks)
 
+    def trace(self, request: Request, entity: str, door: str) -> DoorTrace | None:
+        """The creation contexts of this request's messages (``bridge.observability.tracing``): None, at
+        the cost of one header lookup, when it carries no ``traceparent`` and this process does not trace."""
+        headers = request.headers
+        traceparent = headers.get("traceparent")
+        if traceparent is None and not tracing.enabled():
+            return None
+        return tracing.door_trace(entity, door, traceparent, headers.get("tracestate"))
+
     async def json_body(self, request: Request) -> Any:
         """The body parsed as JSON (UTF-8), or ``invalid_json`` (400)."""
         raw = await self.body(request)
@@ -136,16 +146,58 @@ class Ingress:
             raise InvalidMessageError("invalid_json", "request body is not UTF-8 JSON") from None
 
     def envelopes(
-        self, entity: str, items: Sequence[tuple[bytes, dict[str, Any]]], *, single: bool = False
+        self,
+        entity: str,
+        items: Sequence[tuple[bytes, dict[str, Any]]],
+        *,
+        single: bool = False,
+        trace: DoorTrace | None = None,
     ) -> tuple[list[Envelope], list[bool]]:
-        """Validate decoded messages; ``fresh[i]`` is True when message ``i`` got a new MessageId."""
+        """Validate decoded messages; ``fresh[i]`` is True when message ``i`` got a new MessageId.
+
+        With ``trace`` (``door_trace``), each message gets its creation context from it.
+        """
         rules = self.writer.policy(entity).rules
         now = time.time()
         new_id = message_id_source(len(items)) if len(items) > 1 else new_message_id
-        envelopes = []
-        fresh = []
-        for index, (body, props) in enumerate(items):
+        envelopes: list[Envelope] = []
+        fresh: list[bool] = []
+        try:
+            self._build(
+                entity,
+                items,
+                rules,
+                now=now,
+                new_id=new_id,
+                single=single,
+                trace=trace,
+                out=(envelopes, fresh),
+            )
+        except BaseException as exc:
+            if trace is not None:
+                trace.failed(exc)
+            raise
+        return envelopes, fresh
+
+    @staticmethod
+    def _build(
+        entity: str,
+        items: Sequence[tuple[bytes, dict[str, Any]]],
+        rules: EntityRules,
+        *,
+        now: float,
+        new_id: Callable[[], str],
+        single: bool,
+        trace: DoorTrace | None,
+        out: tuple[list[Envelope], list[bool]],
+    ) -> None:
+        envelopes, fresh = out
+        for index, (body, given) in enumerate(items):
+            props = given
             fresh.append(props.get("message_id") is None)
+            if trace is not None:
+                traceparent, tracestate = trace.context()
+                props = {**props, "traceparent": traceparent, "tracestate": tracestate}
             envelopes.append(
                 build_envelope(
                     entity,
@@ -157,7 +209,6 @@ class Ingress:
                     index=None if single else index,
                 )
             )
-        return envelopes, fresh
 
     async def store(
         self,
@@ -167,10 +218,19 @@ class Ingress:
         *,
         transactional: bool = False,
         door: str = "http",
+        trace: DoorTrace | None = None,
     ) -> list[Ack]:
         """Write atomically through the batcher; returns once Redis accepted (or raises)."""
         group = self.writer.group(entity, envelopes, transactional=transactional, fresh=fresh, door=door)
-        acks = await self.batcher.submit(group)
+        if trace is None:
+            acks = await self.batcher.submit(group)
+        else:
+            try:
+                acks = await self.batcher.submit(group)
+            except BaseException as exc:
+                trace.failed(exc)
+                raise
+            trace.stored([ack.message_id for ack in acks], [ack.duplicate for ack in acks])
         duplicates = sum(1 for ack in acks if ack.duplicate)
         metrics.record_ingress("http", entity, len(acks) - duplicates, duplicates)
         return acks

@@ -137,9 +137,10 @@ async def post_messages(request: Request) -> Response:
     content_type = request.headers.get("content-type")
     limit = ingress.settings.ingress.max_batch_messages
     ignored: list[str] = []
+    trace = ingress.trace(request, entity, "rest")
     if content_type is not None and content_type.split(";")[0].strip().lower() == BATCH_TYPE:
         items = rest_batch(await ingress.json_body(request), ignored)
-        envelopes, fresh = ingress.envelopes(entity, items)
+        envelopes, fresh = ingress.envelopes(entity, items, trace=trace)
         check_batch(envelopes, transactional=False, max_messages=limit)
     else:
         body = await ingress.body(request)
@@ -150,8 +151,8 @@ async def post_messages(request: Request) -> Response:
             content_type,
             ignored=ignored,
         )
-        envelopes, fresh = ingress.envelopes(entity, [item], single=True)
-    await ingress.store(entity, envelopes, fresh, door="rest")
+        envelopes, fresh = ingress.envelopes(entity, [item], single=True, trace=trace)
+    await ingress.store(entity, envelopes, fresh, door="rest", trace=trace)
     headers = {}
     if ignored:
         headers[IGNORED_HEADER] = ignored_names(ignored)

@@ -63,8 +63,9 @@ async def post_message(request: Request) -> Response:
     entity = request.path_params["entity"]
     ingress.check_entity(ingress.authenticate(request), entity)
     item = v1_message(await ingress.json_body(request))
-    envelopes, fresh = ingress.envelopes(entity, [item], single=True)
-    (ack,) = await ingress.store(entity, envelopes, fresh)
+    trace = ingress.trace(request, entity, "http")
+    envelopes, fresh = ingress.envelopes(entity, [item], single=True, trace=trace)
+    (ack,) = await ingress.store(entity, envelopes, fresh, trace=trace)
     return JSONResponse(
         {"message_id": ack.message_id, "entity": entity, "duplicate": ack.duplicate}, status_code=202
     )
@@ -87,9 +88,10 @@ async def post_batch(request: Request) -> Response:
     if len(messages) > limit:
         raise InvalidMessageError("batch_too_large", f"a batch holds at most {limit} messages", "messages")
     items = [v1_message(message, index) for index, message in enumerate(messages)]
-    envelopes, fresh = ingress.envelopes(entity, items)
+    trace = ingress.trace(request, entity, "http")
+    envelopes, fresh = ingress.envelopes(entity, items, trace=trace)
     check_batch(envelopes, transactional=transactional, max_messages=limit)
-    acks = await ingress.store(entity, envelopes, fresh, transactional=transactional)
+    acks = await ingress.store(entity, envelopes, fresh, transactional=transactional, trace=trace)
     return JSONResponse(
         {
             "message_ids": [ack.message_id for ack in acks],

@@ -47,6 +47,7 @@ JOURNAL_SCHEMA = T.StructType(
 LEDGER_COLUMNS = (
     "entity",
     "message_id",
+    "trace_id",
     "kind",
     "time",
     "stream_ms",

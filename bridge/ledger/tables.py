@@ -53,6 +53,7 @@ def message_facts(events: DataFrame) -> DataFrame:
         F.min(F.when(_is("accepted"), F.col("time"))).alias("accepted_at"),
         F.min(F.when(_is("accepted"), F.struct("stream_ms", "stream_seq"))).alias("accepted_pos"),
         F.max(F.when(_is("accepted"), F.col("size"))).alias("size"),
+        F.max(F.when(_is("accepted"), F.col("trace_id"))).alias("trace_id"),
         F.min(sent_time).alias("first_sent_at"),
         F.min_by(F.col("path"), sent_time).alias("first_path"),
         _count_if(_sent() & (F.col("path") != "backlog")).alias("copies"),
@@ -178,14 +179,14 @@ def overflow(rolled: DataFrame) -> DataFrame:
 
 
 def lost(messages: DataFrame) -> DataFrame:
-    """The MessageIds counted as lost, with when they were accepted."""
-    return messages.where(F.col("is_lost")).select("entity", "message_id", "accepted_at", "size")
+    """The MessageIds counted as lost, with when they were accepted and their trace (``docs/tracing.md``)."""
+    return messages.where(F.col("is_lost")).select("entity", "message_id", "accepted_at", "size", "trace_id")
 
 
 def duplicates(messages: DataFrame) -> DataFrame:
     """Messages Service Bus accepted more than once, or of which a receiver suppressed a copy."""
     return messages.where((F.col("copies") > 1) | (F.col("suppressed") > 0)).select(
-        "entity", "message_id", "copies", "backlog_copies", "suppressed", "path"
+        "entity", "message_id", "copies", "backlog_copies", "suppressed", "path", "trace_id"
     )
 
 

@@ -1,4 +1,4 @@
-"""Start-up of a bridge process's operations side: logs, Sentry, and its metrics endpoint.
+"""Start-up of a bridge process's operations side: logs, Sentry, tracing, and its metrics endpoint.
 
 ``bridge serve`` serves ``/metrics`` on its own port; ``bridge worker``, ``bridge beat`` (and the receiver)
 call ``start_process`` before their real work, which serves this process's series and the shared state on
@@ -7,6 +7,7 @@ call ``start_process`` before their real work, which serves this process's serie
 
 from __future__ import annotations
 
+from bridge.observability import tracing
 from bridge.observability.exposition import prepare_multiprocess, process_registry, serve_process_metrics
 from bridge.observability.logs import configure_logging
 from bridge.observability.sentry import init_sentry
@@ -15,9 +16,11 @@ from bridge.settings import Settings
 
 
 def start_process(settings: Settings, component: str, *, prefork: bool = False) -> int | None:
-    """Logs, Sentry and metrics for ``component``; ``prefork`` for Celery's pool. The metrics port or None."""
+    """Logs, Sentry, tracing (``OTEL_*``) and metrics for ``component``; ``prefork`` for Celery's pool. The
+    metrics port or None."""
     if prefork:
         prepare_multiprocess(settings.metrics_dir)
     configure_logging(settings, component)
     init_sentry(settings, component=component)
+    tracing.configure(f"bridge-{component}")
     return serve_process_metrics(settings, process_registry(StateReader(settings)))

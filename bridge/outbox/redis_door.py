@@ -4,7 +4,8 @@ Layout of an ingress entry (``docs/doors/redis-stream.md``): ``body`` (required,
 ``body_encoding`` (``text`` or ``base64``), ``message_id``, ``content_type``, ``correlation_id``,
 ``subject``, ``reply_to``, ``reply_to_session_id``, ``to``, ``session_id``, ``partition_key``,
 ``via_partition_key``, ``time_to_live`` (seconds, decimal),
-``scheduled_enqueue_time_utc`` (ISO-8601 with offset), ``application_properties`` (JSON object).
+``scheduled_enqueue_time_utc`` (ISO-8601 with offset), ``application_properties`` (JSON object), and the
+message's W3C trace context ``traceparent`` and ``tracestate`` (``docs/tracing.md``; malformed: dropped).
 
 ``move_ingress`` reads entries with the consumer group ``ingress``, writes the valid ones to the outbox as one
 atomic group, and then, in one ``MULTI``, appends the invalid ones to the quarantine stream (with the code

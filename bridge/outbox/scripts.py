@@ -29,8 +29,8 @@ from bridge.redis.scripts import LuaScript
 #       {1, marker, duplicate, marker, duplicate, ...} where marker is "<shard> <entry id>".
 # Journal: every message stored (not a duplicate) gets its ``accepted`` event (``bridge.core.journal``) in
 # the same step, so the journal never misses a message the outbox holds: one batch entry per group (its
-# MessageIds, sizes, shards and partition keys as JSON arrays). A full journal counts the entry in the
-# overflow hash instead (the journal never refuses a write).
+# MessageIds, sizes, shards, partition keys and trace ids as JSON arrays). A full journal counts the entry
+# in the overflow hash instead (the journal never refuses a write).
 # Entity set: a write that stores something adds the entity to the set in the same step (single server), so
 # an entity with an entry is always listed, whatever ``bridge.outbox.entities`` removes concurrently.
 # Layout: the writer assumed n = #KEYS - 7 shards. The first write that stores something records n; when
@@ -133,6 +133,7 @@ for g = 1, tonumber(ARGV[8]) do
   else
     local res, marks, nr, nm = {1}, {}, 1, 0
     local jids, jsizes, jshards, jkeys, jkeyed, nj = {}, {}, {}, {}, false, 0
+    local jtraces, jtraced = {}, false
     local p = first
     for m = 1, count do
       local mid, k = ARGV[p], byte(optional, m)
@@ -145,11 +146,15 @@ for g = 1, tonumber(ARGV[8]) do
         seen[mid] = marker
         if journal_max > 0 then
           nj = nj + 1
-          jids[nj], jsizes[nj], jshards[nj], jkeys[nj] = mid, sizes[m], shard, cjson.null
+          jids[nj], jsizes[nj], jshards[nj] = mid, sizes[m], shard
+          jkeys[nj], jtraces[nj] = cjson.null, cjson.null
+          local keyed = false
           for i = p + 3, p + 1 + k, 2 do
-            if ARGV[i] == 'sid' or ARGV[i] == 'pk' then
-              jkeys[nj], jkeyed = ARGV[i + 1], true
-              break
+            local name = ARGV[i]
+            if (name == 'sid' or name == 'pk') and not keyed then
+              jkeys[nj], jkeyed, keyed = ARGV[i + 1], true, true
+            elseif name == 'tp' then
+              jtraces[nj], jtraced = string.sub(ARGV[i + 1], 4, 35), true
             end
           end
         end
@@ -169,6 +174,9 @@ for g = 1, tonumber(ARGV[8]) do
           'Z', cjson.encode(jsizes), 'S', cjson.encode(jshards)}
         if jkeyed then
           entry[#entry + 1], entry[#entry + 2] = 'Y', cjson.encode(jkeys)
+        end
+        if jtraced then
+          entry[#entry + 1], entry[#entry + 2] = 'I', cjson.encode(jtraces)
         end
         redis.call('XADD', journal, '*', unpack(entry))
         journal_len = journal_len + 1

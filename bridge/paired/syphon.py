@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from bridge.core.aliasing import Restored, UnaliasDecision
 from bridge.core.cost import Operation
@@ -68,6 +69,7 @@ from bridge.core.syphon_timing import LockSpan, lock_renewal_due, lock_span, may
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
+from bridge.observability import tracing
 from bridge.paired.aside_scan import scan_deferred
 from bridge.paired.entities import paired_entities
 from bridge.servicebus.admin import NamespaceAdmin
@@ -462,12 +464,10 @@ class BacklogSyphon:
     ) -> None:
         ctx = self.ctx
         self._renew_locks_if_due(batch)
-        outgoing = []
-        for index in indexes:
-            item = restored[index]
-            assert isinstance(item, RestoredMessage)
-            outgoing.append(item.message)
-        result = ctx.pool.send("primary", destination, outgoing)
+        items = [restored[index] for index in indexes]
+        assert all(isinstance(item, RestoredMessage) for item in items)
+        outgoing = [cast(RestoredMessage, item).message for item in items]
+        result = tracing.syphon_send(ctx.pool.send, ctx.settings.primary, self.queue, destination, outgoing)
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).

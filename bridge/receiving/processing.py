@@ -49,6 +49,7 @@ from bridge.core.receiving import (
 )
 from bridge.errors import BackpressureError, NamespaceError, StateStoreUnavailableError
 from bridge.journal.emit import ReceiverJournal
+from bridge.observability import tracing
 from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.renewal import LockWatch
 from bridge.receiving.window import DedupWindow
@@ -194,11 +195,25 @@ class CopyProcessor:
 
     def _call(self, copy: Copy) -> BaseException | None:
         try:
-            self.handler(copy.delivery.message)
+            if tracing.enabled():
+                self._traced(copy)
+            else:
+                self.handler(copy.delivery.message)
         except BaseException as exc:  # any failure of the application's code means "not handled"
             logger.info("handler failed for %s: %s", copy.message_id, type(exc).__name__)
             return exc
         return None
+
+    def _traced(self, copy: Copy) -> None:
+        """The handler inside a ``process <entity>`` span (``bridge.observability.tracing``)."""
+        delivery = copy.delivery
+        attributes: dict[str, str | int | bool] = {
+            "bridge.namespace.role": delivery.role,
+            "server.address": copy.link.server_address,
+        }
+        if delivery.subscription:
+            attributes["messaging.destination.subscription.name"] = delivery.subscription
+        tracing.process(delivery.entity, delivery.message, self.handler, attributes)
 
     def _finish(self, results: list[tuple[Copy, BaseException | None]], events: list[ReceiverEvent]) -> bool:
         """Remember, count and settle the copies whose handler ran; False when the copies whose handler

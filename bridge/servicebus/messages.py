@@ -8,6 +8,11 @@ SDK has no keyword for it), the body as one AMQP data section, and application p
 types. The SDK's ``time_to_live`` setter truncates to whole seconds; the AMQP header carries milliseconds,
 so ``_build`` writes the TTL there rounded to the millisecond (90.5 s arrives as 90.5 s).
 
+Trace context (``docs/tracing.md``): an envelope's creation context goes on the message as the application
+properties the SDK writes when its own tracing is on, ``Diagnostic-Id`` and ``traceparent`` (the same
+traceparent text) and ``tracestate``, unless the application set ``traceparent`` or ``Diagnostic-Id``
+itself; backlog messages carry them too, so the syphon moves them with the message.
+
 Application property types. The SDK's own encoder would send every ``int`` as a 32-bit AMQP int (and fail
 on larger ones), turns ``bytes`` into strings (failing on non-UTF-8) and cannot send a ``timedelta``; here
 ``bytes`` go as AMQP binary, an int outside the int32 range as AMQP long and a ``timedelta`` as the
@@ -51,6 +56,7 @@ from bridge.core.message_fields import MessageFields, PropertyValue
 from bridge.core.paired import PingMode
 from bridge.core.paired import ping_message as core_ping_message
 from bridge.core.syphon import Barrier
+from bridge.core.trace_context import DIAGNOSTIC_ID, TRACEPARENT, message_properties, property_bytes
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 
 ReceivedMessage: TypeAlias = ServiceBusReceivedMessage
@@ -62,6 +68,8 @@ outside this package names it by this alias (never the SDK's class) and reads on
 TYPES_PROPERTY = "x-bridge-ptypes"
 """Application property naming the binary (``b``) and timestamp (``t``) properties of a backlog message."""
 TIMESPAN_DESCRIPTOR = b"com.microsoft:timespan"
+TRACE_PROPERTY_NAMES = frozenset((TRACEPARENT, DIAGNOSTIC_ID))
+"""A message whose application properties hold one of these already keeps the application's context."""
 _INT32 = range(-(2**31), 2**31)
 _TICKS_PER_SECOND = 10_000_000
 
@@ -134,6 +142,8 @@ def _build(
     extra_properties: dict[str, PropertyValue] | None = None,
     reply_to_session_id: str | None = None,
     via_partition_key: str | None = None,
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> ServiceBusMessage:
     # dict[str | bytes, Any]: typed values such as {"TYPE": "LONG", ...} are what the SDK's encoder reads.
     properties: dict[str | bytes, Any] = {
@@ -141,6 +151,9 @@ def _build(
     }
     for name, value in (extra_properties or {}).items():
         properties[name] = sdk_property_value(value)
+    if traceparent is not None and not (properties.keys() & TRACE_PROPERTY_NAMES):
+        # The SDK's own names and values; a context the application set itself is left as it is.
+        properties.update(message_properties(traceparent, tracestate))
     ttl = None if fields.time_to_live is None else timedelta(seconds=fields.time_to_live)
     message = ServiceBusMessage(
         body,
@@ -194,6 +207,8 @@ def to_message(envelope: Envelope) -> ServiceBusMessage:
         to=envelope.to,
         reply_to_session_id=envelope.reply_to_session_id,
         via_partition_key=envelope.via_partition_key,
+        traceparent=envelope.traceparent,
+        tracestate=envelope.tracestate,
     )
 
 
@@ -229,6 +244,10 @@ def to_backlog_message(
     if marks:
         extra[TYPES_PROPERTY] = json.dumps(marks, separators=(",", ":"), ensure_ascii=False)
         extra_bytes = len(TYPES_PROPERTY) + len(str(extra[TYPES_PROPERTY]).encode()) + 10
+    traceparent = envelope.traceparent
+    if traceparent is not None and not (probe.fields.application_properties.keys() & TRACE_PROPERTY_NAMES):
+        extra.update(message_properties(traceparent, envelope.tracestate))
+        extra_bytes += property_bytes(traceparent, envelope.tracestate)
     if probe.size + extra_bytes > max_message_size:
         return TooLargeForBacklog(
             size=probe.size + extra_bytes, limit=max_message_size, added_bytes=probe.added_bytes + extra_bytes

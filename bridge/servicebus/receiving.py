@@ -152,6 +152,11 @@ class EntityLink:
         self.session_id: str | None = None
 
     @property
+    def server_address(self) -> str:
+        """The namespace's host, without the port (the messaging conventions' ``server.address``)."""
+        return self.namespace.endpoint_host.rsplit(":", 1)[0]
+
+    @property
     def path(self) -> str:
         """The entity path received from (``topic/Subscriptions/name`` for a subscription)."""
         return (
