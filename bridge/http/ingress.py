@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from bridge.core.auth import ApiKey, Caller, authenticate_key, authenticate_sas
 from bridge.core.envelope import Envelope
-from bridge.core.validation import EntityRules, build_envelope, validate_entity
+from bridge.core.validation import EntityRules, build_envelope, check_batch, validate_entity
 from bridge.errors import AuthenticationError, InvalidMessageError, MessageTooLargeError, UnknownEntityError
 from bridge.observability import metrics, tracing
 from bridge.observability.tracing import DoorTrace
@@ -178,6 +178,17 @@ class Ingress:
                 trace.failed(exc)
             raise
         return envelopes, fresh
+
+    def check_batch(self, envelopes: list[Envelope], *, transactional: bool, trace: DoorTrace | None) -> None:
+        """``bridge.core.validation.check_batch`` for a door's batch; a refused batch ends its create spans
+        (``trace``) as failed, as a refusal while building them does."""
+        try:
+            limit = self.settings.ingress.max_batch_messages
+            check_batch(envelopes, transactional=transactional, max_messages=limit)
+        except BaseException as exc:
+            if trace is not None:
+                trace.failed(exc)
+            raise
 
     @staticmethod
     def _build(

@@ -23,7 +23,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bridge.core.door_formats import rest_batch, rest_message
-from bridge.core.validation import check_batch
 from bridge.http import paths  # noqa: F401  (registers the {entity} and {messages} path convertors)
 from bridge.http.server import HEADER_NAMES
 from bridge.http.v1 import answers_errors, ingress_of
@@ -135,13 +134,12 @@ async def post_messages(request: Request) -> Response:
     entity = request.path_params["entity"]
     ingress.check_entity(ingress.authenticate(request, allow_sas=True), entity)
     content_type = request.headers.get("content-type")
-    limit = ingress.settings.ingress.max_batch_messages
     ignored: list[str] = []
     trace = ingress.trace(request, entity, "rest")
     if content_type is not None and content_type.split(";")[0].strip().lower() == BATCH_TYPE:
         items = rest_batch(await ingress.json_body(request), ignored)
         envelopes, fresh = ingress.envelopes(entity, items, trace=trace)
-        check_batch(envelopes, transactional=False, max_messages=limit)
+        ingress.check_batch(envelopes, transactional=False, trace=trace)
     else:
         body = await ingress.body(request)
         item = rest_message(

@@ -19,7 +19,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bridge.core.door_formats import v1_message
-from bridge.core.validation import check_batch
 from bridge.errors import BridgeError, InvalidMessageError
 from bridge.http import paths  # noqa: F401  (registers the {entity} path convertor)
 from bridge.http.ingress import Ingress
@@ -90,7 +89,7 @@ async def post_batch(request: Request) -> Response:
     items = [v1_message(message, index) for index, message in enumerate(messages)]
     trace = ingress.trace(request, entity, "http")
     envelopes, fresh = ingress.envelopes(entity, items, trace=trace)
-    check_batch(envelopes, transactional=transactional, max_messages=limit)
+    ingress.check_batch(envelopes, transactional=transactional, trace=trace)
     acks = await ingress.store(entity, envelopes, fresh, transactional=transactional, trace=trace)
     return JSONResponse(
         {

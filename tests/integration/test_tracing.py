@@ -314,3 +314,32 @@ def test_an_async_handler_runs_inside_its_process_span(
     assert _hex(process.context.trace_id, 32) == INCOMING_TRACE
     # And the message's own context was kept: no create span for it
     assert not _named(spans.get_finished_spans(), f"create {entity}")
+
+
+def test_a_refused_batch_ends_its_create_spans_as_failed_and_stores_nothing(
+    spans: InMemorySpanExporter, redis_url: str, shared_namespace: LocalNamespace, unique_name: str
+) -> None:
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity)
+    # Given a transactional batch whose messages name two partition keys (built, then refused as a whole)
+    batch = {"messages": [{"body": "a", "partition_key": "k1"}, {"body": "b", "partition_key": "k2"}]}
+    with running_ingress(settings) as base:
+        answer = httpx.post(
+            f"{base}/v1/entities/{entity}/messages:batch?transactional=true",
+            json=batch,
+            headers={"traceparent": INCOMING},
+        )
+    # Then it is refused, nothing reached the outbox, and both create spans were ended as failed
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "transaction_partition_keys"
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.keys(f"bridge:{{{entity}}}:*") == []
+    finally:
+        client.close()
+    created = _named(list(spans.get_finished_spans()), f"create {entity}")
+    assert len(created) == 2
+    for span in created:
+        assert span.context.trace_id == int(INCOMING_TRACE, 16)
+        assert span.attributes is not None and span.attributes["error.type"] == "InvalidMessageError"
+        assert span.status.status_code.name == "ERROR"
