@@ -125,6 +125,7 @@ class Outage(Chaos):
         self.raw_rate: dict[str, Any] = {}
         self.t0 = time.time()
         self.recreated_at = 0.0
+        self.sampler: outage_measure.OutageSampler | None = None
         self.at_peak: dict[str, Any] = {}
         """Each outbox stream's entries and Redis bytes at the end of the outage (its peak)."""
 
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             rate = args.rate / len(DOORS)
             doors.append(Door(door, rate, 100 + index, ledger, senders[door], tuple(ENTITIES), PAIRED, None))
         sampler = outage_measure.OutageSampler(outage, ledger, args.sample_interval, ENTITIES, entity_specs())
+        outage.sampler = sampler
         watch = outage_measure.OutboxWatch(url, list(ENTITIES))
         threads = [sampler, watch]
         for thread in [*threads, *doors]:
@@ -356,11 +358,16 @@ def run(
     )
     out["outbox"] = outbox
     time.sleep(2.0)  # late copies (active mode's second one) are suppressed, not handed
-    return {**out, **finish(outage, args)}
+    verdict = finish(outage, args)
+    verdict["ride_out"] = ride_out(outbox, verdict["accepted_size_mean"])
+    return {**out, **verdict}
 
 
 def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
     """Stop the bridge processes, peek the namespaces, run the ledger and the checker."""
+    if outage.sampler is not None:  # the chart ends with the run, not with the checks after it
+        outage.sampler.stopping.set()
+        outage.sampler.join(10)
     stop_processes(outage.of("receive-") + outage.of("worker") + outage.of("beat") + outage.of("serve"))
     outage.say("bridge processes stopped; peeking the namespaces")
     held = []
@@ -403,6 +410,12 @@ def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
     if args.disaster:
         verdict.update(disaster(outage, rows, held))
     return verdict
+
+
+def ride_out(outbox: dict[str, Any], counted_size: float) -> list[dict[str, Any]]:
+    """The docs' table from this run's measured bytes: per rate, the outbox bound and how long it lasts."""
+    per_entry = outbox.get("redis_bytes_per_entry") or 0.0
+    return outage_measure.ride_out_table(per_entry, counted_size, (100, 1_000, 10_000))
 
 
 def disaster(outage: Outage, rows: list[dict[str, Any]], held: list[Any]) -> dict[str, Any]:

@@ -169,6 +169,10 @@ class OutboxWatch(threading.Thread):
             start = next((t for (t, n), (_, m) in itertools.pairwise(after) if m < n), None)
             end = next((t for t, n in after if n <= empty_at and (start is None or t >= start)), None)
             row: dict[str, Any] = {"at_restore": held}
+            if held <= empty_at:  # nothing to drain: done at the restore
+                ends.append(restored)
+                result["per_entity"][entity] = row
+                continue
             if start is not None and end is not None:
                 ends.append(end)
                 row["start_after_restore_s"] = round(start - restored, 2)
