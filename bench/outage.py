@@ -347,7 +347,7 @@ def run(
     watch.write(outage.base, outage.t0)
     outbox = watch.drain(restored, acked_rows, empty_at=max(5, int(args.rate / 4)))
     raw = outage.raw_rate["median"]
-    for row in outbox["per_entity"].values():
+    for row in [*outbox["per_entity"].values(), outbox["all_entities"]]:
         if row.get("rate") and raw:
             row["rate_vs_raw_sdk"] = round(row["rate"] / raw, 2)
     at_peak = outage.at_peak

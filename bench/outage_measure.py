@@ -184,7 +184,24 @@ class OutboxWatch(threading.Thread):
             result["per_entity"][entity] = row
         if ends and len(ends) == len(self.entities):
             result["drained_after_restore_s"] = round(max(ends) - restored, 2)
+        result["all_entities"] = aggregate(result["per_entity"], restored)
         return result
+
+
+def aggregate(per_entity: dict[str, dict[str, Any]], restored: float) -> dict[str, Any]:
+    """Every entity's drain together: the messages moved over the time at least one entity was draining
+    (the union of their windows), since they share the namespaces and the worker."""
+    windows = sorted(
+        (restored + row["start_after_restore_s"], restored + row["end_after_restore_s"])
+        for row in per_entity.values()
+        if "rate" in row
+    )
+    busy, reach = 0.0, float("-inf")
+    for start, end in windows:
+        busy += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    moved = sum(row.get("moved", 0) for row in per_entity.values() if "rate" in row)
+    return {"moved": moved, "busy_s": round(busy, 2), "rate": round(moved / busy, 1) if busy else None}
 
 
 def raw_sdk_rate(conn: str, queue: str, rounds: int = 3, count: int = 2000) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.outage_measure import OutboxWatch, duration, only_on_lost, ride_out_table
+from bench.outage_measure import OutboxWatch, aggregate, duration, only_on_lost, ride_out_table
 
 
 def sent(message_id: str, role: str, at: float, entity: str = "e") -> dict[str, Any]:
@@ -51,6 +51,7 @@ def test_the_drain_of_each_entity_runs_from_its_first_fall_after_the_restore_to_
     a = result["per_entity"]["a"]
     assert (a["at_restore"], a["start_after_restore_s"], a["end_after_restore_s"]) == (100, 0.5, 2.0)
     assert a["moved"] == 101 and a["rate"] == pytest.approx(101 / 1.5, abs=0.1)
+    assert result["all_entities"] == {"moved": 101, "busy_s": 1.5, "rate": round(101 / 1.5, 1)}
     # b held nothing to drain: it counts as drained at the restore
     assert "rate" not in result["per_entity"]["b"] and result["drained_after_restore_s"] == 2.0
     stuck = OutboxWatch("redis://unused", ["a"])
@@ -67,3 +68,13 @@ def test_the_ride_out_table_divides_the_default_bound_by_the_rate() -> None:
     big = ride_out_table(bytes_per_entry=4000.0, counted_size=4096.0, rates=(100,))
     assert big[0]["bound_messages"] == 1024**3 // 4096
     assert duration(1000) == "16 min 40 s" and duration(7260) == "2 h 1 min" and duration(42) == "42 s"
+
+
+def test_the_drains_together_count_overlapping_windows_once() -> None:
+    per_entity: dict[str, dict[str, Any]] = {
+        "a": {"start_after_restore_s": 1.0, "end_after_restore_s": 5.0, "moved": 100, "rate": 25.0},
+        "b": {"start_after_restore_s": 3.0, "end_after_restore_s": 6.0, "moved": 50, "rate": 16.7},
+        "c": {"start_after_restore_s": 10.0, "end_after_restore_s": 12.0, "moved": 50, "rate": 25.0},
+        "d": {"at_restore": 0},
+    }
+    assert aggregate(per_entity, restored=100.0) == {"moved": 200, "busy_s": 7.0, "rate": round(200 / 7, 1)}
