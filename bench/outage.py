@@ -170,7 +170,8 @@ class Outage(Chaos):
     def outages(
         self, primary_down: float, both_down: float, disaster: bool, watch: outage_measure.OutboxWatch
     ) -> float:
-        """The primary down (or lost), then both; both restored. Returns when the restore finished."""
+        """The primary down (or lost), then both; both restored. Returns when the restore began (a re-created
+        primary takes seconds to start, and the secondary is back meanwhile)."""
         primary, secondary = self.local.primary, self.local.secondary
         self.enter("primary_down")
         primary.control.outage()
@@ -193,7 +194,7 @@ class Outage(Chaos):
             primary.control.restore()
         self.fault_windows.append(["primary_down", *self.phases["primary_down"]])
         self.fault_windows.append(["both_down", self.phases["both_down"][0], time.time()])
-        return time.time()
+        return self.phases["restored"][0]
 
 
 def errors_by_phase(doors: list[Door], phases: dict[str, list[float]]) -> dict[str, int]:
