@@ -283,12 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         result["raw_sdk_rate"] = outage.raw_rate
         outage.say(f"raw SDK batched send rate on the primary: {outage.raw_rate}")
+        doors = make_doors(outage, args.rate, ledger)
         url = outage.local.redis.url
-        senders = {"http": http_sender(outage.ingress_url), "producer": producer_sender(url)}
-        senders["redis"] = redis_door_sender(url)
-        for index, door in enumerate(DOORS):
-            rate = args.rate / len(DOORS)
-            doors.append(Door(door, rate, 100 + index, ledger, senders[door], tuple(ENTITIES), PAIRED, None))
         sampler = outage_measure.OutageSampler(outage, ledger, args.sample_interval, ENTITIES, entity_specs())
         outage.sampler = sampler
         watch = outage_measure.OutboxWatch(url, list(ENTITIES))
@@ -325,6 +321,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(" ".join(f"{k}={result.get(k)}" for k in keys))
     return 0 if result["passed"] else 1
+
+
+def make_doors(outage: Outage, rate: float, ledger: Ledger) -> list[Door]:
+    """The three load threads (HTTP, ``Producer``, Redis door), each sending to the four entities in turn."""
+    url = outage.local.redis.url
+    senders = {"http": http_sender(outage.ingress_url), "producer": producer_sender(url)}
+    senders["redis"] = redis_door_sender(url)
+    return [
+        Door(door, rate / len(DOORS), 100 + index, ledger, senders[door], tuple(ENTITIES), PAIRED, None)
+        for index, door in enumerate(DOORS)
+    ]
 
 
 def run(
