@@ -59,9 +59,24 @@ class Door(threading.Thread):
     GIVE_UP = 60.0
 
     def __init__(
-        self, door: str, rate: float, seed: int, ledger: Ledger, send: Callable[[str, dict[str, Any]], None]
+        self,
+        door: str,
+        rate: float,
+        seed: int,
+        ledger: Ledger,
+        send: Callable[[str, dict[str, Any]], None],
+        entities: tuple[str, ...] = (PASSIVE, ACTIVE, PAIRED),
+        sessions: str = PAIRED,
+        scheduled: str | None = PASSIVE,
     ):
+        """``entities`` take turns; ``sessions`` is the one whose keys are SessionIds (TTLs on every other
+        message); ``scheduled`` gets every eighth of its messages scheduled and TTLs on all (None: none)."""
         super().__init__(name=f"chaos-{door}", daemon=True)
+        self.entities = entities
+        self.sessions = sessions
+        self.scheduled = scheduled
+        self.errors: list[float] = []
+        """When a send raised (epoch seconds): what the door's caller saw fail before its retry."""
         self.door = door
         self.rate = rate
         self.rng = random.Random(seed)
@@ -73,12 +88,12 @@ class Door(threading.Thread):
 
     def message(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """The next message: entity, envelope fields (the door's view), and the row for ``acked.jsonl``."""
-        entity = (PASSIVE, ACTIVE, PAIRED)[self.count % 3]
+        entity = self.entities[self.count % len(self.entities)]
         self.count += 1
         message_id = f"{self.door}-{self.count}-{self.rng.getrandbits(48):012x}"
         fields: dict[str, Any] = {"message_id": message_id, "body": f"chaos {message_id}"}
         row: dict[str, Any] = {"id": message_id, "entity": entity, "door": self.door}
-        scheduled = entity == PASSIVE and self.count % 8 == 1
+        scheduled = entity == self.scheduled and self.count % 8 == 1
         if scheduled:
             # Keyless: a scheduled message is enqueued when due, so it stands outside any key's order.
             row["sched"] = round(time.time() + self.rng.uniform(2.0, 5.0), 3)
@@ -89,11 +104,11 @@ class Door(threading.Thread):
             seq = self.seq[(entity, key)]
             self.seq[(entity, key)] += 1
             row.update(key=key, seq=seq)
-            if entity == PAIRED:
+            if entity == self.sessions:
                 fields["session_id"] = row["session"] = key
             else:
                 fields["partition_key"] = row["pk"] = key
-        if entity == PASSIVE or (entity == PAIRED and self.count % 2):
+        if entity == self.scheduled or (entity == self.sessions and self.count % 2):
             fields["time_to_live"] = row["ttl"] = 3600.0
         props: dict[str, Any] = {
             "chaos_door": self.door,
@@ -121,6 +136,7 @@ class Door(threading.Thread):
                     acked = True
                     break
                 except Exception:
+                    self.errors.append(time.time())
                     time.sleep(0.2)
             row["t_ack"] = time.time()
             self.ledger.write(row, acked)
