@@ -65,7 +65,9 @@ class ShardSending(ShardState):
             now=now,
         )
         if result.accepted:
-            self.ctx.cost.add(self.entity, operation, len(result.accepted))
+            # Counted with the batch's settlement (``ShardSettling._apply``), not here: one Redis write
+            # (fsync'd with ``appendfsync always``) less on the path of every batch.
+            self.cost = self.cost.add(operation, len(result.accepted))
         metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
         backlog = path if operation is Operation.BACKLOG_SEND else None
         self.journal.record_send(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from bridge.core.cost import CostTally
 from bridge.core.roles import Role
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.settler import Settler
@@ -99,3 +100,12 @@ class ShardState:
         """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
         self.settler = Settler()
         """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
+        self.cost = CostTally()
+        """The billable sends of the batch not yet counted in Redis: counted with its settlement, in line
+        or behind the drainer (a process that dies in between leaves them uncounted, as one that died
+        between a send and its count always did)."""
+
+    def take_cost(self) -> CostTally:
+        """The sends counted so far and not yet written (and forget them)."""
+        cost, self.cost = self.cost, CostTally()
+        return cost
