@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from bridge.core.cost import CostTally
 from bridge.core.roles import Role
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.read_ahead import ReadAhead
 from bridge.delivery.settler import Settler
 from bridge.journal.emit import BatchJournal, namespace_names
 from bridge.outbox.reader import OutboxEntry
@@ -100,6 +101,8 @@ class ShardState:
         """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
         self.settler = Settler()
         """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
+        self.read_ahead = ReadAhead()
+        """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
         self.cost = CostTally()
         """The billable sends of the batch not yet counted in Redis: counted with its settlement, in line
         or behind the drainer (a process that dies in between leaves them uncounted, as one that died
