@@ -150,6 +150,7 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.read_ahead.close()
         finally:
             self.settler.close()
+        self._count(self.take_cost())
         return end
 
     def _turn(self, held: HeldLease, stop: threading.Event, deadline: float) -> TurnEnd:

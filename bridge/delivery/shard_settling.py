@@ -55,8 +55,8 @@ class ShardSettling(ShardState):
         self._apply_changes(plan.changes)
         if plan.behind:
             # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
-            batch, accepted, cost = self.journal.take(), list(entries), self.take_cost()
-            self.settler.submit(lambda: self._settle_accepted(batch, accepted, cost))
+            batch, accepted = self.journal.take(), list(entries)
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted))
             return True
         self.settler.flush()
         self._count(self.take_cost())
@@ -138,13 +138,13 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry], cost: CostTally) -> None:
-        self._count(cost)
+    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry]) -> None:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
         batch.write(self.ctx.journal, self.entity)
         self._ack(entries)
 
     def _count(self, cost: CostTally) -> None:
+        """Write the send counters (``ShardState.cost``): with an in-line settlement, and once a turn."""
         if cost.total:
             self.ctx.cost.add(self.entity, cost)
 

@@ -104,9 +104,9 @@ class ShardState:
         self.read_ahead = ReadAhead()
         """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
         self.cost = CostTally()
-        """The billable sends of the batch not yet counted in Redis: counted with its settlement, in line
-        or behind the drainer (a process that dies in between leaves them uncounted, as one that died
-        between a send and its count always did)."""
+        """The billable sends not yet counted in Redis: written with a settlement in line and at the end
+        of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
+        one that died between a send and its count always did)."""
 
     def take_cost(self) -> CostTally:
         """The sends counted so far and not yet written (and forget them)."""
