@@ -21,18 +21,42 @@ What does not change (``bridge.delivery.drainer``):
 - The layout is read after the entries, as the drainer always did: an entry written for a new layout was
   written after the change began, so the layout read after it shows the change.
 
-A read taken at the end of a turn waits in the drainer for its next turn (``close`` keeps it); the thread
-lives for one turn, as the ``Settler``'s does.
+A read in flight at the end of a turn waits in the drainer for its next turn (``close`` keeps it). The reads
+run on one pool of ``THREADS`` threads per process, shared by every drainer: a thread started and joined
+per turn cost a shard at a low rate (a turn per message) more than the read it saves. A drainer has at most
+one read outstanding, so a read waits for a thread only when more drainers than ``THREADS`` read at once.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from bridge.core.layout import Layout
 from bridge.outbox.reader import ShardRead
+
+THREADS = 8
+"""Read-ahead threads per process (as many as ``workers.drain_threads`` by default)."""
+
+
+class _Threads:
+    """This process's read-ahead threads, made on first use (again in a forked child: threads do not
+    cross a fork)."""
+
+    lock = threading.Lock()
+    pool: ThreadPoolExecutor | None = None
+    pid: int | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    with _Threads.lock:
+        if _Threads.pool is None or _Threads.pid != os.getpid():
+            _Threads.pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="bridge-read-ahead")
+            _Threads.pid = os.getpid()
+        return _Threads.pool
 
 
 @dataclass(frozen=True)
@@ -47,7 +71,6 @@ class ReadAhead:
     """One tenure's read of its next batch, on a thread of its own (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
         self._future: Future[Ahead] | None = None
         self._done: Ahead | None = None
 
@@ -57,12 +80,10 @@ class ReadAhead:
         return self._future is not None or self._done is not None
 
     def start(self, read: Callable[[], Ahead]) -> None:
-        """Run ``read`` now on the read-ahead thread (at most one read is outstanding)."""
+        """Run ``read`` now on a read-ahead thread (at most one read is outstanding)."""
         if self.pending:
             raise RuntimeError("a read ahead is outstanding")
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bridge-read-ahead")
-        self._future = self._executor.submit(read)
+        self._future = _executor().submit(read)
 
     def take(self) -> Ahead | None:
         """The read started last, once it finished (its error raised here); None when there is none."""
@@ -79,18 +100,13 @@ class ReadAhead:
         return ahead is not None and bool(ahead.read.entries)
 
     def close(self, *, quiet: bool = False) -> None:
-        """Wait for a read in flight and stop the thread. The read is kept for the next turn; with
-        ``quiet`` (another error is on its way) it is forgotten and a failure of it dropped: its entries
-        stay pending, and the claim of the next take-over sends them."""
-        try:
-            future, self._future = self._future, None
-            if quiet:
-                self._done = None
-                if future is not None:
-                    future.exception()
-            elif future is not None:
-                self._done = future.result()
-        finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
+        """Wait for a read in flight (the turn ends). The read is kept for the next turn; with ``quiet``
+        (another error is on its way) it is forgotten and a failure of it dropped: its entries stay
+        pending, and the claim of the next take-over sends them."""
+        future, self._future = self._future, None
+        if quiet:
+            self._done = None
+            if future is not None:
+                future.exception()
+        elif future is not None:
+            self._done = future.result()
