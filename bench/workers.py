@@ -107,8 +107,9 @@ def _wait_count(count: Callable[[str], int], queue: str, target: int, timeout: f
         time.sleep(0.05)
 
 
-def raw_sdk(conn: str, total: int) -> float:
-    """Baseline: msgs/s of one SDK sender sending batches of 100 (warm-up excluded)."""
+def raw_sdk(conn: str, total: int) -> tuple[float, float]:
+    """Baseline: msgs/s of one SDK sender sending batches of 100 (warm-up excluded), and the CPU seconds
+    its process spent on them (all threads: the SDK's own included)."""
     with (
         ServiceBusClient.from_connection_string(conn) as client,
         client.get_queue_sender(RAW_QUEUE) as sender,
@@ -122,9 +123,9 @@ def raw_sdk(conn: str, total: int) -> float:
                 sender.send_messages(batch)
 
         send(10 * BATCH)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         send(total)
-        return total / (time.perf_counter() - started)
+        return total / (time.perf_counter() - started), time.process_time() - cpu
 
 
 def fill(producer: Any, entity: str, total: int, per_call: int = 1000, threads: int = 1) -> float:
@@ -149,15 +150,34 @@ def fill(producer: Any, entity: str, total: int, per_call: int = 1000, threads: 
     return total / (time.perf_counter() - started)
 
 
-def bridge_rate(stack: Any, producer: Any, count: Callable[[str], int], total: int) -> tuple[float, float]:
-    """msgs/s from the first outbox write until the primary's queue holds all ``total`` (and fill msgs/s)."""
+def bridge_cpu(stack: Any, client: Any) -> dict[str, float]:
+    """CPU seconds so far of each bridge process: the worker (main + pool children), the beat, Redis."""
+    from bench.latency import _cpu_seconds
+
+    used = {p.name: _cpu_seconds(p.proc.pid) for p in stack.processes}
+    info = client.info("cpu")
+    used["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return used
+
+
+def bridge_rate(
+    stack: Any, producer: Any, count: Callable[[str], int], total: int
+) -> tuple[float, float, dict[str, float]]:
+    """msgs/s from the first outbox write until the primary's queue holds all ``total``, the fill msgs/s,
+    and the CPU seconds each bridge process spent meanwhile (``bridge_cpu``)."""
+    import redis
+
+    client = redis.Redis.from_url(stack.redis.url)
     warm = 1000
     fill(producer, BRIDGE_ENTITY, warm, per_call=100)
     _wait_count(count, BRIDGE_ENTITY, warm, 120)
+    cpu = bridge_cpu(stack, client)
     started = time.perf_counter()
     fill_rate = fill(producer, BRIDGE_ENTITY, total)
     done = _wait_count(count, BRIDGE_ENTITY, warm + total, 600)
-    return float(total / (done - started)), fill_rate
+    spent = {name: used - cpu.get(name, 0.0) for name, used in bridge_cpu(stack, client).items()}
+    client.close()
+    return float(total / (done - started)), fill_rate, spent
 
 
 def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency: int) -> float:
@@ -401,6 +421,18 @@ def worker_rss(stack: Any, producer: Any, pending: int, seconds: float, concurre
     return {"fill_rate": fill_rate, "redis_mb": used, "samples": samples, "left": left}
 
 
+def _print_cpu(cpu: dict[str, float], raw_cpu: float, total: int) -> None:
+    """CPU seconds per 10,000 delivered messages of each bridge process against the raw SDK sender's."""
+    per = 10_000 / total
+    parts = ", ".join(f"{name} {used * per:.2f}" for name, used in sorted(cpu.items()))
+    bridge = sum(cpu.values()) * per
+    print(
+        f"CPU s per 10,000 msgs: bridge {bridge:.2f} ({parts}; the producer's writes not counted), "
+        f"raw SDK sender {raw_cpu * per:.2f}; bridge / raw {bridge / (raw_cpu * per):.2f}, "
+        f"gap {bridge - raw_cpu * per:.2f}"
+    )
+
+
 def _shards(stack: Any) -> int:
     return int(stack.entities[BACKLOG_ENTITY]["outbox_shards"])
 
@@ -462,10 +494,10 @@ def main() -> None:
         stack.start_worker(concurrency=args.concurrency)
         stack.start_beat()
         results: dict[str, Any] = {}
-        raw = raw_sdk(stack.primary.connection_string, total)
+        raw, raw_cpu = raw_sdk(stack.primary.connection_string, total)
         print(f"  raw SDK batched sender, batches of {BATCH}   {raw:10,.0f} msgs/s", flush=True)
         if "bridge" not in args.skip:
-            results["bridge"], fill_rate = bridge_rate(stack, producer, count, total)
+            results["bridge"], fill_rate, results["cpu"] = bridge_rate(stack, producer, count, total)
             print(
                 f"  bridge end to end, {total} msgs            {results['bridge']:10,.0f} msgs/s"
                 f"   (outbox filled at {fill_rate:,.0f} msgs/s)",
@@ -488,6 +520,7 @@ def main() -> None:
         if "naive" in results:
             naive = results["bridge"] / results["naive"]
             print(f"bridge / naive Celery sender      {naive:6.0f}   (target >= 5)")
+        _print_cpu(results["cpu"], raw_cpu, total)
     for fault, f in results.get("failover", {}).items():
         target = "0.3 s" if fault == "outage" else f"{DEADLINE:g} + 0.3 s"
         print(

@@ -39,6 +39,7 @@ from bridge.core import journal as journal_events
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
+from bridge.delivery.read_ahead import Ahead
 from bridge.delivery.shard_sending import ShardSending
 from bridge.delivery.shard_settling import ShardSettling
 from bridge.delivery.shard_state import LAYOUT_WAIT, PROBLEM_FULL_WAIT, READ_COUNT, DrainReport
@@ -142,9 +143,14 @@ class ShardDrainer(ShardSending, ShardSettling):
         try:
             end = self._turn(held, stop, self.ctx.clock() + budget)
         except BaseException:
+            self.read_ahead.close(quiet=True)
             self.settler.close(quiet=True)
             raise
-        self.settler.close()
+        try:
+            self.read_ahead.close()
+        finally:
+            self.settler.close()
+        self._count(self.take_cost())
         return end
 
     def _turn(self, held: HeldLease, stop: threading.Event, deadline: float) -> TurnEnd:
@@ -163,8 +169,10 @@ class ShardDrainer(ShardSending, ShardSettling):
                 return TurnEnd(None, DOUBT_WAIT)
             if self._holds_due():
                 self.claiming = True
+            ahead: Ahead | None = None
             if self.claiming:
                 self._release_due_holds()
+                self.read_ahead.drop()  # its entries are pending: this claim takes them (``read_ahead``)
                 self.settler.flush()  # acknowledgements on their way would be claimed and sent again
                 entries = reader.claim_fenced(
                     self.entity,
@@ -180,17 +188,30 @@ class ShardDrainer(ShardSending, ShardSettling):
                     self.claiming = False  # the whole pending list was claimed: read what is new
                     continue
             else:
-                read = reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
+                ahead = self.read_ahead.take()
+                if ahead is None or not ahead.read.entries:  # none, or it found the shard empty: look again
+                    ahead = None
+                    read = reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
+                else:
+                    read = ahead.read
                 entries = read.entries
                 if not entries:
                     # Empty: wait for a write, or until the earliest held key may be tried again.
                     due = max(0.0, min(self.holds.values()) - now) if self.holds else None
                     return TurnEnd(read.last_delivered or "0-0", due)
-            self._serve_batch(entries)
+            self._serve_batch(entries, ahead)
 
-    def _serve_batch(self, entries: Sequence[OutboxEntry]) -> None:
+    def _read_next(self) -> Ahead:
+        """The next batch's read and the layout after it (run ahead, ``bridge.delivery.read_ahead``)."""
+        read = self.ctx.reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
+        return Ahead(read, LayoutStore(self.ctx.redis).get(self.entity) if read.entries else None)
+
+    def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
         claimed = self.claiming
-        if self._process(entries):
+        if not claimed:
+            # While this batch is sent, the next one is read; used only if this one leaves nothing pending.
+            self.read_ahead.start(self._read_next)
+        if self._process(entries, ahead):
             self._settled()
             if claimed:
                 # Every claimed entry is settled or its key held: the next claim starts after them, and new
@@ -222,10 +243,10 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.attempts, self.not_before, self._retry_state = 0, None, False
 
     # ---- one batch ---------------------------------------------------------------------------------
-    def _process(self, entries: Sequence[OutboxEntry]) -> bool:
+    def _process(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry, or a layout change
-        that holds the rest back)."""
-        entries, held_back = self._layout_gate(entries)
+        that holds the rest back). ``ahead``: the read the entries came from, with its layout."""
+        entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True
             # Retried soon, without counting a failure: the old layout's drainers are making progress.
@@ -235,11 +256,14 @@ class ShardDrainer(ShardSending, ShardSettling):
             return False
         return self._process_entries(entries)
 
-    def _layout_gate(self, entries: Sequence[OutboxEntry]) -> tuple[Sequence[OutboxEntry], bool]:
+    def _layout_gate(
+        self, entries: Sequence[OutboxEntry], ahead: Ahead | None
+    ) -> tuple[Sequence[OutboxEntry], bool]:
         """The entries that may go now: while the shard count changes (``bridge.core.layout``), a
-        new-layout entry waits until the old layout is drained; True when some are held back."""
+        new-layout entry waits until the old layout is drained; True when some are held back. The layout
+        is read after the entries (with them when they were read ahead)."""
         store = LayoutStore(self.ctx.redis)
-        layout = store.get(self.entity)
+        layout = ahead.layout if ahead is not None else store.get(self.entity)
         if layout is None or not layout.migrating:
             return entries, False
         cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.shard, e.entry_id)), None)

@@ -28,7 +28,8 @@ How (one ``ShardPool`` per ``DrainService``):
   acknowledgement only after a namespace accepted.
 
 Threads per process: ``drain_threads`` + 2 watchers + the service's coordinator, and during a turn that sends
-a fully accepted batch one settler thread (``bridge.delivery.settler``); Redis connections at most as
+a fully accepted batch one settler thread (``bridge.delivery.settler``), and up to 8 read-ahead threads
+shared by all drainers (``bridge.delivery.read_ahead``); Redis connections at most as
 many, whatever the number of shards.
 """
 

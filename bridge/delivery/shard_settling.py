@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 
 from bridge.core import journal as journal_events
+from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
 from bridge.core.partitioning import partition_key
@@ -25,7 +26,7 @@ from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, ShardState, message_i
 from bridge.errors import ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
-from bridge.outbox.reader import OutboxEntry
+from bridge.outbox.reader import OutboxEntry, entry_size
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,11 @@ class ShardSettling(ShardState):
         self._apply_changes(plan.changes)
         if plan.behind:
             # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
-            batch, accepted = self.journal.take(), [e.entry_id for e in entries]
+            batch, accepted = self.journal.take(), list(entries)
             self.settler.submit(lambda: self._settle_accepted(batch, accepted))
             return True
         self.settler.flush()
+        self._count(self.take_cost())
         full = self._settle_in_line(entries, plan)
         if plan.stop is not None:
             self._stop(plan.stop)
@@ -93,7 +95,7 @@ class ShardSettling(ShardState):
                 self._hold(fate)
             elif isinstance(fate, StayPending) and fate.delivered_to:
                 self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
-        self._ack([entry.entry_id for entry, fate in fates if isinstance(fate, Acknowledge)])
+        self._ack([entry for entry, fate in fates if isinstance(fate, Acknowledge)])
         return full
 
     def _full(self, stream: str) -> ProblemStreamFullError:
@@ -136,10 +138,15 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(self, batch: JournalBatch, entry_ids: list[str]) -> None:
+    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry]) -> None:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
         batch.write(self.ctx.journal, self.entity)
-        self._ack(entry_ids)
+        self._ack(entries)
+
+    def _count(self, cost: CostTally) -> None:
+        """Write the send counters (``ShardState.cost``): with an in-line settlement, and once a turn."""
+        if cost.total:
+            self.ctx.cost.add(self.entity, cost)
 
     # ---- keys that wait (Hold) -------------------------------------------------------------------
     def _key(self, entry: OutboxEntry) -> str:
@@ -176,9 +183,11 @@ class ShardSettling(ShardState):
             self.claim_from = "0-0"
         self.holds = kept
 
-    def _ack(self, entry_ids: list[str]) -> None:
-        if entry_ids:
-            self.ctx.reader.ack(self.entity, self.shard, entry_ids, fence=self.fence)
+    def _ack(self, entries: list[OutboxEntry]) -> None:
+        if entries:
+            entry_ids = [entry.entry_id for entry in entries]
+            sizes = [entry_size(entry.fields) for entry in entries]
+            self.ctx.reader.ack(self.entity, self.shard, entry_ids, fence=self.fence, sizes=sizes)
             metrics.record_delivered(self.entity, entry_ids, time.time())
             if self.mode == "active":
                 self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from bridge.core.cost import CostTally
 from bridge.core.roles import Role
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.read_ahead import ReadAhead
 from bridge.delivery.settler import Settler
 from bridge.journal.emit import BatchJournal, namespace_names
 from bridge.outbox.reader import OutboxEntry
@@ -99,3 +101,14 @@ class ShardState:
         """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
         self.settler = Settler()
         """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
+        self.read_ahead = ReadAhead()
+        """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
+        self.cost = CostTally()
+        """The billable sends not yet counted in Redis: written with a settlement in line and at the end
+        of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
+        one that died between a send and its count always did)."""
+
+    def take_cost(self) -> CostTally:
+        """The sends counted so far and not yet written (and forget them)."""
+        cost, self.cost = self.cost, CostTally()
+        return cost

@@ -20,7 +20,7 @@ keeps about one consumer per shard however many drains ran.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from bridge.outbox.problems import problem_fields, problem_stream
 from bridge.outbox.scripts import (
     ACK,
     FENCED_ACK,
+    FENCED_ACK_SIZED,
     FENCED_CLAIM,
     FENCED_MOVE,
     FENCED_READ,
@@ -80,6 +81,11 @@ def _flat_items(items: list[Any]) -> list[tuple[Any, dict[bytes, bytes] | None]]
         (entry_id, None if flat is None else dict(zip(flat[::2], flat[1::2], strict=True)))
         for entry_id, flat in items
     ]
+
+
+def entry_size(fields: Mapping[bytes, bytes]) -> int:
+    """An entry's size as the writer counted it: the lengths of its field names and values."""
+    return sum(len(name) + len(value) for name, value in fields.items())
 
 
 def _check_fence(reply: Any, entity: str, shard: int) -> None:
@@ -146,21 +152,34 @@ class OutboxReader:
         return out
 
     def ack(
-        self, entity: str, shard: int, entry_ids: list[str], fence: Fence | None = None
+        self,
+        entity: str,
+        shard: int,
+        entry_ids: list[str],
+        fence: Fence | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
     ) -> tuple[int, int]:
         """Acknowledge, delete and un-count entries; returns (messages, bytes) removed.
 
         With ``fence`` (the drainer's lease): only while that lease is held, else ``LeaseLostError`` and
-        nothing is acknowledged.
+        nothing is acknowledged. With ``sizes`` (each entry's ``entry_size``, which a caller that read the
+        entries knows) and a fence, Redis does not read the entries back to count their bytes.
         """
         if not entry_ids:
             return 0, 0
-        script_keys, args = self._ack_call(entity, shard, entry_ids)
+        if sizes is not None and fence is not None:
+            script_keys, args = self._ack_call(entity, shard, [])
+            args += [item for pair in zip(entry_ids, map(str, sizes), strict=True) for item in pair]
+            script = FENCED_ACK_SIZED
+        else:
+            script_keys, args = self._ack_call(entity, shard, entry_ids)
+            script = ACK if fence is None else FENCED_ACK
         if fence is not None:
             script_keys.append(fence.key)
             args.insert(2, fence.token)
         with driver_errors(OutboxUnavailableError):
-            reply = run_script(self.client, ACK if fence is None else FENCED_ACK, script_keys, args)
+            reply = run_script(self.client, script, script_keys, args)
         _check_fence(reply, entity, shard)
         with driver_errors(OutboxUnavailableError):
             return self._uncount_totals(reply)

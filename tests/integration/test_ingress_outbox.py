@@ -17,7 +17,7 @@ from bridge.embedded.redis_server import RedisServer
 from bridge.errors import BackpressureError, InvalidMessageError, OutboxUnavailableError
 from bridge.outbox import keys
 from bridge.outbox.problems import list_problems
-from bridge.outbox.reader import OutboxReader
+from bridge.outbox.reader import OutboxReader, entry_size
 from bridge.outbox.redis_door import ensure_ingress_group, move_ingress
 from bridge.outbox.store import SyncOutbox
 from bridge.redis.connection import sync_client
@@ -168,6 +168,31 @@ def test_reader_ack_reclaim_and_dead_letter(redis_url: str, redis_client: redis.
     assert dead["original"]["b"] == "b"
     assert redis_client.hget(keys.TOTALS, "messages") == b"1"
     assert reader.entities() == ["q"]
+
+
+def test_a_sized_ack_uncounts_what_the_writer_counted_once(redis_url: str, redis_client: redis.Redis):
+    """The drainer passes each entry's size instead of Redis reading it back: the counters end where an
+    ack that reads the entries leaves them, and a second ack (after a crash) counts nothing."""
+    settings = Settings(redis_url=redis_url)
+    with Producer(settings=settings) as producer:
+        producer.send_batch("q", [b"x" * 700, "b", {"body": "c", "session_id": "s", "content_type": "t"}])
+        producer.send_batch("r", [b"x" * 700, "b", {"body": "c", "session_id": "s", "content_type": "t"}])
+    reader = OutboxReader(sync_client(redis_url), settings)
+    for entity in ("q", "r"):
+        reader.ensure_groups(entity)
+    with shard_lease(reader, "q", 0, "holder") as q_fence, shard_lease(reader, "r", 0, "holder") as r_fence:
+        q = reader.read_fenced("q", 0, "holder", q_fence, 10).entries
+        r = reader.read_fenced("r", 0, "holder", r_fence, 10).entries
+        read_back = reader.ack("q", 0, [e.entry_id for e in q], fence=q_fence)
+        ids, sizes = [e.entry_id for e in r], [entry_size(e.fields) for e in r]
+        assert reader.ack("r", 0, ids[:1], fence=r_fence, sizes=sizes[:1])[0] == 1
+        rest = reader.ack("r", 0, ids, fence=r_fence, sizes=sizes)  # the first one again: not counted
+        assert reader.ack("r", 0, ids, fence=r_fence, sizes=sizes) == (0, 0)
+    assert read_back[0] == 3 and rest[0] == 2
+    assert rest[1] + sizes[0] == read_back[1]
+    assert reader.depth("r")["pending_bytes"] == reader.depth("q")["pending_bytes"] == 0
+    assert redis_client.hget(keys.TOTALS, "bytes") == b"0"
+    assert redis_client.xpending(keys.outbox("r", 0), keys.SENDERS_GROUP)["pending"] == 0
 
 
 def test_reader_quarantines_a_corrupt_entry(redis_url: str, redis_client: redis.Redis):

@@ -18,7 +18,8 @@ import pytest
 import redis
 
 from bridge.delivery.context import DeliveryContext
-from bridge.delivery.drainer import ShardDrainer
+from bridge.delivery.drainer import READ_COUNT, ShardDrainer
+from bridge.delivery.lease_keeper import LeaseKeeper
 from bridge.delivery.service import DrainService
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
@@ -297,3 +298,50 @@ def test_a_drain_that_loses_its_lease_during_a_send_leaves_the_entries_and_the_n
     finally:
         shared_namespace.control.restore(entity=entity)
         client.close()
+
+
+def test_entries_read_ahead_of_a_refused_batch_are_sent_after_it_in_order(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    """While a batch is sent the drainer reads the next one (``bridge.delivery.read_ahead``); when the
+    batch is refused, the entries read ahead stay pending behind it and go after it, in order, once."""
+    entity = unique_name
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(shared_namespace),
+            "entities": {entity: {"replication": "none"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0, "outbox_backoff_max": 0.3},
+        }
+    )
+    ctx = _context(contexts, settings, "ahead")
+    client = redis.Redis.from_url(redis_url)
+    count = READ_COUNT + 50
+    with Producer(settings=settings) as p:
+        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+    drainer = ShardDrainer(ctx, entity, 0)
+    keeper = LeaseKeeper(ctx.leases, settings.workers.lease_ttl)
+    held = keeper.acquire(entity, 0, drainer.token)
+    assert held is not None
+    stop = threading.Event()
+    keeper.keep_alive(stop)
+    shared_namespace.control.busy(entity=entity)
+    try:
+        # Given the first batch (READ_COUNT entries) is refused while the rest was read ahead of it
+        end = drainer.turn(held, stop, 10.0)
+        assert end.backoff and drainer.report.sent == 0
+        assert _pending(client, entity) == count
+        shared_namespace.control.restore(entity=entity)
+        # When the tenure goes on after its backoff
+        deadline = time.monotonic() + 60
+        while drainer.report.sent < count and time.monotonic() < deadline:
+            end = drainer.turn(held, stop, 10.0)
+            time.sleep(end.wait or 0.0)
+    finally:
+        shared_namespace.control.restore(entity=entity)
+        stop.set()
+        keeper.release(held)
+        client.close()
+    # Then every message arrived once, in the order written
+    got = receive_all(shared_namespace, entity, count, timeout=30)
+    assert [m.message_id for m in got] == ids
