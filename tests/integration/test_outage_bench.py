@@ -87,6 +87,7 @@ def test_a_compressed_outage_of_the_primary_then_of_both_loses_nothing_and_shows
     assert verdict["passed"] and verdict["returncode"] == 0, context
 
 
+@pytest.mark.slow  # 3½ minutes: with the outage case's beside it the default suite went past 12 minutes
 @pytest.mark.timeout(960)
 def test_a_compressed_disaster_of_the_primary_loses_only_what_the_ledger_says_existed_only_there(
     tmp_path: Path,

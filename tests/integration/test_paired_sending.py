@@ -75,7 +75,8 @@ def _backlog_messages(
     deadline = time.monotonic() + timeout
     paths = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS) if i not in skip]
     mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
-    with ServiceBusClient.from_connection_string(stack.secondary.connection_string, retry_total=1) as client:
+    # Retried link opens: three receivers open at once on a loaded machine.
+    with ServiceBusClient.from_connection_string(stack.secondary.connection_string, retry_total=3) as client:
         receivers = [client.get_queue_receiver(path, receive_mode=mode) for path in paths]
         try:
             while len(got) < expected and time.monotonic() < deadline:
