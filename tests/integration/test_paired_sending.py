@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import redis
@@ -75,18 +76,18 @@ def _backlog_messages(
     deadline = time.monotonic() + timeout
     paths = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS) if i not in skip]
     mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
-    # Retried link opens: three receivers open at once on a loaded machine.
-    with ServiceBusClient.from_connection_string(stack.secondary.connection_string, retry_total=3) as client:
-        receivers = [client.get_queue_receiver(path, receive_mode=mode) for path in paths]
-        try:
-            while len(got) < expected and time.monotonic() < deadline:
-                for receiver in receivers:
-                    got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=0.5))
+    with (
+        ServiceBusClient.from_connection_string(stack.secondary.connection_string, retry_total=3) as client,
+        ExitStack() as opened,
+    ):
+        # Entered, so each link opens without a deadline: a first receive call would give the open only its
+        # 0.5 s wait (it timed out on a loaded machine).
+        receivers = [opened.enter_context(client.get_queue_receiver(p, receive_mode=mode)) for p in paths]
+        while len(got) < expected and time.monotonic() < deadline:
             for receiver in receivers:
                 got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=0.5))
-        finally:
-            for receiver in receivers:
-                receiver.close()
+        for receiver in receivers:
+            got.extend(receiver.receive_messages(max_message_count=100, max_wait_time=0.5))
     return got
 
 
