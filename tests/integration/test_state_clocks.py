@@ -77,7 +77,7 @@ def test_a_failover_timer_started_on_a_host_behind_is_not_due_at_once_on_a_host_
         # would say 0 s; the margin below 60 is real time passing on a loaded machine, not skew)
         assert not failover_due(state, ahead.clock(), policy)
         left = seconds_until_failover(state, ahead.clock(), policy)
-        assert left is not None and 45 < left <= 60
+        assert left is not None and 45 < left <= 60.01  # the clock offset is measured to within milliseconds
         # (Had each worker read its host's clock, failover would have come at once.)
         behind.paired.apply("invoices", [StartTimer(_host(-SKEW))])
         assert failover_due(ahead.paired.get("invoices"), _host(SKEW), policy)
