@@ -95,10 +95,11 @@ def test_schedule_mode_pings_leave_nothing_receivable_on_the_primary(make_stack:
     stack.start_worker()
     stack.start_beat()
     # Given pings that fail while the primary is down
-    wait_until(lambda: cost(stack, "orders").pings >= 2, 15, what="failed pings")
+    # (the bound covers a worker and a beat starting on a loaded machine: the pings are 1 s apart)
+    wait_until(lambda: cost(stack, "orders").pings >= 2, 45, what="failed pings")
     # When it comes back, a scheduled-and-cancelled ping restores the entity (schedule + cancel: 2 ops)
     stack.primary.control.restore()
-    wait_until(lambda: not paired_state(stack, "orders").failed_over, 15, what="ping accepted")
+    wait_until(lambda: not paired_state(stack, "orders").failed_over, 30, what="ping accepted")
     # Then nothing was ever left on the primary: no message, no scheduled one
     assert count_in(stack.primary, "orders") == 0
     assert receive(stack.primary, "orders", 1, timeout=3) == []
