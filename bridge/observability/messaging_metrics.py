@@ -5,8 +5,9 @@ point) sets up the SDK's ``MeterProvider`` with a periodic OTLP/HTTP exporter on
 ``OTEL_METRICS_EXPORTER`` (not ``none``), ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and ``OTEL_SDK_DISABLED`` is not ``true``; the SDK reads the rest
 (``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``, ...). The SDK is imported only then, so a process that does not export
-metrics never loads it, and every recorder returns after one global read.
+``OTEL_RESOURCE_ATTRIBUTES``, ...). The SDK and the exporter are imported only then, so a process that does
+not export metrics loads no more of them than ``import redis`` does (redis-py loads part of the metrics SDK
+for its own instrumentation), and every recorder returns after one global read.
 
 The instruments are the messaging conventions' (``docs/references.md``), with ``messaging.system =
 "servicebus"``, ``messaging.operation.name``, ``messaging.destination.name``, ``server.address`` and, when
