@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from bridge.core.received import ReceivedMessage
 from bridge.core.validation import build_envelope
 from bridge.http.ingress import message_id_source
-from bridge.observability import tracing
+from bridge.observability import receiver_spans, send_spans, tracing
 from bridge.outbox.writer import OutboxWriter
 from bridge.settings import Settings
 
@@ -75,8 +75,8 @@ def _send(count: int) -> Callable[[], None]:
 
     def batch() -> None:
         if tracing.enabled():
-            span = tracing.start_send("send", "bench", contexts, ids, {"bridge.namespace.role": "primary"})
-            tracing.end_send(span, count, None)
+            span = send_spans.start_send("send", "bench", contexts, ids, {"bridge.namespace.role": "primary"})
+            send_spans.end_send(span, count, None)
 
     return batch
 
@@ -92,7 +92,7 @@ def _process(count: int) -> Callable[[], None]:
     def copies() -> None:
         for _ in range(count):
             if tracing.enabled():
-                tracing.process("bench", message, handler, {"bridge.namespace.role": "primary"})
+                receiver_spans.process("bench", message, handler, {"bridge.namespace.role": "primary"})
             else:
                 handler(message)
 

@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 CONFIG_ENV = "BRIDGE_CONFIG"
+TRACE_ID = "{trace_id}"
+"""What ``trace_url`` holds in place of the trace id (32 hex digits)."""
 Replication = Literal["passive", "active", "paired", "none"]
 _ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/~]{0,259}\Z")  # \Z: "$" passes a trailing newline
 _REDIS_SCHEMES = (
@@ -424,6 +426,21 @@ class Settings(BaseSettings):
     metrics_dir: Path | None = Field(
         default=None, description="Prefork workers' metric files (wiped at start); default: a temp dir."
     )
+    trace_url: str | None = Field(
+        default=None,
+        description=(
+            "A trace viewer's URL with {trace_id} in it (http://jaeger:16686/trace/{trace_id}): the status "
+            "page links a last error's trace there (docs/tracing.md)."
+        ),
+    )
+
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_url(cls, value: str | None) -> str | None:
+        # The status page puts it in an href: only web URLs, so a setting cannot make a javascript: link.
+        if value is not None and (not value.startswith(("http://", "https://")) or TRACE_ID not in value):
+            raise ValueError(f"must be an http:// or https:// URL with {TRACE_ID} in it")
+        return value
 
     @field_validator("redis_url")
     @classmethod

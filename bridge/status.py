@@ -16,7 +16,8 @@ problem stream) and ``problem_streams_full`` (``"quarantine"`` / ``"deadletter"`
 bound: its entries are held where they are, ``docs/durability.md``; empty when none),
 ``retry_not_before`` (shard -> epoch seconds
 on Redis's clock), ``cost`` (``CostTally`` counters and ``total``), per namespace ``configured``, ``since``,
-``last_error_at``, ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
+``last_error_at``, ``last_error_trace_id`` (the trace that shows the failed send, ``docs/tracing.md``; null
+when none), ``error_class``, ``checked_at`` / ``check_ok`` / ``check_error`` (the last probe of a
 namespace that carries no traffic for the entity, ``bridge.delivery.probe``; null when never probed),
 ``journal`` (``enabled``, ``length``: entries in the entity's journal stream not yet rolled,
 ``max_length``, ``overflow``: events per kind that found the stream full since the last roll — non-empty
@@ -68,6 +69,7 @@ def _namespace(health: NamespaceHealth, configured: bool, probe: ProbeRecord | N
         "configured": configured,
         "since": health.since,
         "last_error_at": health.last_error_at,
+        "last_error_trace_id": health.last_error_trace_id,
         "error_class": health.error_class.value if health.error_class else None,
         # The last probe of a namespace without traffic (bridge.delivery.probe): when it was measured.
         "checked_at": probe.at if probe else None,
@@ -84,6 +86,7 @@ def _paired_primary(view: dict[str, Any], state: PairedState) -> None:
     if state.last_error is not None and (state.last_error_at or 0.0) >= (view["last_error_at"] or 0.0):
         view["last_error"] = _scrubbed(state.last_error)
         view["last_error_at"] = state.last_error_at
+        view["last_error_trace_id"] = None
 
 
 def _paired_view(state: PairedState) -> dict[str, Any]:

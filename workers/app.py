@@ -25,7 +25,7 @@ from celery.signals import setup_logging, worker_process_init, worker_process_sh
 
 from bridge.delivery.context import get_context, reset_after_fork
 from bridge.delivery.service import DrainService
-from bridge.observability import tracing
+from bridge.observability import messaging_metrics, tracing
 from bridge.observability.exposition import child_exited
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings, load_settings
@@ -124,6 +124,8 @@ class _ProcessDrainers:
 def _fresh_context(**_: Any) -> None:
     # A prefork child must not use the parent's Redis sockets or SDK clients.
     reset_after_fork()
+    # Its own messaging metrics (OTEL_*), set up here rather than inherited: one series per process.
+    messaging_metrics.configure("bridge-worker")
     _ProcessDrainers.service = DrainService(get_context(settings)).start()
     _ProcessDrainers.pid = os.getpid()
 
@@ -136,6 +138,7 @@ def _stop_drainers(**_: Any) -> None:
     if service is not None and _ProcessDrainers.pid == os.getpid():
         service.stop()
     tracing.flush()  # a pool process leaves with os._exit: atexit would not export its last spans
+    messaging_metrics.flush()
 
 
 @worker_process_shutdown.connect

@@ -156,7 +156,7 @@ class NamespaceHealth:
     """Availability of one namespace (for one entity) as ``bridge status`` reports it.
 
     ``since`` is when ``available`` last changed; ``last_error`` stays after recovery so an operator sees
-    what happened (``last_error_at`` says when).
+    what happened (``last_error_at`` says when, ``last_error_trace_id`` in which trace: ``docs/tracing.md``).
     """
 
     available: bool = True
@@ -164,6 +164,7 @@ class NamespaceHealth:
     last_error: str | None = None
     last_error_at: float | None = None
     error_class: ErrorClass | None = None
+    last_error_trace_id: str | None = None
 
     def to_fields(self) -> dict[str, str]:
         """A flat string hash for Redis; None fields are left out."""
@@ -173,6 +174,7 @@ class NamespaceHealth:
         put_field(out, "last_error_at", self.last_error_at)
         if self.error_class is not None:
             out["error_class"] = self.error_class.value
+        put_field(out, "last_error_trace_id", self.last_error_trace_id)
         return out
 
     @classmethod
@@ -186,16 +188,19 @@ class NamespaceHealth:
             last_error=data.get("last_error"),
             last_error_at=opt_float(data, "last_error_at"),
             error_class=ErrorClass(error_class) if error_class else None,
+            last_error_trace_id=data.get("last_error_trace_id") or None,
         )
 
 
-def next_health(health: NamespaceHealth, outcome: Outcome, now: float) -> NamespaceHealth:
+def next_health(
+    health: NamespaceHealth, outcome: Outcome, now: float, trace_id: str | None = None
+) -> NamespaceHealth:
     """The health after one attempt on that namespace.
 
     Success makes it available; an outage or configuration error makes it unavailable; a transient error
     records the error but does not change availability; a message-permanent error is the message's fault
     and leaves the record untouched. The same object comes back when nothing changed, so the adapter can
-    skip the write.
+    skip the write. ``trace_id`` is the trace that shows the failed attempt (None: none), kept with the error.
     """
     if outcome.ok:
         if health.available:
@@ -212,4 +217,5 @@ def next_health(health: NamespaceHealth, outcome: Outcome, now: float) -> Namesp
         last_error=outcome.error,
         last_error_at=now,
         error_class=error_class,
+        last_error_trace_id=trace_id,
     )

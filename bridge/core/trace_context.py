@@ -26,6 +26,7 @@ DIAGNOSTIC_ID = "Diagnostic-Id"
 # version 00: 2 + 1 + 32 + 1 + 16 + 1 + 2 = 55 characters; lower-case hex; all-zero ids are invalid.
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _ZERO_TRACE = "0" * 32
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _ZERO_SPAN = "0" * 16
 MAX_TRACESTATE = 512
 """W3C: a vendor may drop ``tracestate`` beyond 512 characters; the bridge keeps at most that."""
@@ -72,6 +73,14 @@ def valid_tracestate(value: object) -> str | None:
 def trace_id(traceparent: str | None) -> str | None:
     """The 32 hex digits of the trace id in a (valid) ``traceparent``."""
     return traceparent[3:35] if traceparent else None
+
+
+def viewer_url(template: str | None, trace: str | None) -> str | None:
+    """``template`` (the ``trace_url`` setting) with ``{trace_id}`` replaced by ``trace``, when both are
+    given and ``trace`` is a W3C trace id (32 lower-case hex digits, not all zero); else None."""
+    if template is None or trace is None or not _TRACE_ID.fullmatch(trace) or trace == _ZERO_TRACE:
+        return None
+    return template.replace("{trace_id}", trace)
 
 
 def incoming(traceparent: object, tracestate: object) -> tuple[str | None, str | None]:

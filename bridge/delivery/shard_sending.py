@@ -12,10 +12,11 @@ from bridge.core import abandoned
 from bridge.core.cost import Operation
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, next_health
+from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.shard_state import ShardState
-from bridge.observability import metrics, tracing, transitions
-from bridge.observability.tracing import SendSpan
+from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
+from bridge.observability.send_spans import SendSpan
 from bridge.servicebus.messages import OutgoingMessage
 
 log = logging.getLogger(__name__)
@@ -72,20 +73,30 @@ class ShardSending(ShardState):
             # (fsync'd with ``appendfsync always``) less on the path of every batch.
             self.cost = self.cost.add(operation, len(result.accepted))
         metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
+        if messaging_metrics.enabled():
+            messaging_metrics.record_send(
+                "send", path, self._server_address(role), accepted=len(result.accepted),
+                refused=len(messages) - len(result.accepted),
+                error_type=send_spans.outcome_type(outcome.outcomes), seconds=elapsed,
+            )  # fmt: skip
         backlog = path if operation is Operation.BACKLOG_SEND else None
         self.journal.record_send(role, message_ids, outcome.outcomes, now, backlog_queue=backlog)
-        self._record_health(role, outcome)
+        self._record_health(role, outcome, span, messages)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
-            tracing.end_send(span, len(result.accepted), tracing.outcome_type(outcome.outcomes))
+            send_spans.end_send(span, len(result.accepted), send_spans.outcome_type(outcome.outcomes))
         return outcome
+
+    def _server_address(self, role: Role) -> str | None:
+        """The namespace's host (the conventions' ``server.address``), None when it is not configured."""
+        namespace = self.ctx.settings.primary if role == "primary" else self.ctx.settings.secondary
+        return namespace.endpoint_host.rsplit(":", 1)[0] if namespace is not None else None
 
     def _start_span(
         self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> SendSpan | None:
-        """The ``send <path>`` span of one batch (``bridge.observability.tracing``)."""
-        namespace = self.ctx.settings.primary if role == "primary" else self.ctx.settings.secondary
+        """The ``send <path>`` span of one batch (``bridge.observability.send_spans``)."""
         failover = operation is Operation.BACKUP_SEND or (self.mode != "active" and role == "secondary")
         attributes: dict[str, str | int | bool] = {
             "bridge.namespace.role": role,
@@ -94,9 +105,10 @@ class ShardSending(ShardState):
             "bridge.failover": failover,
             "bridge.operation": operation.value,
         }
-        if namespace is not None:
-            attributes["server.address"] = namespace.endpoint_host.rsplit(":", 1)[0]
-        return tracing.start_send(
+        address = self._server_address(role)
+        if address is not None:
+            attributes["server.address"] = address
+        return send_spans.start_send(
             "send",
             path,
             tracing.message_contexts([m.application_properties for m in messages]),
@@ -129,12 +141,15 @@ class ShardSending(ShardState):
             del self.abandoned[key], self.abandoned_ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
-    def _record_health(self, role: Role, outcome: BatchOutcome) -> None:
+    def _record_health(
+        self, role: Role, outcome: BatchOutcome, span: SendSpan | None, messages: Sequence[OutgoingMessage]
+    ) -> None:
         # The batch's overall verdict: any accepted message proves the namespace up; otherwise the
         # first failure says how it is doing (a message-permanent failure says nothing about it).
         verdict = next((o for o in outcome.outcomes if o.ok), None) or outcome.outcomes[0]
         before = self.ctx.roles.health(self.entity, role)
-        after = next_health(before, verdict, self.ctx.clock())
+        trace = None if verdict.ok else failure_trace(span, messages[0])
+        after = next_health(before, verdict, self.ctx.clock(), trace)
         if after is not before:
             self.ctx.roles.set_health(self.entity, role, after)
             if after.available != before.available:
@@ -147,3 +162,15 @@ class ShardSending(ShardState):
                 )
                 reason = "ok" if after.available else after.last_error or "?"
                 transitions.availability_changed(self.entity, role, after.available, reason)
+
+
+def failure_trace(span: SendSpan | None, first: OutgoingMessage) -> str | None:
+    """The trace id kept with a failed send's error (the status page links to it): the send span's when it
+    is recorded, else that of the first message's creation context (the application's trace, passed on by
+    a door when the bridge does not trace), else None."""
+    if span is not None:
+        context = span.get_span_context()
+        if context.is_valid and context.trace_flags.sampled:
+            return f"{context.trace_id:032x}"
+    ((created, _),) = tracing.message_contexts([first.application_properties])
+    return trace_id(created)

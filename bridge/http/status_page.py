@@ -7,7 +7,9 @@ as ``x-api-key`` and the fragment never reaches a server log.
 
 Stable hooks for tests and scrapers: each entity row is ``tr[data-entity=<name>]``, each cell
 ``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``, and so has the ``barriers``
-cell when a restore barrier is lost (``docs/paired.md``).
+cell when a restore barrier is lost (``docs/paired.md``). A last error that carries a trace id shows it as
+``.trace[data-trace-id]`` in its cell: a link (``a``, opening in a new tab) when the ``trace_url`` setting
+names a trace viewer (``docs/tracing.md``), else text.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ PAGE = """<!doctype html>
   .up { background: #e6f6e6; }
   .down { background: #fbe3e3; font-weight: bold; }
   .muted { color: #777; font-size: .9em; }
+  .trace { font: .9em ui-monospace, monospace; }
   #banner.error { color: #a00; font-weight: bold; }
 </style>
 </head>
@@ -92,6 +95,24 @@ function restoreCell(row, barriers) {
   }
   return cell(row, "barriers", barriers.length ? "waiting for " + barriers.length + " barrier(s)" : "");
 }
+function errorCell(row, err) {
+  const td = cell(row, "last_error", err ? when(err.at) + " " + err.namespace + ": " + err.error : "");
+  if (!err || !err.trace_id) return td;
+  const url = err.trace_url || "";
+  const web = url.startsWith("http://") || url.startsWith("https://");
+  const trace = document.createElement(web ? "a" : "span");
+  trace.className = "trace";
+  trace.dataset.traceId = err.trace_id;
+  trace.textContent = "trace " + err.trace_id;
+  if (web) {
+    trace.href = url;
+    trace.target = "_blank";
+    trace.rel = "noopener noreferrer";
+  }
+  td.appendChild(document.createElement("br"));
+  td.appendChild(trace);
+  return td;
+}
 function counters(obj) {
   return Object.entries(obj || {}).filter(([k]) => k !== "total").map(([k, v]) => k + "=" + v).join(" ");
 }
@@ -117,8 +138,7 @@ function render(data) {
     problem("quarantine_depth", "quarantine", e.quarantine_depth);
     const fo = e.last_failover;
     cell(row, "last_failover", fo ? when(fo.at) + " " + fo.kind + (fo.reason ? ": " + fo.reason : "") : "");
-    const err = e.last_error;
-    cell(row, "last_error", err ? when(err.at) + " " + err.namespace + ": " + err.error : "");
+    errorCell(row, e.last_error);
     restoreCell(row, (e.paired && e.paired.barriers) || []);
     cell(row, "receiver", counters(e.receiver));
     cell(row, "cost", e.cost.total, "num");

@@ -6,7 +6,8 @@ backlog rotation) plus what an operator watching a failover wants next to it:
 * per entity ``outbox_oldest_age`` (seconds since the oldest message still in the outbox was written:
   the stream entry id starts with the write's milliseconds), ``receiver`` (the entity's
   ``bridge.core.receiving.ReceiverCounts``, summed over every receiver process), ``last_failover`` and
-  ``last_error`` (the newest of both namespaces' errors);
+  ``last_error`` (the newest of both namespaces' errors, with the ``trace_id`` of the send that failed
+  and, when the ``trace_url`` setting names a trace viewer, ``trace_url``: its page of that trace);
 * ``backlog.depths``: active messages per backlog queue, read from the secondary namespace's management
   endpoint by ``BacklogProbe`` (cached, bounded by a timeout) with when it was measured;
 * ``syphon``: per backlog queue whether a syphon holds its lease now (and which process).
@@ -28,6 +29,7 @@ from typing import Any
 from bridge.core.outcomes import describe_error, scrub_secrets
 from bridge.core.paired import backlog_queue_paths
 from bridge.core.receiving import ReceiverCounts
+from bridge.core.trace_context import viewer_url
 from bridge.errors import BridgeError
 from bridge.outbox import keys as outbox_keys
 from bridge.receiving.keys import ReceiverKeys
@@ -89,16 +91,19 @@ def _last_failover(entity: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _last_error(entity: dict[str, Any]) -> dict[str, Any] | None:
+def _last_error(entity: dict[str, Any], trace_url: str | None) -> dict[str, Any] | None:
     newest: dict[str, Any] | None = None
     for role, namespace in entity["namespaces"].items():
         if namespace.get("last_error") and (
             newest is None or (namespace["last_error_at"] or 0) > newest["at"]
         ):
+            trace = namespace.get("last_error_trace_id")
             newest = {
                 "namespace": role,
                 "at": namespace["last_error_at"] or 0,
                 "error": namespace["last_error"],
+                "trace_id": trace,
+                "trace_url": viewer_url(trace_url, trace),
             }
     return newest
 
@@ -220,7 +225,7 @@ def collect_snapshot(
     for entity in out["entities"]:
         entity.update(entity_extras(settings, client, entity["name"], now))
         entity["last_failover"] = _last_failover(entity)
-        entity["last_error"] = _last_error(entity)
+        entity["last_error"] = _last_error(entity, settings.trace_url)
     paired = any(e["replication"] == "paired" for e in out["entities"])
     if paired and "backlog" in out:
         queues = list(backlog_queue_paths(out["backlog"]["namespace"], out["backlog"]["count"]))

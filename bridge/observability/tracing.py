@@ -16,11 +16,9 @@ names ``"{operation} {destination}"``; ``docs/references.md``):
   request's or the caller's context; its context is the message's *creation context*, stored with the
   outbox entry. A message that brings its own context (the Redis door's ``traceparent`` field, a
   ``Producer`` message with ``traceparent``) keeps it and gets no create span, as the conventions say.
-- ``send <path>`` (CLIENT), one per batched send of the drainer and ``syphon <entity>`` per batch the syphon
-  moves, linked to every message's creation context; its parent is that context when all the batch's
-  messages share one trace (a single message always does), else it starts a trace of its own.
-- ``process <entity>`` (CONSUMER) around the handler, child of the message's creation context and linked
-  to it.
+- the send side's spans (``send``, ``syphon``) are in ``send_spans``, the receiver's (``receive``,
+  ``process``, ``complete``/``abandon``/``dead_letter``) in ``receiver_spans``, the messaging metrics in
+  ``messaging_metrics`` (all three in ``bridge.observability``).
 """
 
 from __future__ import annotations
@@ -28,38 +26,21 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, Tracer
 from opentelemetry.trace.span import TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
 from bridge.core.error_classes import classify
-from bridge.core.outcomes import Outcome
 from bridge.core.trace_context import from_properties, incoming
 from bridge.errors import NamespaceError
 
 log = logging.getLogger(__name__)
 
-
-class Sent(Protocol):
-    """What a batched send answers (``bridge.servicebus.sending.SendResult``)."""
-
-    @property
-    def accepted(self) -> Sequence[int]:
-        """Positions the namespace accepted."""
-
-    @property
-    def failed(self) -> Mapping[int, BaseException]:
-        """Positions that failed, with their error."""
-
-
-R = TypeVar("R", bound=Sent)
-SendSpan: TypeAlias = Span
-"""A started ``send``/``syphon`` span, as its callers name it."""
 SCOPE = "servicebus-bridge"
 SYSTEM = "servicebus"
 
@@ -68,6 +49,11 @@ class _State:
     tracer: Tracer | None = None
     provider: Any = None
     app_tracer: Tracer | None = None
+
+
+def tracer() -> Tracer | None:
+    """The bridge's tracer, None when this process does not trace."""
+    return _State.tracer
 
 
 def enabled() -> bool:
@@ -164,11 +150,13 @@ def as_text(context: SpanContext) -> tuple[str | None, str | None]:
     return parent, state or None
 
 
-def _parent(context: SpanContext | None) -> Context:
+def parent_context(context: SpanContext | None) -> Context:
+    """A context whose span is ``context`` (remote), else an empty one: a new span's parent."""
     return trace.set_span_in_context(NonRecordingSpan(context)) if context is not None else Context()
 
 
-def _failed(span: Span, error: BaseException | str) -> None:
+def mark_failed(span: Span, error: BaseException | str) -> None:
+    """``error.type`` (an exception's class name, or the text given) and an ERROR status on ``span``."""
     kind = error if isinstance(error, str) else type(error).__name__
     span.set_attribute("error.type", kind)
     span.set_status(Status(StatusCode.ERROR, kind))
@@ -231,7 +219,7 @@ class DoorTrace:
     def failed(self, error: BaseException) -> None:
         """End the spans of a call the outbox refused (``error.type``: the error's class)."""
         for span in self.spans:
-            _failed(span, error)
+            mark_failed(span, error)
             span.end()
         self.spans.clear()
 
@@ -245,7 +233,7 @@ def door_trace(entity: str, door: str, traceparent: str | None, tracestate: str 
         if parent is None:
             return None
         return DoorTrace(None, entity=entity, door=door, parent=None, traceparent=parent, tracestate=state)
-    context = _parent(span_context(parent, state))
+    context = parent_context(span_context(parent, state))
     return DoorTrace(tracer, entity=entity, door=door, parent=context, traceparent=parent, tracestate=state)
 
 
@@ -264,147 +252,12 @@ def producer_trace(entity: str) -> DoorTrace | None:
     return DoorTrace(None, entity=entity, door="producer", parent=None, traceparent=parent, tracestate=state)
 
 
-# ---- sends ---------------------------------------------------------------------------------------------
-def start_send(
-    operation: str,
-    destination: str,
-    contexts: Sequence[tuple[str | None, str | None]],
-    message_ids: Sequence[str | None],
-    attributes: Mapping[str, str | int | bool],
-) -> SendSpan | None:
-    """A ``send``/``syphon`` span over one batch, linked to each message's creation context."""
-    tracer = _State.tracer
-    if tracer is None:
-        return None
-    links: list[Link] = []
-    trace_ids: set[int] = set()
-    first: SpanContext | None = None
-    for traceparent, tracestate in contexts:
-        linked = span_context(traceparent, tracestate)
-        if linked is not None:
-            first = first or linked
-            trace_ids.add(linked.trace_id)
-            links.append(Link(linked))
-    attrs: dict[str, str | int | bool] = {
-        "messaging.system": SYSTEM,
-        "messaging.operation.name": operation,
-        "messaging.operation.type": "send",
-        "messaging.destination.name": destination,
-        **attributes,
-    }
-    if len(message_ids) == 1 and message_ids[0] is not None:
-        attrs["messaging.message.id"] = message_ids[0]
-    elif len(message_ids) > 1:
-        attrs["messaging.batch.message_count"] = len(message_ids)
-    parent = first if len(trace_ids) == 1 else None
-    return tracer.start_span(
-        f"{operation} {destination}",
-        context=_parent(parent),
-        kind=SpanKind.CLIENT,
-        attributes=attrs,
-        links=links,
-    )
-
-
-def end_send(span: SendSpan | None, accepted: int, error_type: str | None) -> None:
-    """End a send span: ``error.type`` when some message was not accepted."""
-    if span is None:
-        return
-    span.set_attribute("bridge.accepted", accepted)
-    if error_type is not None:
-        _failed(span, error_type)
-    span.end()
-
-
-def syphon_send(
-    send: Callable[[Any, str, Sequence[Any]], R],
-    primary: Any,
-    queue: str,
-    destination: str,
-    messages: Sequence[Any],
-) -> R:
-    """``send("primary", destination, messages)`` inside a ``syphon <destination>`` span when tracing."""
-    if _State.tracer is None:
-        return send("primary", destination, messages)
-    attributes: dict[str, str | int | bool] = {
-        "bridge.namespace.role": "primary",
-        "bridge.replication.mode": "paired",
-        "bridge.backlog_queue": queue,
-    }
-    if primary is not None:
-        attributes["server.address"] = primary.endpoint_host.rsplit(":", 1)[0]
-    span = start_send(
-        "syphon",
-        destination,
-        message_contexts([m.application_properties for m in messages]),
-        [m.message_id for m in messages],
-        attributes,
-    )
-    try:
-        result = send("primary", destination, messages)
-    except BaseException as exc:
-        end_send(span, 0, type(exc).__name__)
-        raise
-    end_send(span, len(result.accepted), failure_type(result.failed))
-    return result
-
-
-def failure_type(failed: Mapping[int, BaseException]) -> str | None:
-    """``error.type`` of a batch send: the error class (``bridge.core.error_classes``) of a failure."""
-    if not failed:
-        return None
-    error = next(iter(failed.values()))
+def error_type(error: BaseException) -> str:
+    """``error.type`` of a failed Service Bus call: its error class (``outage``, ``transient``, ...) for the
+    bridge's namespace errors, else the exception's class name."""
     return classify(error).error_class.value if isinstance(error, NamespaceError) else type(error).__name__
-
-
-def outcome_type(outcomes: Sequence[Outcome]) -> str | None:
-    """``error.type`` of a drainer's send: the effective error class of its first failure (None: all ok)."""
-    failure = next((outcome for outcome in outcomes if not outcome.ok), None)
-    if failure is None:
-        return None
-    return failure.error_class.value if failure.error_class is not None else "_OTHER"
 
 
 def message_contexts(properties: Sequence[Mapping[Any, Any] | None]) -> list[tuple[str | None, str | None]]:
     """The creation contexts written on broker messages (their application properties)."""
     return [from_properties(props) if props else (None, None) for props in properties]
-
-
-# ---- processing --------------------------------------------------------------------------------------------
-def process(
-    entity: str,
-    message: Any,
-    handler: Callable[[Any], object],
-    attributes: Mapping[str, str | int | bool],
-) -> None:
-    """Run ``handler(message)`` inside a ``process <entity>`` span whose parent is the message's creation
-    context (and linked to it); a handler that raises ends it with ``error.type`` and raises on."""
-    tracer = _State.tracer
-    if tracer is None:
-        handler(message)
-        return
-    created = span_context(*from_properties(message.application_properties))
-    attrs: dict[str, str | int | bool] = {
-        "messaging.system": SYSTEM,
-        "messaging.operation.name": "process",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": entity,
-        **attributes,
-    }
-    if message.message_id is not None:
-        attrs["messaging.message.id"] = message.message_id
-    if message.delivery_count:
-        attrs["messaging.servicebus.message.delivery_count"] = message.delivery_count
-    span = tracer.start_span(
-        f"process {entity}",
-        context=_parent(created),
-        kind=SpanKind.CONSUMER,
-        attributes=attrs,
-        links=[Link(created)] if created is not None else None,
-    )
-    with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-        try:
-            handler(message)
-        except BaseException as exc:
-            _failed(span, exc)
-            raise

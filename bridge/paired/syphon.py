@@ -69,7 +69,7 @@ from bridge.core.syphon_timing import LockSpan, lock_renewal_due, lock_span, may
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
-from bridge.observability import tracing
+from bridge.observability import send_spans
 from bridge.paired.aside_scan import scan_deferred
 from bridge.paired.entities import paired_entities
 from bridge.servicebus.admin import NamespaceAdmin
@@ -467,7 +467,8 @@ class BacklogSyphon:
         items = [restored[index] for index in indexes]
         assert all(isinstance(item, RestoredMessage) for item in items)
         outgoing = [cast(RestoredMessage, item).message for item in items]
-        result = tracing.syphon_send(ctx.pool.send, ctx.settings.primary, self.queue, destination, outgoing)
+        primary = ctx.settings.primary
+        result = send_spans.syphon_send(ctx.pool.send, primary, self.queue, destination, outgoing)
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).

@@ -45,6 +45,7 @@ from bridge.errors import (
 )
 from bridge.journal.emit import ReceiverJournal, namespace_names
 from bridge.journal.store import JournalStore
+from bridge.observability import receiver_spans, tracing
 from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.keys import ReceiverKeys
 from bridge.receiving.processing import Copy, CopyProcessor, Handler
@@ -280,7 +281,7 @@ class ReceiveEngine:
                 new: list[Delivery] = []
             else:
                 try:
-                    new = link.receive(options.batch_size, PARKED_POLL if parked else options.max_wait)
+                    new = self._receive(link, PARKED_POLL if parked else options.max_wait)
                 except NamespaceError as error:
                     # Waiting copies went with the failed connection: Service Bus delivers them again.
                     self.watch.untrack([copy.delivery for copy in parked + held])
@@ -310,9 +311,20 @@ class ReceiveEngine:
                 held.append(Copy(link, delivery, self.clock()))
         return mine
 
+    def _receive(self, link: EntityLink, wait: float) -> list[Delivery]:
+        """A batch from ``link``, in a ``receive`` span and counted when tracing or metrics are on."""
+        count = self.options.batch_size
+        if not receiver_spans.observing():
+            return link.receive(count, wait)
+        return receiver_spans.receive(link, lambda: link.receive(count, wait))
+
     def _give_back(self, copy: Copy) -> None:
+        link, delivery = copy.link, copy.delivery
         try:
-            copy.link.abandon(copy.delivery)
+            if tracing.enabled():
+                receiver_spans.settle(link, delivery, "abandon", lambda: link.abandon(delivery))
+            else:
+                link.abandon(delivery)
         except NamespaceError as error:
             logger.info(
                 "giving back %s on %s failed (its lock expires): %s", copy.message_id, copy.link.role, error
@@ -349,7 +361,7 @@ class ReceiveEngine:
 
     def _drain_session(self, link: EntityLink) -> None:
         while not self._stopping.is_set():
-            deliveries = link.receive(self.options.batch_size, self.options.session_idle)
+            deliveries = self._receive(link, self.options.session_idle)
             if not deliveries:
                 return
             if not self.processor.process_session_batch(link, deliveries):

@@ -26,6 +26,7 @@ messages are not handed before it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -49,7 +50,7 @@ from bridge.core.receiving import (
 )
 from bridge.errors import BackpressureError, NamespaceError, StateStoreUnavailableError
 from bridge.journal.emit import ReceiverJournal
-from bridge.observability import tracing
+from bridge.observability import receiver_spans, tracing
 from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.renewal import LockWatch
 from bridge.receiving.window import DedupWindow
@@ -68,6 +69,8 @@ PAUSED_POLL = 0.2
 """Seconds between two looks at whether a pause of the intake (``LockWatch.paused``) ended."""
 RETRY_FIRST, RETRY_MAX = 0.02, 0.5
 """Seconds between two tries of a window call that must succeed (doubling up to the second figure)."""
+SETTLEMENTS = frozenset((Action.COMPLETE, Action.ABANDON, Action.DEAD_LETTER))
+"""The actions that settle a copy (their values are Service Bus's operation names); any other abandons."""
 
 
 @dataclass
@@ -205,7 +208,7 @@ class CopyProcessor:
         return None
 
     def _traced(self, copy: Copy) -> None:
-        """The handler inside a ``process <entity>`` span (``bridge.observability.tracing``)."""
+        """The handler inside a ``process <entity>`` span (``bridge.observability.receiver_spans``)."""
         delivery = copy.delivery
         attributes: dict[str, str | int | bool] = {
             "bridge.namespace.role": delivery.role,
@@ -213,7 +216,7 @@ class CopyProcessor:
         }
         if delivery.subscription:
             attributes["messaging.destination.subscription.name"] = delivery.subscription
-        tracing.process(delivery.entity, delivery.message, self.handler, attributes)
+        receiver_spans.process(delivery.entity, delivery.message, self.handler, attributes)
 
     def _finish(self, results: list[tuple[Copy, BaseException | None]], events: list[ReceiverEvent]) -> bool:
         """Remember, count and settle the copies whose handler ran; False when the copies whose handler
@@ -344,25 +347,35 @@ class CopyProcessor:
 
     # ---- settling and counting -----------------------------------------------------------------------------
     def _settle(self, copy: Copy, decision: Decision) -> bool:
-        """Apply ``decision`` to the copy; False when Service Bus did not take it (the copy comes back)."""
-        link, delivery = copy.link, copy.delivery
+        """Apply ``decision`` to the copy (in its settlement span when tracing); False when Service Bus did
+        not take it (the copy comes back)."""
         try:
-            if decision.action is Action.COMPLETE:
-                link.complete(delivery)
-            elif decision.action is Action.DEAD_LETTER:
-                link.dead_letter(delivery, decision.reason or "handler_error", decision.description or "")
-                logger.warning(
-                    "dead-lettered %s on %s: %s: %s",
-                    copy.message_id, link.role, decision.reason, decision.description,
-                )  # fmt: skip
+            if tracing.enabled():
+                action = decision.action if decision.action in SETTLEMENTS else Action.ABANDON
+                apply = functools.partial(self._apply, copy, decision)
+                receiver_spans.settle(copy.link, copy.delivery, action.value, apply)
             else:
-                link.abandon(delivery)
+                self._apply(copy, decision)
         except NamespaceError as error:
             # A lost lock or a namespace failure: the copy is delivered again later; a done one is then
             # recognised as a duplicate, a failed one handed again.
-            logger.info("%s of %s on %s failed: %s", decision.action, copy.message_id, link.role, error)
+            logger.info("%s of %s on %s failed: %s", decision.action, copy.message_id, copy.link.role, error)
             return False
         return True
+
+    @staticmethod
+    def _apply(copy: Copy, decision: Decision) -> None:
+        link, delivery = copy.link, copy.delivery
+        if decision.action is Action.COMPLETE:
+            link.complete(delivery)
+        elif decision.action is Action.DEAD_LETTER:
+            link.dead_letter(delivery, decision.reason or "handler_error", decision.description or "")
+            logger.warning(
+                "dead-lettered %s on %s: %s: %s",
+                copy.message_id, link.role, decision.reason, decision.description,
+            )  # fmt: skip
+        else:
+            link.abandon(delivery)
 
     @staticmethod
     def _event(kind: EventKind, copy: Copy, detail: str | None = None) -> ReceiverEvent:

@@ -41,6 +41,7 @@ from azure.servicebus.amqp import AmqpMessageBodyType
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.message_fields import PropertyValue
 from bridge.core.received import ReceivedMessage
+from bridge.core.trace_context import DIAGNOSTIC_ID, TRACEPARENT, TRACESTATE, from_properties
 from bridge.errors import NamespaceError, NamespaceTimeoutError
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.credentials import service_bus_client
@@ -50,6 +51,11 @@ from bridge.settings import NamespaceSettings, RetrySettings
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+_TRACE_KEYS = frozenset(
+    name for text in (TRACEPARENT, DIAGNOSTIC_ID, TRACESTATE) for name in (text, text.encode())
+)
+"""The application properties that carry a creation context, as the SDK hands their names (bytes)."""
 
 
 class Delivery:
@@ -92,6 +98,16 @@ class Delivery:
         if self._message is None:
             self._message = received_message(self.token, self.role, self.entity, self.subscription)
         return self._message
+
+    def trace_context(self) -> tuple[str | None, str | None]:
+        """The creation context the copy carries (``docs/tracing.md``), read without converting the copy: a
+        duplicate's or a ping's settlement span needs it too."""
+        if self._message is not None:
+            return from_properties(self._message.application_properties)
+        properties = self.token.application_properties
+        if not properties:
+            return None, None
+        return from_properties({_text(k) or "": v for k, v in properties.items() if k in _TRACE_KEYS})
 
 
 class LockRenewer:

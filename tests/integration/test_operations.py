@@ -46,6 +46,9 @@ ORDERS, PAYMENTS = "orders", "payments"
 HEALTHY_ORDERS, HEALTHY_PAYMENTS = 20, 10
 OUTAGE_ORDERS, OUTAGE_PAYMENTS = 10, 5
 BACKLOG_QUEUES = 2
+OUTAGE_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+"""The application's trace context on the outage's ``orders`` requests: its failed sends lead to it."""
+TRACE_VIEWER = "http://jaeger.example:16686/trace/{trace_id}"
 
 
 @dataclass
@@ -64,10 +67,12 @@ class Run:
     outputs: list[str] = field(default_factory=list)
 
 
-def _post(http: httpx.Client, entity: str, count: int, phase: str) -> list[str]:
+def _post(
+    http: httpx.Client, entity: str, count: int, phase: str, headers: dict[str, str] | None = None
+) -> list[str]:
     ids = []
     for i in range(count):
-        answer = http.post(f"/v1/entities/{entity}/messages", json={"body": f"{phase} {i}"})
+        answer = http.post(f"/v1/entities/{entity}/messages", json={"body": f"{phase} {i}"}, headers=headers)
         assert answer.status_code == 202, answer.text
         ids.append(answer.json()["message_id"])
     return ids
@@ -107,6 +112,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             ),
             "BRIDGE_INGRESS__SAS_KEY_NAME": "send",
             "BRIDGE_INGRESS__SAS_KEY": sas_key,
+            "BRIDGE_TRACE_URL": TRACE_VIEWER,
+            # The status page's last error must stay the failed send's (with its trace) during the outage,
+            # not become a probe's of the backup namespace.
+            "BRIDGE_WORKERS__PROBE_INTERVAL": "3600",
         },
         redis_password=redis_password,
     )
@@ -166,7 +175,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
             # 2. primary outage: swap, paired failover, the status page during it
             stack.primary.control.outage()
-            _post(http, ORDERS, OUTAGE_ORDERS, "outage")
+            _post(http, ORDERS, OUTAGE_ORDERS, "outage", {"traceparent": OUTAGE_TRACEPARENT})
             _post(http, PAYMENTS, OUTAGE_PAYMENTS, "outage")
             wait_until(
                 lambda: (
@@ -338,6 +347,11 @@ def test_status_json_during_the_outage(run: Run) -> None:
     assert orders["namespaces"]["primary"]["since"] is not None
     assert orders["last_failover"]["kind"] == "swap"
     assert orders["last_error"]["namespace"] == "primary"
+    # The bridge does not trace here: the failed send's trace is its message's, the request's
+    trace_id = OUTAGE_TRACEPARENT[3:35]
+    assert orders["namespaces"]["primary"]["last_error_trace_id"] == trace_id
+    assert orders["last_error"]["trace_id"] == trace_id
+    assert orders["last_error"]["trace_url"] == TRACE_VIEWER.replace("{trace_id}", trace_id)
     payments = _entity(run.outage_status, PAYMENTS)
     assert payments["paired"]["failed_over"] is True
     assert set(payments["receiver"]) >= {"handled", "duplicates_suppressed"}
@@ -360,6 +374,9 @@ def test_status_page_in_chromium_shows_the_primary_down(run: Run) -> None:
     assert '<td data-field="active">secondary</td>' in row.group(1)
     secondary = re.search(r'<td data-field="secondary"[^>]*class="up"', row.group(1))
     assert secondary is not None
+    trace_id = OUTAGE_TRACEPARENT[3:35]
+    link = re.search(rf'<a [^>]*data-trace-id="{trace_id}"[^>]*>trace {trace_id}</a>', row.group(1))
+    assert link is not None and f'href="{TRACE_VIEWER.replace("{trace_id}", trace_id)}"' in link.group(0)
     paired = re.search(r'<tr data-entity="payments">(.*?)</tr>', dom, re.S)
     assert paired is not None and "secondary (backlog)" in paired.group(1)
     assert 'data-queue="' in dom  # the backlog table was drawn

@@ -2,10 +2,10 @@
 through a paired failover, the backlog and the syphon.
 
 ``bridge serve``, a ``bridge worker`` (prefork) and a ``bridge receive`` run as processes of a local stack,
-with nothing but the standard ``OTEL_*`` environment turning tracing on; they export OTLP/HTTP (protobuf) to
-a small receiver this test runs, which decodes the requests with ``opentelemetry-proto``. The primary
-namespace is down (its fault control) when the request comes in, so the worker's first attempt fails and the
-message goes to the secondary, where the receiver finds it.
+with nothing but the standard ``OTEL_*`` environment turning tracing and the messaging metrics on; they
+export OTLP/HTTP (protobuf) to a small receiver this test runs, which decodes the requests with
+``opentelemetry-proto``. The primary namespace is down (its fault control) when the request comes in, so the
+worker's first attempt fails and the message goes to the secondary, where the receiver finds it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,18 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from bridge.embedded.stack import LocalStack, wait_until
+from bridge.observability.messaging_metrics import DURATION_BUCKETS
 from tests.integration.operations_support import start_serve
 from tests.integration.paired_support import PAIRED_SETTINGS, cost, create_backlog_queues
 from tests.integration.receiver_support import FAST_RECEIVER, HANDLERS, counts
@@ -46,11 +51,22 @@ def _value(value: AnyValue) -> Any:
     return getattr(value, which) if which else None
 
 
+def _attributes(attributes: Any) -> dict[str, Any]:
+    return {a.key: _value(a.value) for a in attributes}
+
+
+MetricKey = tuple[str, str, frozenset[tuple[str, Any]]]
+"""(service.name, metric name, the data point's attributes)."""
+
+
 class Collector:
-    """An OTLP/HTTP trace receiver: every span of every ``POST /v1/traces``, as plain dicts."""
+    """An OTLP/HTTP receiver: every span of every ``POST /v1/traces``, as plain dicts, and the last value of
+    every metric data point of every ``POST /v1/metrics`` (cumulative: the last is the total)."""
 
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
+        self.metrics: dict[MetricKey, Any] = {}
+        self.resources: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         collector = self
 
@@ -59,8 +75,12 @@ class Collector:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
                     raw = gzip.decompress(raw)
-                collector.take(ExportTraceServiceRequest.FromString(raw))
-                answer = ExportTraceServiceResponse().SerializeToString()
+                if self.path == "/v1/metrics":
+                    collector.take_metrics(ExportMetricsServiceRequest.FromString(raw))
+                    answer = ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    collector.take(ExportTraceServiceRequest.FromString(raw))
+                    answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(answer)))
@@ -106,12 +126,40 @@ class Collector:
         with self.lock:
             self.spans.extend(found)
 
+    def take_metrics(self, request: ExportMetricsServiceRequest) -> None:
+        """Keep each data point's value (a counter's number, a histogram's point) by service and name."""
+        with self.lock:
+            for resource_metrics in request.resource_metrics:
+                resource = _attributes(resource_metrics.resource.attributes)
+                self.resources.append(resource)
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        for point in _points(metric):
+                            service = str(resource.get("service.name"))
+                            key = (service, metric.name, _frozen(point.attributes))
+                            is_sum = metric.WhichOneof("data") == "sum"
+                            self.metrics[key] = point.as_int if is_sum else point
+
+    def metric(self, service: str, name: str) -> list[tuple[dict[str, Any], Any]]:
+        """The data points of one metric of one service: (attributes, value)."""
+        with self.lock:
+            return [(dict(k[2]), v) for k, v in self.metrics.items() if k[:2] == (service, name)]
+
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
         """The spans of one trace, in start order."""
         with self.lock:
             return sorted(
                 (s for s in self.spans if s["trace_id"] == trace_id), key=lambda s: s["start_unix_nano"]
             )
+
+
+def _points(metric: Any) -> Any:
+    which = metric.WhichOneof("data")
+    return getattr(metric, which).data_points if which in ("sum", "histogram") else ()
+
+
+def _frozen(attributes: list[KeyValue]) -> frozenset[tuple[str, Any]]:
+    return frozenset(_attributes(attributes).items())
 
 
 @pytest.fixture
@@ -136,6 +184,7 @@ def test_one_trace_from_the_http_request_to_the_handler_through_a_passive_failov
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "300",
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
     }
     stack: LocalStack = make_stack({"pas": {"replication": "passive"}}, settings={**otel, **FAST_RECEIVER})
@@ -163,7 +212,8 @@ def test_one_trace_from_the_http_request_to_the_handler_through_a_passive_failov
 
     def complete() -> list[dict[str, Any]] | None:
         spans = collector.trace(TRACE)
-        return spans if _named(spans, "process pas") and len(_named(spans, "send pas")) >= 2 else None
+        done = _named(spans, "process pas") and _named(spans, "complete pas")
+        return spans if done and len(_named(spans, "send pas")) >= 2 else None
 
     spans = wait_until(complete, 20, what=f"spans exported: {collector.spans}")
     (tmp_path / "trace.json").write_text(json.dumps(spans, indent=2))
@@ -193,6 +243,36 @@ def test_one_trace_from_the_http_request_to_the_handler_through_a_passive_failov
     assert process["parent_span_id"] == create["span_id"]
     assert process["attributes"]["bridge.namespace.role"] == "secondary"
     assert process["attributes"]["messaging.message.id"] == message_id
+    # And the receiver's receive call (a trace of its own) links to the message, and its completion ends it
+    (receive,) = [s for s in collector.spans if s["name"] == "receive pas" and s["links"]]
+    assert receive["service"] == "bridge-receiver" and receive["kind"] == "CLIENT"
+    assert receive["links"] == [{"trace_id": TRACE, "span_id": create["span_id"]}]
+    (complete_span,) = _named(spans, "complete pas")
+    assert complete_span["kind"] == "CLIENT" and complete_span["parent_span_id"] == create["span_id"]
+    assert complete_span["attributes"]["messaging.servicebus.disposition_status"] == "complete"
+    _assert_messaging_metrics(collector)
+
+
+def _assert_messaging_metrics(collector: Collector) -> None:
+    """The worker's pool process and the receiver exported the conventions' metrics of what they did."""
+
+    def exported() -> bool:
+        consumed = collector.metric("bridge-receiver", "messaging.client.consumed.messages")
+        sent = collector.metric("bridge-worker", "messaging.client.sent.messages")
+        return bool(consumed) and any("error.type" not in a for a, _ in sent)
+
+    wait_until(exported, 20, what=f"metrics exported: {list(collector.metrics)}")
+    sent = collector.metric("bridge-worker", "messaging.client.sent.messages")
+    refused = [v for a, v in sent if a.get("error.type") and a["messaging.destination.name"] == "pas"]
+    taken = [v for a, v in sent if "error.type" not in a and a["messaging.destination.name"] == "pas"]
+    assert refused and sum(refused) >= 1 and taken == [1], sent
+    durations = collector.metric("bridge-worker", "messaging.client.operation.duration")
+    assert {a.get("error.type") is None for a, _ in durations} == {True, False}
+    assert all(tuple(p.explicit_bounds) == DURATION_BUCKETS for _, p in durations)
+    ((attributes, count),) = collector.metric("bridge-receiver", "messaging.client.consumed.messages")
+    assert count == 1 and attributes["messaging.operation.name"] == "receive"
+    workers = [r for r in collector.resources if r.get("service.name") == "bridge-worker"]
+    assert workers and all(r.get("service.instance.id") for r in workers)
 
 
 def test_one_trace_through_a_paired_failover_the_backlog_and_the_syphon(

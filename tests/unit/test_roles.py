@@ -143,13 +143,42 @@ def test_health_transitions(before: NamespaceHealth, outcome: Outcome, after: Na
     assert next_health(before, outcome, NOW) == after
 
 
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACED = NamespaceHealth(False, 10.0, "refused", 10.0, ErrorClass.OUTAGE, TRACE)
+
+
+@pytest.mark.parametrize(
+    ("before", "outcome", "trace", "after"),
+    [
+        (UP, OUTAGE, TRACE, NamespaceHealth(False, NOW, OUTAGE.error, NOW, ErrorClass.OUTAGE, TRACE)),
+        (
+            UP,
+            TRANSIENT,
+            TRACE,
+            NamespaceHealth(True, None, TRANSIENT.error, NOW, ErrorClass.TRANSIENT, TRACE),
+        ),
+        # a newer error without a trace (a probe's) does not keep the older error's trace
+        (TRACED, OUTAGE, None, NamespaceHealth(False, 10.0, OUTAGE.error, NOW, ErrorClass.OUTAGE, None)),
+        # recovery keeps the last error, and its trace, for the operator
+        (TRACED, OK, None, NamespaceHealth(True, NOW, "refused", 10.0, ErrorClass.OUTAGE, TRACE)),
+        (TRACED, PERMANENT, "f" * 32, TRACED),  # the message's fault: the record is not touched
+    ],
+)
+def test_the_last_error_keeps_the_trace_of_the_attempt_that_failed(
+    before: NamespaceHealth, outcome: Outcome, trace: str | None, after: NamespaceHealth
+) -> None:
+    assert next_health(before, outcome, NOW, trace) == after
+
+
 def test_unchanged_health_is_the_same_object_and_flips_are_reported() -> None:
     assert next_health(UP, OK, NOW) is UP
     assert not next_health(UP, OUTAGE, NOW).available
     assert next_health(UP, TRANSIENT, NOW).available
 
 
-@pytest.mark.parametrize("health", [UP, DOWN, NamespaceHealth(True, 3.25, "x", 2.0, ErrorClass.TRANSIENT)])
+@pytest.mark.parametrize(
+    "health", [UP, DOWN, NamespaceHealth(True, 3.25, "x", 2.0, ErrorClass.TRANSIENT), TRACED]
+)
 def test_health_round_trips_through_a_hash(health: NamespaceHealth) -> None:
     assert NamespaceHealth.from_fields(health.to_fields()) == health
     assert (

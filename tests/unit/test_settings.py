@@ -362,3 +362,25 @@ def test_ingress_tls_certificate_and_key_come_together(monkeypatch: pytest.Monke
         Path("/etc/bridge/cert.pem"),
         Path("/etc/bridge/key.pem"),
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("http://jaeger:16686/trace/{trace_id}", True),
+        ("https://grafana.example/explore?traceId={trace_id}&orgId=1", True),
+        ("http://jaeger:16686/trace/", False),  # no {trace_id}: every link would be the same page
+        ("javascript:alert('{trace_id}')", False),  # the status page puts it in an href
+        ("/trace/{trace_id}", False),
+    ],
+)
+def test_the_trace_viewer_url_is_a_web_url_with_the_trace_id(
+    monkeypatch: pytest.MonkeyPatch, value: str, accepted: bool
+) -> None:
+    monkeypatch.setenv("BRIDGE_TRACE_URL", value)
+    if accepted:
+        assert load_settings().trace_url == value
+        return
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert "'trace_url'" in str(info.value) and "{trace_id}" in str(info.value)

@@ -16,6 +16,7 @@ from bridge.core.trace_context import (
     property_bytes,
     trace_id,
     valid_traceparent,
+    viewer_url,
     within,
 )
 from bridge.core.validation import EntityRules, build_envelope
@@ -139,3 +140,29 @@ def test_span_context_round_trips_the_text() -> None:
 )
 def test_tracing_is_off_unless_the_environment_asks_for_it(environ: dict[str, str], on: bool) -> None:
     assert wanted(environ) is on
+
+
+VIEWER = "http://jaeger:16686/trace/{trace_id}"
+
+
+@pytest.mark.parametrize(
+    ("template", "trace", "url"),
+    [
+        (VIEWER, TP[3:35], f"http://jaeger:16686/trace/{TP[3:35]}"),
+        (
+            "https://g.example/explore?q={trace_id}&o={trace_id}",
+            "ab" * 16,
+            f"https://g.example/explore?q={'ab' * 16}&o={'ab' * 16}",
+        ),
+        (None, TP[3:35], None),  # no viewer configured: the id is shown, not linked
+        (VIEWER, None, None),
+        (VIEWER, "0" * 32, None),
+        (VIEWER, TP[3:35].upper(), None),
+        (VIEWER, TP[3:34], None),
+        (VIEWER, TP[3:35] + '"><script>', None),
+    ],
+)
+def test_a_trace_viewer_url_is_made_only_of_a_valid_trace_id(
+    template: str | None, trace: str | None, url: str | None
+) -> None:
+    assert viewer_url(template, trace) == url

@@ -1,0 +1,47 @@
+"""Helpers of the tracing tests: the real SDK recording into memory, and reading what it recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from bridge.observability import tracing
+
+
+@contextmanager
+def recorded_spans() -> Iterator[InMemorySpanExporter]:
+    """This process traces into an in-memory exporter (synchronously) inside the block, and stops after."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_provider(None)
+        provider.shutdown()
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    """The finished spans called ``name``, in the order they ended."""
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    """Every data point the reader collects now, by metric name: (attributes, value) for a counter, and
+    (attributes, the point) for a histogram (``count``, ``sum``, ``explicit_bounds``)."""
+    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    value = getattr(point, "value", point)
+                    out.setdefault(metric.name, []).append((dict(point.attributes or {}), value))
+    return out
