@@ -198,6 +198,16 @@ class RetrySettings(BaseModel):
             " detaches links idle for 600 s); None: never."
         ),
     )
+    sender_socket_timeout: float = Field(
+        default=0.02,
+        gt=0,
+        le=1.0,
+        description=(
+            "Seconds one SDK socket read waits on a sender's plain AMQP connection (the SDK's default: 0.2)."
+            " The SDK's keep-alive reads every 30 s holding the connection's lock, so a send waited up to"
+            " this long. Receivers keep 0.2 (a long poll wakes once per read); WebSockets keep the SDK's 1 s."
+        ),
+    )
     outbox_backoff_factor: float = Field(default=0.5, ge=0, description="First outbox retry delay (seconds).")
     outbox_backoff_max: float = Field(default=30.0, ge=0, description="Outbox retry delay cap (seconds).")
     transient_failures_to_outage: int = Field(

@@ -25,11 +25,17 @@ import threading
 import time
 from collections import OrderedDict
 
-from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode, ServiceBusReceiver, ServiceBusSender
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusReceiveMode,
+    ServiceBusReceiver,
+    ServiceBusSender,
+    TransportType,
+)
 
 from bridge.core.roles import Role
 from bridge.errors import NamespaceConfigurationError
-from bridge.servicebus.credentials import service_bus_client
+from bridge.servicebus.credentials import service_bus_client, transport_options
 from bridge.settings import NamespaceSettings, RetrySettings
 
 logger = logging.getLogger(__name__)
@@ -48,12 +54,18 @@ class RoleClient:
         client: ServiceBusClient,
         sdk_timeout: float,
         max_senders: int = DEFAULT_MAX_SENDERS,
+        *,
+        sender_socket_timeout: float | None = None,
     ) -> None:
         self.role = role
         self.generation = generation
         self.client = client
         self.sdk_timeout = sdk_timeout
         self.max_senders = max_senders
+        # The SDK's keep-alive thread reads the sender's connection every 30 s holding its socket lock for
+        # one read of socket_timeout (the SDK's 0.2 s on AMQP): a send waits behind it. None: the SDK's own
+        # (WebSockets, whose 1 s the bridge keeps). docs/servicebus-sdk.md
+        self.sender_socket_timeout = sender_socket_timeout
         self.senders: OrderedDict[str, ServiceBusSender] = OrderedDict()
         self.senders_lock = threading.Lock()
         self.last_used: dict[str, float] = {}  # entity → monotonic time its sender was last handed out
@@ -92,7 +104,11 @@ class RoleClient:
                 f"{role} namespace: cannot build a client ({type(exc).__name__})", namespace=role
             )
         else:
-            return cls(role, generation, client, sdk_timeout, max_senders)
+            plain = transport_options(namespace)["transport_type"] == TransportType.Amqp
+            socket_timeout = retry.sender_socket_timeout if plain else None
+            return cls(
+                role, generation, client, sdk_timeout, max_senders, sender_socket_timeout=socket_timeout
+            )
         raise error from None
 
     def sender(self, entity: str) -> ServiceBusSender:
@@ -152,7 +168,9 @@ class RoleClient:
 
     def new_sender(self, entity: str) -> ServiceBusSender:
         """A new, unopened sender for ``entity`` (the cache is the caller's business)."""
-        return self.client.get_queue_sender(entity, auth_timeout=self.sdk_timeout)
+        return self.client.get_queue_sender(
+            entity, auth_timeout=self.sdk_timeout, socket_timeout=self.sender_socket_timeout
+        )
 
     def idle_since(self) -> dict[str, float]:
         """A copy of ``last_used`` taken under the senders lock (the refresher reads it from its thread)."""

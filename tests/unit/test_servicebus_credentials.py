@@ -158,3 +158,25 @@ def test_a_token_that_ran_out_on_an_idle_link_is_transient_not_an_outage() -> No
     )
     error = translate(expired, "primary", "send to orders")
     assert type(error) is TransientNamespaceError
+
+
+@pytest.mark.parametrize(("transport", "expected"), [("amqp", 0.02), ("amqp_websocket", 1)])
+def test_a_senders_socket_reads_are_short_on_plain_amqp_only(transport: str, expected: float) -> None:
+    # The SDK's keep-alive holds the connection's socket lock for one read every 30 s: a send waited
+    # behind it for the SDK's 0.2 s read (a 200 ms stall every 30 s in bench.latency). The bridge's
+    # senders read for retry.sender_socket_timeout; WebSockets keep the SDK's own 1 s.
+    from bridge.servicebus.clients import RoleClient
+    from bridge.settings import RetrySettings
+
+    ns = NamespaceSettings(
+        connection_string="Endpoint=sb://127.0.0.1/;SharedAccessKeyName=k;SharedAccessKey=v",
+        transport=transport,
+    )
+    retry = RetrySettings()
+    assert retry.sender_socket_timeout == 0.02
+    role = RoleClient.open("primary", 0, ns, retry, 10.0)
+    try:
+        sender = role.new_sender("orders")
+        assert sender._config.socket_timeout == expected  # what the SDK hands its AMQP transport
+    finally:
+        role.client.close()
