@@ -388,17 +388,29 @@ def run(
     )
     out["outbox"] = outbox
     time.sleep(2.0)  # late copies (active mode's second one) are suppressed, not handed
-    verdict = finish(outage, args)
+    whole = outbox.get("from_restore")
+    verdict = finish(outage, args, same_count=whole["moved"] if whole else 0)
+    same = verdict.pop("raw_same_count_s", None)
+    if whole and whole["rate"] and same:
+        whole["raw_sdk_seconds"] = round(same, 2)
+        whole["raw_sdk_rate"] = round(whole["moved"] / same, 1)
+        whole["rate_vs_raw_sdk"] = round(whole["rate"] / whole["raw_sdk_rate"], 2)
     verdict["ride_out"] = ride_out(outbox, verdict["accepted_size_mean"])
     return {**out, **verdict}
 
 
-def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
-    """Stop the bridge processes, peek the namespaces, run the ledger and the checker."""
+def finish(outage: Outage, args: argparse.Namespace, same_count: int = 0) -> dict[str, Any]:
+    """Stop the bridge processes, time the raw SDK sending ``same_count`` messages (as many as the drain
+    moved), peek the namespaces, run the ledger and the checker."""
     if outage.sampler is not None:  # the chart ends with the run, not with the checks after it
         outage.sampler.stopping.set()
         outage.sampler.join(10)
     stop_processes(outage.of("receive-") + outage.of("worker") + outage.of("beat") + outage.of("serve"))
+    same: float | None = None
+    if same_count:
+        conn = outage.local.primary.connection_string
+        same = outage_measure.raw_sdk_seconds(conn, RAW_QUEUE, [same_count])[0]
+        outage.say(f"raw SDK: {same_count} messages in batches of 100 in {same:.1f} s")
     outage.say("bridge processes stopped; peeking the namespaces")
     held = []
     for name, ns in (("primary", outage.local.primary), ("secondary", outage.local.secondary)):
@@ -439,6 +451,7 @@ def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
     verdict["accepted_size_mean"] = round(outage_measure.accepted_size(rows), 1)
     if args.disaster:
         verdict.update(disaster(outage, rows, held))
+    verdict["raw_same_count_s"] = same
     return verdict
 
 
