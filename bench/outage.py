@@ -360,7 +360,9 @@ def run(
     outage: Outage, args: argparse.Namespace, doors: list[Door], ledger: Ledger, watch: Any
 ) -> dict[str, Any]:
     """The outages, the drain, the stop, the checks; the figures."""
+    cpu = outage_measure.CpuWatch(outage)
     restored = outage.outages(args.primary_down, args.both_down, args.disaster, watch)
+    cpu.start()
     watch.interval = 0.1  # the drain takes seconds: watch it closely
     time.sleep(args.after)
     outage.enter("stopping")
@@ -389,6 +391,9 @@ def run(
     out["outbox"] = outbox
     time.sleep(2.0)  # late copies (active mode's second one) are suppressed, not handed
     whole = outbox.get("from_restore")
+    cpu.stopping.set()
+    if whole:
+        whole["cpu"] = cpu.over(restored, restored + whole["seconds"])
     verdict = finish(outage, args, same_count=whole["moved"] if whole else 0)
     same = verdict.pop("raw_same_count_s", None)
     if whole and whole["rate"] and same:

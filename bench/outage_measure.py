@@ -9,6 +9,7 @@ import contextlib
 import csv
 import glob
 import itertools
+import os
 import statistics
 import threading
 import time
@@ -103,6 +104,68 @@ def draw(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def group_cpu(pgid: int, alone: bool = False) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group ``pgid`` (``alone``:
+    by process ``pgid`` only)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in [str(pgid)] if alone else os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if alone or int(fields[2]) == pgid:
+                total += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
+
+
+class CpuWatch(threading.Thread):
+    """CPU seconds used by each process kind, every ``interval`` seconds from its start: where the time of
+    the drain goes (``over``: the CPU each kind used between two times)."""
+
+    def __init__(self, outage: Outage, interval: float = 1.0) -> None:
+        super().__init__(name="outage-cpu", daemon=True)
+        self.outage = outage
+        self.interval = interval
+        self.stopping = threading.Event()
+        self.rows: list[tuple[float, dict[str, float]]] = []
+
+    def sample(self) -> dict[str, float]:
+        """Cumulative CPU seconds per kind (the bench's own process: the load doors and the watchers)."""
+        outage = self.outage
+        row = {kind.rstrip("-"): sum(group_cpu(p.proc.pid) for p in outage.of(kind)) for kind in KINDS}
+        pids = [ns.pid for ns in (outage.local.primary, outage.local.secondary) if ns.running]
+        row["namespaces"] = sum(group_cpu(pid) for pid in pids if pid)
+        redis_pid = getattr(getattr(outage.local.redis, "_proc", None), "pid", None)
+        row["redis"] = group_cpu(redis_pid, alone=True) if redis_pid else 0.0
+        own = os.times()
+        row["bench"] = own.user + own.system
+        return row
+
+    def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self.rows.append((time.time(), self.sample()))
+            if self.stopping.wait(self.interval):
+                return
+
+    def over(self, start: float, end: float) -> dict[str, Any]:
+        """CPU seconds per kind from the sample nearest ``start`` to the one nearest ``end``, and how busy
+        the machine's cores were with them (1.0: every core all the time)."""
+        if len(self.rows) < 2:
+            return {}
+        first = min(self.rows, key=lambda row: abs(row[0] - start))
+        last = min(self.rows, key=lambda row: abs(row[0] - end))
+        if last[0] <= first[0]:
+            return {}
+        used = {kind: round(last[1][kind] - first[1].get(kind, 0.0), 1) for kind in last[1]}
+        seconds = last[0] - first[0]
+        busy = sum(used.values()) / (seconds * (os.cpu_count() or 1))
+        return {"seconds": round(seconds, 1), "cpu_s": used, "cores_busy": round(busy, 2)}
 
 
 class OutboxWatch(threading.Thread):
