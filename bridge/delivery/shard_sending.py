@@ -137,6 +137,8 @@ class ShardSending(ShardState):
         after = next_health(before, verdict, self.ctx.clock())
         if after is not before:
             self.ctx.roles.set_health(self.entity, role, after)
+            if after.available and not before.available:
+                self.ctx.seen_back(role, self.entity, "a send was accepted")
             if after.available != before.available:
                 log.warning(
                     "namespace %s is %s for entity %s: %s",
