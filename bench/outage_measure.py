@@ -106,21 +106,23 @@ def draw(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def group_cpu(pgid: int, alone: bool = False) -> float:
-    """CPU seconds (user + system) used so far by the live processes of process group ``pgid`` (``alone``:
-    by process ``pgid`` only)."""
+def cpu_by_group() -> tuple[dict[int, float], dict[int, float]]:
+    """CPU seconds (user + system) used so far by the live processes, summed per process group, and per
+    process (one pass over ``/proc``)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in [str(pgid)] if alone else os.listdir("/proc"):
+    groups: dict[int, float] = defaultdict(float)
+    single: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if alone or int(fields[2]) == pgid:
-                total += int(fields[11]) + int(fields[12])
+            used = (int(fields[11]) + int(fields[12])) / tick
         except (OSError, ValueError, IndexError):
             continue
-    return total / tick
+        groups[int(fields[2])] += used
+        single[int(entry)] = used
+    return groups, single
 
 
 class CpuWatch(threading.Thread):
@@ -137,11 +139,12 @@ class CpuWatch(threading.Thread):
     def sample(self) -> dict[str, float]:
         """Cumulative CPU seconds per kind (the bench's own process: the load doors and the watchers)."""
         outage = self.outage
-        row = {kind.rstrip("-"): sum(group_cpu(p.proc.pid) for p in outage.of(kind)) for kind in KINDS}
+        groups, single = cpu_by_group()
+        row = {kind.rstrip("-"): sum(groups[p.proc.pid] for p in outage.of(kind)) for kind in KINDS}
         pids = [ns.pid for ns in (outage.local.primary, outage.local.secondary) if ns.running]
-        row["namespaces"] = sum(group_cpu(pid) for pid in pids if pid)
+        row["namespaces"] = sum(groups[pid] for pid in pids if pid)
         redis_pid = getattr(getattr(outage.local.redis, "_proc", None), "pid", None)
-        row["redis"] = group_cpu(redis_pid, alone=True) if redis_pid else 0.0
+        row["redis"] = single.get(redis_pid, 0.0) if redis_pid else 0.0
         own = os.times()
         row["bench"] = own.user + own.system
         return row
