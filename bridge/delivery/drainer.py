@@ -249,12 +249,17 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.wake_floor = None
 
     def wake(self) -> float | None:
-        """A namespace was seen back: end this tenure's backoff early (``bridge.core.backoff.resume_at``).
-        Seconds still to wait (0: none), or None when the shard does not wait for a backoff. Called between
-        turns only (the pool's lock keeps it off a running turn)."""
-        if self.wake_floor is None or self.not_before is None:
-            return None
+        """A namespace was seen back: end this tenure's backoff early (``bridge.core.backoff.resume_at``),
+        and let its held keys be decided again now (a hold waits for a backlog queue or the primary, which
+        may be what came back; a key still blocked is held again). Seconds still to wait (0: none), or None
+        when the shard waits for neither. Called between turns only (the pool's lock keeps it off a
+        running turn)."""
         now = float(self.ctx.clock())
+        held = bool(self.holds)
+        if held:
+            self.holds = {key: min(at, now) for key, at in self.holds.items()}
+        if self.wake_floor is None or self.not_before is None:
+            return 0.0 if held and (self.not_before is None or self.not_before <= now) else None
         self.not_before = resume_at(self.not_before, self.wake_floor, now)
         if self.not_before is None:
             self.wake_floor = None

@@ -342,12 +342,17 @@ class ShardPool:
         ]
 
     def _namespace_back(self) -> None:
-        """A namespace was seen back (by any worker): every shard waiting for a backoff tries now."""
+        """A namespace was seen back (by any worker): every shard waiting for a backoff or a held key tries
+        now."""
         with self._lock:
             self._back_seen = self.clock()
-            woken = [
-                ref for ref, slot in self._slots.items() if slot.state == "waiting" and self._wake(ref, slot)
+            # Waiting (a backoff, maybe) or idle with a time (a held key coming due).
+            waiting = [
+                (ref, slot)
+                for ref, slot in self._slots.items()
+                if slot.state == "waiting" or (slot.state == "idle" and slot.at is not None)
             ]
+            woken = [ref for ref, slot in waiting if self._wake(ref, slot)]
         if woken:
             log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
 
@@ -372,8 +377,8 @@ class ShardPool:
                 self._wake(ref, slot)
 
     def _wake(self, ref: ShardRef, slot: _Slot) -> bool:
-        """(Under the lock; ``slot`` is waiting, so no turn of it runs.) End its backoff early; True when
-        it was one. It is queued at once, or waits for what the backoff must keep."""
+        """(Under the lock; ``slot`` is between turns.) End its backoff and holds early; True when it had
+        either. It is queued at once, or waits for what the backoff must keep."""
         wait = slot.drainer.wake()
         if wait is None:
             return False
