@@ -246,7 +246,7 @@ def wait_drained(outage: Outage, args: argparse.Namespace, acked_ids: set[str], 
     message arrived for two lock durations and 10 s (a copy locked by a receiver whose link the restore
     cut comes back after one), and no namespace holds one of the missing ids any more (the paired
     backlog may wait for the syphon)."""
-    quiet = 2 * (10.0 if args.fast else 60.0) + 10.0
+    quiet = args.quiet if args.quiet is not None else 2 * (10.0 if args.fast else 60.0) + 10.0
     deadline = time.monotonic() + args.drain_timeout
     started = last_change = time.monotonic()
     last_missing = -1
@@ -279,6 +279,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raw-messages", type=int, default=2000, help="Messages per baseline round.")
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--sample-interval", type=float, default=10.0)
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=None,
+        help="After a disaster: seconds without a message handed before the namespaces are asked whether"
+        " they still hold a missing one (default: two lock durations and 10 s).",
+    )
     parser.add_argument("--data-dir", type=Path, default=None, help="Run folder (kept); default: a temp dir.")
     parser.add_argument("--json", action="store_true", help="Print the verdict as one JSON object, last.")
     return parser.parse_args(argv)
