@@ -25,7 +25,8 @@ How (one ``ShardPool`` per ``DrainService``):
 - **A namespace seen back ends the backoffs** (``bridge.core.backoff``, ``bridge.state.resume``): the hot
   watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any
   worker's send accepted after failures, a probe, a ping) makes every shard waiting for a backoff try at
-  once — or, if it inherited an abandoned send's wait, when that ends. A turn that ends in a backoff
+  once — or, if it inherited an abandoned send's wait, when that ends — and every shard with held keys
+  decide them again. A turn that ends in a backoff
   after such news came during it is woken as it is placed. While some shard backs off, the watcher asks
   once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes one of them:
   that early try is what sees a namespace back when nobody else sends.
