@@ -246,7 +246,7 @@ def wait_drained(outage: Outage, args: argparse.Namespace, acked_ids: set[str], 
     message arrived for two lock durations and 10 s (a copy locked by a receiver whose link the restore
     cut comes back after one), and no namespace holds one of the missing ids any more (the paired
     backlog may wait for the syphon)."""
-    quiet = 2 * (10.0 if args.fast else 60.0) + 10.0
+    quiet = args.quiet if args.quiet is not None else 2 * (10.0 if args.fast else 60.0) + 10.0
     deadline = time.monotonic() + args.drain_timeout
     started = last_change = time.monotonic()
     last_missing = -1
@@ -279,6 +279,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raw-messages", type=int, default=2000, help="Messages per baseline round.")
     parser.add_argument("--drain-timeout", type=float, default=600.0)
     parser.add_argument("--sample-interval", type=float, default=10.0)
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=None,
+        help="After a disaster: seconds without a message handed before the namespaces are asked whether"
+        " they still hold a missing one (default: two lock durations and 10 s).",
+    )
     parser.add_argument("--data-dir", type=Path, default=None, help="Run folder (kept); default: a temp dir.")
     parser.add_argument("--json", action="store_true", help="Print the verdict as one JSON object, last.")
     return parser.parse_args(argv)
@@ -360,7 +367,9 @@ def run(
     outage: Outage, args: argparse.Namespace, doors: list[Door], ledger: Ledger, watch: Any
 ) -> dict[str, Any]:
     """The outages, the drain, the stop, the checks; the figures."""
+    cpu = outage_measure.CpuWatch(outage)
     restored = outage.outages(args.primary_down, args.both_down, args.disaster, watch)
+    cpu.start()
     watch.interval = 0.1  # the drain takes seconds: watch it closely
     time.sleep(args.after)
     outage.enter("stopping")
@@ -388,17 +397,32 @@ def run(
     )
     out["outbox"] = outbox
     time.sleep(2.0)  # late copies (active mode's second one) are suppressed, not handed
-    verdict = finish(outage, args)
+    whole = outbox.get("from_restore")
+    cpu.stopping.set()
+    if whole:
+        whole["cpu"] = cpu.over(restored, restored + whole["seconds"])
+    verdict = finish(outage, args, same_count=whole["moved"] if whole else 0)
+    same = verdict.pop("raw_same_count_s", None)
+    if whole and whole["rate"] and same:
+        whole["raw_sdk_seconds"] = round(same, 2)
+        whole["raw_sdk_rate"] = round(whole["moved"] / same, 1)
+        whole["rate_vs_raw_sdk"] = round(whole["rate"] / whole["raw_sdk_rate"], 2)
     verdict["ride_out"] = ride_out(outbox, verdict["accepted_size_mean"])
     return {**out, **verdict}
 
 
-def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
-    """Stop the bridge processes, peek the namespaces, run the ledger and the checker."""
+def finish(outage: Outage, args: argparse.Namespace, same_count: int = 0) -> dict[str, Any]:
+    """Stop the bridge processes, time the raw SDK sending ``same_count`` messages (as many as the drain
+    moved), peek the namespaces, run the ledger and the checker."""
     if outage.sampler is not None:  # the chart ends with the run, not with the checks after it
         outage.sampler.stopping.set()
         outage.sampler.join(10)
     stop_processes(outage.of("receive-") + outage.of("worker") + outage.of("beat") + outage.of("serve"))
+    same: float | None = None
+    if same_count:
+        conn = outage.local.primary.connection_string
+        same = outage_measure.raw_sdk_seconds(conn, RAW_QUEUE, [same_count])[0]
+        outage.say(f"raw SDK: {same_count} messages in batches of 100 in {same:.1f} s")
     outage.say("bridge processes stopped; peeking the namespaces")
     held = []
     for name, ns in (("primary", outage.local.primary), ("secondary", outage.local.secondary)):
@@ -439,6 +463,7 @@ def finish(outage: Outage, args: argparse.Namespace) -> dict[str, Any]:
     verdict["accepted_size_mean"] = round(outage_measure.accepted_size(rows), 1)
     if args.disaster:
         verdict.update(disaster(outage, rows, held))
+    verdict["raw_same_count_s"] = same
     return verdict
 
 

@@ -9,6 +9,7 @@ import contextlib
 import csv
 import glob
 import itertools
+import os
 import statistics
 import threading
 import time
@@ -105,6 +106,71 @@ def draw(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def cpu_by_group() -> tuple[dict[int, float], dict[int, float]]:
+    """CPU seconds (user + system) used so far by the live processes, summed per process group, and per
+    process (one pass over ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    groups: dict[int, float] = defaultdict(float)
+    single: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            used = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+        groups[int(fields[2])] += used
+        single[int(entry)] = used
+    return groups, single
+
+
+class CpuWatch(threading.Thread):
+    """CPU seconds used by each process kind, every ``interval`` seconds from its start: where the time of
+    the drain goes (``over``: the CPU each kind used between two times)."""
+
+    def __init__(self, outage: Outage, interval: float = 1.0) -> None:
+        super().__init__(name="outage-cpu", daemon=True)
+        self.outage = outage
+        self.interval = interval
+        self.stopping = threading.Event()
+        self.rows: list[tuple[float, dict[str, float]]] = []
+
+    def sample(self) -> dict[str, float]:
+        """Cumulative CPU seconds per kind (the bench's own process: the load doors and the watchers)."""
+        outage = self.outage
+        groups, single = cpu_by_group()
+        row = {kind.rstrip("-"): sum(groups[p.proc.pid] for p in outage.of(kind)) for kind in KINDS}
+        pids = [ns.pid for ns in (outage.local.primary, outage.local.secondary) if ns.running]
+        row["namespaces"] = sum(groups[pid] for pid in pids if pid)
+        redis_pid = getattr(getattr(outage.local.redis, "_proc", None), "pid", None)
+        row["redis"] = single.get(redis_pid, 0.0) if redis_pid else 0.0
+        own = os.times()
+        row["bench"] = own.user + own.system
+        return row
+
+    def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self.rows.append((time.time(), self.sample()))
+            if self.stopping.wait(self.interval):
+                return
+
+    def over(self, start: float, end: float) -> dict[str, Any]:
+        """CPU seconds per kind from the sample nearest ``start`` to the one nearest ``end``, and how busy
+        the machine's cores were with them (1.0: every core all the time)."""
+        if len(self.rows) < 2:
+            return {}
+        first = min(self.rows, key=lambda row: abs(row[0] - start))
+        last = min(self.rows, key=lambda row: abs(row[0] - end))
+        if last[0] <= first[0]:
+            return {}
+        used = {kind: round(last[1][kind] - first[1].get(kind, 0.0), 1) for kind in last[1]}
+        seconds = last[0] - first[0]
+        busy = sum(used.values()) / (seconds * (os.cpu_count() or 1))
+        return {"seconds": round(seconds, 1), "cpu_s": used, "cores_busy": round(busy, 2)}
+
+
 class OutboxWatch(threading.Thread):
     """The outbox's length per entity every ``interval`` seconds (``fast`` after the restore), for its
     peak and the drain: Redis memory per entry is taken at the end of the outage (``snapshot``)."""
@@ -184,8 +250,27 @@ class OutboxWatch(threading.Thread):
             result["per_entity"][entity] = row
         if ends and len(ends) == len(self.entities):
             result["drained_after_restore_s"] = round(max(ends) - restored, 2)
+            result["from_restore"] = from_restore(result["per_entity"], restored, max(ends), acked)
         result["all_entities"] = aggregate(result["per_entity"], restored)
         return result
+
+
+def from_restore(
+    per_entity: dict[str, dict[str, Any]], restored: float, drained: float, acked: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The drain as a whole, the wait before it included: every entity's outbox at the restore plus what
+    the doors acknowledged from the restore until the last outbox was down to a second of load
+    (``drained``), over that whole time. The per-entity rates count from each outbox's first fall; this
+    one charges the bridge for the time it took to notice the namespaces were back, too."""
+    held = sum(row.get("at_restore", 0) for row in per_entity.values())
+    arrived = sum(1 for r in acked if r["entity"] in per_entity and restored <= r["t_ack"] <= drained)
+    seconds = drained - restored
+    moved = held + arrived
+    return {
+        "moved": moved,
+        "seconds": round(seconds, 2),
+        "rate": round(moved / seconds, 1) if seconds > 0 else None,
+    }
 
 
 def aggregate(per_entity: dict[str, dict[str, Any]], restored: float) -> dict[str, Any]:
@@ -207,6 +292,19 @@ def aggregate(per_entity: dict[str, dict[str, Any]], restored: float) -> dict[st
 def raw_sdk_rate(conn: str, queue: str, rounds: int = 3, count: int = 2000) -> dict[str, Any]:
     """Baseline: msgs/s of one raw SDK sender sending batches of 100 messages shaped like the load's (a
     body of ~40 bytes, four application properties, a partition key), ``rounds`` times after a warm-up."""
+    rates = [count / seconds for seconds in raw_sdk_seconds(conn, queue, [count] * rounds)]
+    return {
+        "median": round(statistics.median(rates), 1),
+        "min": round(min(rates), 1),
+        "max": round(max(rates), 1),
+        "rounds": rounds,
+        "messages_per_round": count,
+    }
+
+
+def raw_sdk_seconds(conn: str, queue: str, counts: list[int], warm_up: int = 500) -> list[float]:
+    """Seconds one raw SDK sender takes to send each of ``counts`` messages in batches of 100 (after
+    ``warm_up`` messages on the same link)."""
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     def message(i: int) -> ServiceBusMessage:
@@ -221,28 +319,22 @@ def raw_sdk_rate(conn: str, queue: str, rounds: int = 3, count: int = 2000) -> d
             body, message_id=f"raw-{i}", partition_key="raw-0", application_properties=props
         )
 
-    rates = []
+    seconds: list[float] = []
     with ServiceBusClient.from_connection_string(conn) as client, client.get_queue_sender(queue) as sender:
 
         def send(n: int) -> None:
             for start in range(0, n, 100):
                 batch = sender.create_message_batch()
-                for i in range(start, start + 100):
+                for i in range(start, min(n, start + 100)):
                     batch.add_message(message(i))
                 sender.send_messages(batch)
 
-        send(500)
-        for _ in range(rounds):
+        send(warm_up)
+        for count in counts:
             started = time.perf_counter()
             send(count)
-            rates.append(count / (time.perf_counter() - started))
-    return {
-        "median": round(statistics.median(rates), 1),
-        "min": round(min(rates), 1),
-        "max": round(max(rates), 1),
-        "rounds": rounds,
-        "messages_per_round": count,
-    }
+            seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def journal_rows(folder: Path) -> list[dict[str, Any]]:

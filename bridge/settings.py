@@ -210,6 +210,14 @@ class RetrySettings(BaseModel):
     )
     outbox_backoff_factor: float = Field(default=0.5, ge=0, description="First outbox retry delay (seconds).")
     outbox_backoff_max: float = Field(default=30.0, ge=0, description="Outbox retry delay cap (seconds).")
+    outbox_scout_interval: float | None = Field(
+        default=1.0,
+        gt=0,
+        description=(
+            "Seconds between early tries of one backing-off shard of the whole deployment (the scout);"
+            " its success wakes every backing-off shard at once. None: backoffs run out."
+        ),
+    )
     transient_failures_to_outage: int = Field(
         default=3, ge=1, description="Transient failures in a row that count as an outage."
     )

@@ -6,6 +6,15 @@ workers that failed at the same moment, so a namespace coming back is not hit by
 
 The parameter names follow azure-servicebus's ``retry_backoff_factor`` (the first delay) and
 ``retry_backoff_max`` (the cap); the random source is passed in so tests are exact and nothing here sleeps.
+
+A backoff is a guess at how long a namespace stays down, and after a long outage it is at its cap: a shard
+that failed just before the namespace came back would sit out up to ``retry_backoff_max`` seconds more for
+nothing. So a backoff ends early once a namespace is *seen back* — a send accepted after failures, a probe
+or a ping that got through, by any worker (``bridge.state.resume``) — or when the shard is this second's
+*scout*, the one shard of the deployment that may try before its time (``scout_due``). ``resume_at``
+says when a woken shard may try: what the backoff must keep (``floor``: an inherited abandoned send's
+wait) still holds. The jitter still spreads the retries while nothing is known; what a namespace seen back
+gets at once is one turn of each waiting shard, which the pool's fixed number of threads bounds.
 """
 
 from __future__ import annotations
@@ -65,3 +74,24 @@ class BackoffPolicy:
     def ceiling(self, attempt: int) -> float:
         """The largest delay this policy can give for ``attempt``."""
         return backoff_ceiling(attempt, self.retry_backoff_factor, self.factor, self.retry_backoff_max)
+
+
+def resume_at(not_before: float | None, floor: float | None, now: float) -> float | None:
+    """When a shard that backs off until ``not_before`` may try again, now that a namespace was seen back.
+
+    ``floor`` is the earliest its backoff may end (``bridge.core.settle.Stop.floor``; None: the wait is
+    not a backoff and is kept). Returns the new time (None: at once), or ``not_before`` unchanged.
+    """
+    if floor is None or not_before is None:
+        return not_before
+    if floor <= now:
+        return None
+    return min(not_before, floor)
+
+
+def scout_due(last: float | None, now: float, interval: float | None) -> bool:
+    """Whether this process may ask for the deployment's scout again: ``interval`` seconds after its last
+    ask (None: scouting is off)."""
+    if interval is None:
+        return False
+    return last is None or not 0 <= now - last < interval

@@ -14,7 +14,9 @@ those settlements and the tenure's state into one ``SettlePlan`` that the draine
 - ``stop``: the first ``Retry`` of the batch stops the shard until ``stop.until``. A retry that waits for a
   namespace path with an abandoned send this tenure inherited (``bridge.core.abandoned``) waits at least
   until that wait ends; the tenure's own abandoned sends hold nothing back, since its retry carries them.
-  ``backoff`` False is a planned wait (a restore barrier): not counted, nothing kept in Redis.
+  ``backoff`` False is a planned wait (a restore barrier): not counted, nothing kept in Redis. A backoff
+  may end early when a namespace is seen back (``bridge.core.backoff.resume_at``), never before
+  ``stop.floor``.
 
 The order guarantees live in the drainer: the journal (with the dead-letter events) is written before any
 entry is acknowledged or moved (docs/durability.md), and the acknowledgements go after the moves.
@@ -69,12 +71,17 @@ Fate: TypeAlias = Acknowledge | DeadLetterEntry | HoldKey | StayPending
 
 @dataclass(frozen=True)
 class Stop:
-    """The shard stops until ``until`` (``retry_after`` seconds from now); ``backoff`` counts a failure."""
+    """The shard stops until ``until`` (``retry_after`` seconds from now); ``backoff`` counts a failure.
+
+    ``floor``: the earliest a backoff may end when a namespace is seen back before it ran out
+    (``bridge.core.backoff.resume_at``): the end of an inherited abandoned send's wait, else now.
+    """
 
     until: float
     retry_after: float
     backoff: bool
     reason: str
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,5 +157,6 @@ def _stop(
     retry: Retry, waits: Waits, own_waits: Collection[tuple[Role, str]], entity: str, now: float
 ) -> Stop:
     inherited = {path: until for path, until in waits.items() if path not in own_waits}
-    retry_after = max(retry.retry_after, retry_floor(inherited, retry.pending, entity, now))
-    return Stop(now + retry_after, retry_after, retry.backoff, retry.reason)
+    floor = retry_floor(inherited, retry.pending, entity, now)
+    retry_after = max(retry.retry_after, floor)
+    return Stop(now + retry_after, retry_after, retry.backoff, retry.reason, now + floor)

@@ -6,6 +6,7 @@ children must not share the parent's sockets or SDK clients; ``reset_after_fork`
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -15,7 +16,9 @@ from typing import Any
 
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.error_classes import EscalationPolicy
+from bridge.core.roles import Role
 from bridge.delivery.attempts import Streaks
+from bridge.errors import StateStoreUnavailableError
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.redis.clock import RedisClock
@@ -24,8 +27,11 @@ from bridge.servicebus.pool import NamespacePool
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
+from bridge.state.resume import ResumeSignals
 from bridge.state.retry import LeaseStore, RetryStore
 from bridge.state.roles import RoleStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,6 +80,19 @@ class DeliveryContext:
             journal=JournalStore(client, settings.journal),
             clock=RedisClock(client),
         )
+
+    @property
+    def resume(self) -> ResumeSignals:
+        """The namespace-back stream and the scout claim (``bridge.state.resume``)."""
+        return ResumeSignals(self.redis)
+
+    def seen_back(self, role: Role, entity: str, why: str) -> None:
+        """Tell every worker that a namespace took messages again, so their backing-off shards try now.
+        Best effort: without it they wait out their backoffs, as before."""
+        try:
+            self.resume.seen_back(role, entity, why)
+        except StateStoreUnavailableError as exc:
+            log.info("namespace %s seen back for %s, not announced: %s", role, entity, exc)
 
     def close(self) -> None:
         """Close SDK clients and the Redis connection pool."""

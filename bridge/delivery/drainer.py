@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.core import journal as journal_events
+from bridge.core.backoff import resume_at
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
@@ -235,12 +236,35 @@ class ShardDrainer(ShardSending, ShardSettling):
         self.attempts = ctx.retry.attempts(self.entity, self.shard)
         self._retry_state = self.not_before is not None or self.attempts > 0
         self.abandoned = {key: now + left for key, left in waits.items()}
+        # An earlier tenure's backoff ends early like our own, never before its abandoned sends' waits.
+        self.wake_floor = None if backoff is None else max([now, *self.abandoned.values()])
 
     def _settled(self) -> None:
-        """A batch went through: a backoff or retry count left in Redis is over (fenced)."""
+        """A batch went through: a backoff or retry count left in Redis is over (fenced). (A namespace that
+        was down is announced back by the send's health record, ``ShardSending._record_health``: a shard
+        that waited out a throttled namespace's backoff wakes nobody.)"""
         if self._retry_state:
             self.ctx.retry.clear(self.entity, self.shard, fence=self.fence)
             self.attempts, self.not_before, self._retry_state = 0, None, False
+            self.wake_floor = None
+
+    def wake(self) -> float | None:
+        """A namespace was seen back: end this tenure's backoff early (``bridge.core.backoff.resume_at``),
+        and let its held keys be decided again now (a hold waits for a backlog queue or the primary, which
+        may be what came back; a key still blocked is held again). Seconds still to wait (0: none), or None
+        when the shard waits for neither. Called between turns only (the pool's lock keeps it off a
+        running turn)."""
+        now = float(self.ctx.clock())
+        held = bool(self.holds)
+        if held:
+            self.holds = {key: min(at, now) for key, at in self.holds.items()}
+        if self.wake_floor is None or self.not_before is None:
+            return 0.0 if held and (self.not_before is None or self.not_before <= now) else None
+        self.not_before = resume_at(self.not_before, self.wake_floor, now)
+        if self.not_before is None:
+            self.wake_floor = None
+            return 0.0
+        return max(0.0, self.not_before - now)
 
     # ---- one batch ---------------------------------------------------------------------------------
     def _process(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> bool:
@@ -252,6 +276,7 @@ class ShardDrainer(ShardSending, ShardSettling):
             # Retried soon, without counting a failure: the old layout's drainers are making progress.
             now = self.ctx.clock()
             self.not_before = max(self.not_before or now, now + LAYOUT_WAIT) if done else self.not_before
+            self.wake_floor = None if done else self.wake_floor
             self.report.retry_after = self.report.retry_after or LAYOUT_WAIT
             return False
         return self._process_entries(entries)

@@ -59,6 +59,8 @@ def probe_namespace(ctx: DeliveryContext, entity: str, role: Role) -> Outcome:
     after = next_health(before, outcome, now)
     if after is not before:
         ctx.roles.set_health(entity, role, after)
+        if after.available and not before.available:
+            ctx.seen_back(role, entity, "a probe was accepted")
         if after.available != before.available:
             log.warning(
                 "probe: namespace %s is %s for entity %s: %s",

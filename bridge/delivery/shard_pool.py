@@ -22,6 +22,14 @@ How (one ``ShardPool`` per ``DrainService``):
   one *turn* of the shard's ``ShardDrainer`` (``bridge.delivery.drainer``): claim and read until the shard
   is empty, must wait, or ``TURN_BUDGET`` seconds passed (then it goes to the back of the queue, so a busy
   shard does not starve the others).
+- **A namespace seen back ends the backoffs** (``bridge.core.backoff``, ``bridge.state.resume``): the hot
+  watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any
+  worker's send accepted after failures, a probe, a ping) makes every shard waiting for a backoff try at
+  once — or, if it inherited an abandoned send's wait, when that ends — and every shard with held keys
+  decide them again. A turn that ends in a backoff
+  after such news came during it is woken as it is placed. While some shard backs off, the watcher asks
+  once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes one of them:
+  that early try is what sees a namespace back when nobody else sends.
 - **Every guarantee is the drainer's, unchanged**: one holder per shard (its lease, renewed by the service's
   ``LeaseKeeper`` whatever the shard is doing), the tenure's state kept between turns (held keys, the
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
@@ -36,12 +44,14 @@ many, whatever the number of shards.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bridge.core.backoff import scout_due
 from bridge.core.shard_assignment import ShardRef
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import ShardDrainer, TurnEnd
@@ -76,6 +86,9 @@ class _Slot:
     handing_over: bool = False
     idle_since: float | None = None
     failures: int = 0
+    turn_started: float = 0.0
+    """When the shard's last turn started (this pool's clock): news of a namespace seen back since then
+    applies to the backoff that turn ends with."""
 
 
 class ShardPool:
@@ -95,8 +108,14 @@ class ShardPool:
         self.keeper = keeper
         self.block_ms = block_ms
         self.clock = clock
+        self.member = member
         self.wake_key = keys.drain_wake(member)
         self._wake_after = "0-0"
+        self._back_after: str | None = None
+        """The namespace-back stream's last id read (None: not read yet; ``ResumeSignals``)."""
+        self._back_seen = float("-inf")
+        self._last_scout: float | None = None
+        self.scout_interval = ctx.settings.retry.outbox_scout_interval
         self._slots: dict[ShardRef, _Slot] = {}
         self._ready: deque[ShardRef] = deque()
         self._lock = threading.Condition()
@@ -192,6 +211,7 @@ class ShardPool:
                 if slot is None or slot.state != "queued":
                     continue
                 slot.state, slot.idle_since = "running", None
+                slot.turn_started = self.clock()
             end = self._turn(slot)
             self._after_turn(ref, slot, end)
 
@@ -236,6 +256,10 @@ class ShardPool:
     def _place(self, ref: ShardRef, slot: _Slot, end: TurnEnd) -> bool:
         """(Under the lock.) Where the shard goes after ``end``; True when the watcher must look again."""
         now = self.clock()
+        if end.backoff and self._back_seen >= slot.turn_started:
+            # A namespace was seen back while this turn failed: its backoff ends as the others' did.
+            woken = slot.drainer.wake()
+            end = end if woken is None else TurnEnd(None, woken, backoff=True)
         slot.at = None if end.wait is None else now + end.wait
         if end.after is not None:
             slot.state, slot.after, slot.idle_since = "idle", end.after, now
@@ -264,8 +288,12 @@ class ShardPool:
                 self._stop.wait(0.5)
 
     def _watch_once(self) -> None:
-        """The hot watcher: the shards that went idle within ``HOT_SECONDS``, poked when one goes idle, and
-        the shards waiting for a time (on a Cluster: every idle shard, polled)."""
+        """The hot watcher: the shards that went idle within ``HOT_SECONDS``, poked when one goes idle, the
+        shards waiting for a time (on a Cluster: every idle shard, polled), and the namespace-back news."""
+        self._scout()
+        if self._back_after is None:
+            self._back_after = self.ctx.resume.last_id()
+        back = self.ctx.resume.key
         with self._lock:
             now = self.clock()
             for ref, slot in self._slots.items():
@@ -280,23 +308,86 @@ class ShardPool:
             times = [
                 s.at for s in self._slots.values() if s.state in ("idle", "waiting") and s.at is not None
             ]
-            wait = min([self.block_ms / 1000, *(at - now for at in times)])
+            backing = bool(self._backing_off())
+            if backing and self.scout_interval is not None:
+                times.append((self._last_scout or now) + self.scout_interval)
+            wait = max(0.0, min([self.block_ms / 1000, *(at - now for at in times)]))
             self._watching = True
             self._poked.clear()
         try:
-            if cluster or not after:
-                ready = self.ctx.reader.wait_for_any(after, 0)[0] if after else []
-                if not ready:
-                    self._poked.wait(min(wait, CLUSTER_POLL) if after else wait)
+            if cluster:
+                ready, woken = self.ctx.reader.wait_for_any(after, 0, {back: self._back_after})
+                if not ready and back not in woken:
+                    self._poked.wait(min(wait, CLUSTER_POLL) if after or backing else wait)
             else:
-                wake = (self.wake_key, self._wake_after)
-                ready, woken = self.ctx.reader.wait_for_any(after, max(1, int(wait * 1000)), wake)
-                if woken is not None:
-                    self._wake_after = woken
+                wakes = {self.wake_key: self._wake_after, back: self._back_after}
+                ready, woken = self.ctx.reader.wait_for_any(after, max(1, int(wait * 1000)), wakes)
+                self._wake_after = woken.get(self.wake_key, self._wake_after)
         finally:
             with self._lock:
                 self._watching = False
+        if back in woken:
+            self._back_after = woken[back]
+            self._namespace_back()
         self._queue_ready(ready)
+
+    # ---- backoffs that end early ---------------------------------------------------------------------
+    def _backing_off(self) -> list[ShardRef]:
+        """(Under the lock.) The waiting shards whose backoff may end now: the scout's candidates."""
+        return [
+            ref
+            for ref, s in self._slots.items()
+            if s.state == "waiting"
+            and s.drainer.wake_floor is not None
+            and s.drainer.wake_floor <= s.drainer.ctx.clock()
+        ]
+
+    def _namespace_back(self) -> None:
+        """A namespace was seen back (by any worker): every shard waiting for a backoff or a held key tries
+        now."""
+        with self._lock:
+            self._back_seen = self.clock()
+            # Waiting (a backoff, maybe) or idle with a time (a held key coming due).
+            waiting = [
+                (ref, slot)
+                for ref, slot in self._slots.items()
+                if slot.state == "waiting" or (slot.state == "idle" and slot.at is not None)
+            ]
+            woken = [ref for ref, slot in waiting if self._wake(ref, slot)]
+        if woken:
+            log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
+
+    def _scout(self) -> None:
+        """Once per ``scout_interval`` while some shard backs off: if this process is the deployment's
+        scout (``ResumeSignals.claim_scout``), one of its backing-off shards, chosen at random, tries now."""
+        with self._lock:
+            now = self.clock()
+            if not scout_due(self._last_scout, now, self.scout_interval):
+                return
+            candidates = self._backing_off()
+            if not candidates:
+                return
+            self._last_scout = now
+        assert self.scout_interval is not None  # scout_due is False without one
+        if not self.ctx.resume.claim_scout(self.member, self.scout_interval):
+            return
+        ref = random.choice(candidates)
+        with self._lock:
+            slot = self._slots.get(ref)
+            if slot is not None and slot.state == "waiting":
+                self._wake(ref, slot)
+
+    def _wake(self, ref: ShardRef, slot: _Slot) -> bool:
+        """(Under the lock; ``slot`` is between turns.) End its backoff and holds early; True when it had
+        either. It is queued at once, or waits for what the backoff must keep."""
+        wait = slot.drainer.wake()
+        if wait is None:
+            return False
+        if wait <= 0:
+            self._queue(ref, slot)
+        else:
+            slot.at = self.clock() + wait
+        return True
 
     def _watch_cold(self) -> None:
         """The cold watcher: every idle shard, one ``XREAD`` per ``block_ms``, never poked (on a Cluster

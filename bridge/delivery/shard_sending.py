@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from bridge.core import abandoned
 from bridge.core.cost import Operation
@@ -18,8 +20,49 @@ from bridge.delivery.shard_state import ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.servicebus.messages import OutgoingMessage
+from bridge.servicebus.pool import NamespacePool
+from bridge.servicebus.sending import SendResult
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchSend:
+    """One batched send: ``messages`` to ``path`` in namespace ``role`` (``keys``: their order keys)."""
+
+    role: Role
+    path: str
+    messages: Sequence[OutgoingMessage]
+    operation: Operation
+    keys: Sequence[str | None] | None = None
+
+
+def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int, tuple[SendResult, float]]:
+    """Each send's ``pool.send`` and its seconds; all but the first on threads of their own, at once."""
+    results: dict[int, tuple[SendResult, float]] = {}
+    errors: list[BaseException] = []
+
+    def call(index: int, send: BatchSend) -> None:
+        try:
+            started = time.perf_counter()
+            result = pool.send(send.role, send.path, send.messages, keys=send.keys)
+            results[index] = (result, time.perf_counter() - started)
+        except BaseException as exc:  # raised again on the drainer's thread
+            errors.append(exc)
+
+    items = list(calls.items())
+    threads = [
+        threading.Thread(target=call, args=item, name="bridge-send", daemon=True) for item in items[1:]
+    ]
+    for thread in threads:
+        thread.start()
+    if items:
+        call(*items[0])
+    for thread in threads:
+        thread.join()  # each call is bounded by the pool's attempt deadline
+    if errors:
+        raise errors[0]
+    return results
 
 
 class ShardSending(ShardState):
@@ -48,16 +91,47 @@ class ShardSending(ShardState):
         (``bridge.core.abandoned``); a send that times out starts such a wait, and one that carries the
         abandoned messages again may go and, once accepted, ends it.
         """
-        key = (role, path)
+        return self.send_each([BatchSend(role, path, messages, operation, keys)])[0]
+
+    def send_each(self, sends: Sequence[BatchSend]) -> list[BatchOutcome]:
+        """Several batched sends, each as ``send_messages`` does it, with their SDK calls at the same time:
+        active mode's two copies go to two namespaces, which then work in parallel instead of one after
+        the other. Only the pool's calls run on other threads (the pool is thread-safe, one call per
+        sender at a time); refusals, outcomes, cost, metrics, journal and health are recorded here, in the
+        order of ``sends``, once every call returned."""
+        now = self.ctx.clock()
+        refusals: list[BatchOutcome | None] = []
+        for send in sends:
+            ids = [str(m.message_id) for m in send.messages]
+            left = abandoned.wait_left(self.abandoned, send.role, send.path, now)
+            refused = left > 0 and not abandoned.resent(self.abandoned_ids.get((send.role, send.path)), ids)
+            outcome = abandoned.refused(send.role, send.path, left)
+            refusals.append(BatchOutcome([outcome] * len(send.messages)) if refused else None)
+        spans = [
+            self._start_span(s.role, s.path, s.messages, s.operation)
+            if tracing.enabled() and refusals[i] is None
+            else None
+            for i, s in enumerate(sends)
+        ]
+        calls = {i: send for i, send in enumerate(sends) if refusals[i] is None}
+        results = _call_pool(self.ctx.pool, calls)
+        outcomes = []
+        for i, send in enumerate(sends):
+            refused_outcome = refusals[i]
+            if refused_outcome is not None:
+                outcomes.append(refused_outcome)
+                continue
+            result, elapsed = results[i]
+            outcomes.append(self._record_send(send, result, elapsed, spans[i]))
+        return outcomes
+
+    def _record_send(
+        self, send: BatchSend, result: SendResult, elapsed: float, span: SendSpan | None
+    ) -> BatchOutcome:
+        """What one batched send's result means: outcomes, cost, metrics, journal, health, abandoned waits."""
+        role, path, messages, operation = send.role, send.path, send.messages, send.operation
         message_ids = [m.message_id for m in messages]  # the SDK's getter costs microseconds: once each
         ids = [str(i) for i in message_ids]
-        left = abandoned.wait_left(self.abandoned, role, path, self.ctx.clock())
-        if left > 0 and not abandoned.resent(self.abandoned_ids.get(key), ids):
-            return BatchOutcome([abandoned.refused(role, path, left)] * len(messages))
-        span = self._start_span(role, path, messages, operation) if tracing.enabled() else None
-        started = time.perf_counter()
-        result = self.ctx.pool.send(role, path, messages, keys=keys)
-        elapsed = time.perf_counter() - started
         now = self.ctx.clock()
         outcome = batch_outcome(
             self.ctx.streaks,
@@ -152,6 +226,8 @@ class ShardSending(ShardState):
         after = next_health(before, verdict, self.ctx.clock(), trace)
         if after is not before:
             self.ctx.roles.set_health(self.entity, role, after)
+            if after.available and not before.available:
+                self.ctx.seen_back(role, self.entity, "a send was accepted")
             if after.available != before.available:
                 log.warning(
                     "namespace %s is %s for entity %s: %s",

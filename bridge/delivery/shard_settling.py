@@ -108,6 +108,7 @@ class ShardSettling(ShardState):
         streams")."""
         now = self.ctx.clock()
         self.not_before = max(self.not_before or now, now + PROBLEM_FULL_WAIT)
+        self.wake_floor = None  # a full stream is no namespace outage: nothing seen back ends this wait
         self.report.retry_after = max(self.report.retry_after or 0.0, PROBLEM_FULL_WAIT)
         self.report.notes.append(str(full))
         log.error("entity %s shard %d holds: %s", self.entity, self.shard, full)
@@ -135,6 +136,7 @@ class ShardSettling(ShardState):
             )
             self._retry_state = True
         self.not_before = stop.until
+        self.wake_floor = stop.floor if stop.backoff else None
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 

@@ -73,6 +73,9 @@ class ShardState:
         self.lease_ttl = ctx.settings.workers.lease_ttl
         self.attempts = 0
         self.not_before: float | None = None
+        self.wake_floor: float | None = None
+        """Set while ``not_before`` is a backoff that a namespace seen back may end early, not before this
+        time (``bridge.core.backoff.resume_at``); None while the wait is planned and must run out."""
         self._retry_state = False
         self.dedup = ctx.settings.entity(entity).requires_duplicate_detection
         self.abandoned: dict[tuple[Role, str], float] = {}

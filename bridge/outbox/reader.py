@@ -289,18 +289,21 @@ class OutboxReader:
         return bool(reply)
 
     def wait_for_any(
-        self, after: Mapping[tuple[str, int], str], block_ms: int, wake: tuple[str, str] | None = None
-    ) -> tuple[list[tuple[str, int]], str | None]:
+        self, after: Mapping[tuple[str, int], str], block_ms: int, wakes: Mapping[str, str] | None = None
+    ) -> tuple[list[tuple[str, int]], dict[str, str]]:
         """Which of many shards have an entry newer than the id given for each: one ``XREAD BLOCK`` over
-        all their streams (and the ``wake`` stream, ``(key, after id)``, whose new entries end the wait
-        early). Returns the shards with new entries and the last id read from ``wake`` (None: nothing).
+        all their streams and the ``wakes`` streams (``{key: after id}``), whose new entries end the wait
+        early. Returns the shards with new entries and, per wake stream that had one, the last id read.
 
         On a Cluster the streams live in many slots, which one ``XREAD`` cannot span: each is looked at
         without blocking (one pipeline, split per node by the client) and the caller waits in between.
         """
         streams = {keys.outbox(entity, shard): (entity, shard) for entity, shard in after}
         ids: dict[Any, Any] = {keys.outbox(entity, shard): since for (entity, shard), since in after.items()}
-        replies: list[Any]
+        ids.update(wakes or {})
+        replies: list[Any] = []
+        if not ids:
+            return [], {}
         with driver_errors(OutboxUnavailableError):
             if self.cluster:
                 pipe = self.client.pipeline(transaction=False)
@@ -308,18 +311,16 @@ class OutboxReader:
                     pipe.xread({stream: since}, count=1)
                 replies = [item for reply in pipe.execute() if reply for item in reply]
             else:
-                if wake is not None:
-                    ids[wake[0]] = wake[1]
                 reply: Any = self.client.xread(ids, count=1, block=block_ms)
                 replies = list(reply.items()) if isinstance(reply, dict) else list(reply or [])
         ready: list[tuple[str, int]] = []
-        woken: str | None = None
+        woken: dict[str, str] = {}
         for stream, items in replies:
             name = _text(stream)
             if name in streams:
                 ready.append(streams[name])
             elif items:
-                woken = _text(items[-1][0])
+                woken[name] = _text(items[-1][0])
         return ready, woken
 
     def claim_fenced(

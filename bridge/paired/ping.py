@@ -108,6 +108,8 @@ def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
         primary = ctx.settings.primary.namespace_name if ctx.settings.primary else "primary"
         ctx.journal.append(entity, ping_events(primary, outcome, operations, update, ctx.clock()))
     metrics.record_ping(entity, outcome)
+    if outcome.ok and update.restored:
+        ctx.seen_back("primary", entity, "a ping was accepted")
     if outcome.ok:
         log.info("ping accepted by the primary for %s (restored: %s)", entity, update.restored)
     else:

@@ -33,6 +33,11 @@ key                                        holds
 ``bridge:{lease:<name>}``                  string: owner of a named lease (syphon per backlog queue, beat)
 ``bridge:{bridge}:drainers``               sorted set: live drainers (worker processes) -> expiry, ms
                                            (``bridge.state.drainers``: the fair share of shards)
+``bridge:{bridge}:namespace-back``         stream (last 16): a namespace was seen back (``role``,
+                                           ``entity``, ``why``); every shard watcher reads it and wakes
+                                           its backing-off shards (``bridge.state.resume``)
+``bridge:{bridge}:scout``                  string, PX: the process whose backing-off shard may try early
+                                           this interval (``retry.outbox_scout_interval``)
 ``bridge:{E}:probe:<role>``                hash ``at``, ``ok``, ``error``: the last probe of a namespace
                                            that carries no traffic for E (``bridge.delivery.probe``)
 ``bridge:{E}:backlog:<i>``                 hash backlog queue index -> ``open`` | ``wait:<t>`` | ``sent:<t>``:
@@ -56,6 +61,8 @@ from bridge.redis.keys import tagged
 FAILED_OVER = "bridge:{bridge}:failed-over"
 COST_TOTALS = "bridge:{bridge}:cost"
 DRAINERS = "bridge:{bridge}:drainers"
+NAMESPACE_BACK = "bridge:{bridge}:namespace-back"
+SCOUT = "bridge:{bridge}:scout"
 
 
 def role(entity: str) -> str:

@@ -27,6 +27,7 @@ from bridge.settings import Settings
 from bridge.state.cost import CostStore
 from bridge.state.lease import LeaseStore
 from bridge.state.paired import PairedStore
+from bridge.state.resume import ResumeSignals
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
 from bridge.status import collect_status
@@ -101,6 +102,19 @@ def test_cost_leases_and_retry(client: object) -> None:
     assert left is not None and 4 < left <= 5.0
     retry.wait_after_abandoned("orders", 3, "primary", "orders", wait=5.0)
     assert set(retry.abandoned_waits_left("orders", 3)) == {("primary", "orders")}
+
+
+def test_the_namespace_back_news_and_the_scout(client: object) -> None:
+    resume = ResumeSignals(client)  # type: ignore[arg-type]
+    assert resume.last_id() == "0-0"
+    for n in range(20):
+        resume.seen_back("primary", f"e{n}", "a send was accepted")
+    newest = resume.last_id()
+    assert newest != "0-0" and client.xlen(resume.key) == 16  # type: ignore[attr-defined]
+    # One scout per interval across the deployment
+    assert resume.claim_scout("worker-a", 0.3) and not resume.claim_scout("worker-b", 0.3)
+    time.sleep(0.4)
+    assert resume.claim_scout("worker-b", 0.3)
 
 
 def test_status(client: object, cluster_url: str) -> None:

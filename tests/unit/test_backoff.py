@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bridge.core.backoff import BackoffPolicy, backoff_ceiling, compute_backoff
+from bridge.core.backoff import BackoffPolicy, backoff_ceiling, compute_backoff, resume_at, scout_due
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,36 @@ def test_policy_uses_the_azure_names() -> None:
     assert policy.delay(3, lambda: 0.5) == pytest.approx(3.2)
     with pytest.raises(ValueError, match="must"):
         BackoffPolicy(retry_backoff_factor=-1.0)
+
+
+@pytest.mark.parametrize(
+    ("not_before", "floor", "now", "expected"),
+    [
+        (130.0, 100.0, 101.0, None),  # a backoff, nothing to keep: at once
+        (130.0, 101.0, 101.0, None),
+        (130.0, 105.0, 101.0, 105.0),  # an inherited abandoned send's wait is kept
+        (103.0, 105.0, 101.0, 103.0),  # ... but never lengthens the backoff
+        (130.0, None, 101.0, 130.0),  # a planned wait runs out
+        (None, 100.0, 101.0, None),  # no wait at all
+    ],
+)
+def test_a_namespace_seen_back_ends_a_backoff_at_its_floor(
+    not_before: float | None, floor: float | None, now: float, expected: float | None
+) -> None:
+    assert resume_at(not_before, floor, now) == expected
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "interval", "due"),
+    [
+        (None, 50.0, 1.0, True),
+        (49.5, 50.0, 1.0, False),
+        (49.0, 50.0, 1.0, True),
+        (51.0, 50.0, 1.0, True),  # a clock that went back does not stop scouting
+        (None, 50.0, None, False),  # scouting off
+    ],
+)
+def test_a_process_asks_for_the_scout_once_per_interval(
+    last: float | None, now: float, interval: float | None, due: bool
+) -> None:
+    assert scout_due(last, now, interval) is due

@@ -54,6 +54,8 @@ def test_the_drain_of_each_entity_runs_from_its_first_fall_after_the_restore_to_
     assert result["all_entities"] == {"moved": 101, "busy_s": 1.5, "rate": round(101 / 1.5, 1)}
     # b held nothing to drain: it counts as drained at the restore
     assert "rate" not in result["per_entity"]["b"] and result["drained_after_restore_s"] == 2.0
+    # The drain as a whole runs from the restore, its wait included: both entities' arrivals count
+    assert result["from_restore"] == {"moved": 102, "seconds": 2.0, "rate": 51.0}
     stuck = OutboxWatch("redis://unused", ["a"])
     stuck.rows = [(10.0, {"a": 100}), (11.0, {"a": 100})]
     assert "drained_after_restore_s" not in stuck.drain(restored=10.0, acked=[], empty_at=5)

@@ -77,7 +77,7 @@ CASES: list[tuple[str, list[Settlement], list[str], list[str], tuple[Fate, ...],
         ["key:a", "key:b"],
         [],
         (StayPending(), Acknowledge()),
-        Stop(NOW + 2.0, 2.0, True, DOWN.reason),
+        Stop(NOW + 2.0, 2.0, True, DOWN.reason, NOW),
     ),
     (
         "the first retry decides the stop; every retry remembers where it landed",
@@ -85,7 +85,7 @@ CASES: list[tuple[str, list[Settlement], list[str], list[str], tuple[Fate, ...],
         ["key:a", "key:b"],
         [],
         (StayPending((PRIMARY,)), StayPending()),
-        Stop(NOW + 1.0, 1.0, True, MISSING_SECONDARY.reason),
+        Stop(NOW + 1.0, 1.0, True, MISSING_SECONDARY.reason, NOW),
     ),
     (
         "a planned wait is not a backoff",
@@ -93,7 +93,7 @@ CASES: list[tuple[str, list[Settlement], list[str], list[str], tuple[Fate, ...],
         ["key:a", "key:b"],
         [],
         (StayPending(), StayPending()),
-        Stop(NOW + 0.5, 0.5, False, BARRIER.reason),
+        Stop(NOW + 0.5, 0.5, False, BARRIER.reason, NOW),
     ),
     (
         "a hold holds its key once; other keys go on",
@@ -122,7 +122,7 @@ CASES: list[tuple[str, list[Settlement], list[str], list[str], tuple[Fate, ...],
             StayPending(),
             Acknowledge(),
         ),
-        Stop(NOW + 2.0, 2.0, True, DOWN.reason),
+        Stop(NOW + 2.0, 2.0, True, DOWN.reason, NOW),
     ),
 ]
 
@@ -197,7 +197,26 @@ def test_a_retry_waits_for_inherited_abandoned_sends_on_its_paths(
     retry: Retry, waits: Waits, own: list[tuple[Role, str]], retry_after: float
 ) -> None:
     plan = _plan([retry], waits=waits, own_waits=own)
-    assert plan.stop == Stop(NOW + retry_after, pytest.approx(retry_after), True, retry.reason)
+    assert plan.stop is not None
+    assert plan.stop.until == NOW + retry_after and plan.stop.retry_after == pytest.approx(retry_after)
+    assert (plan.stop.backoff, plan.stop.reason) == (True, retry.reason)
+
+
+@pytest.mark.parametrize(
+    ("waits", "floor"),
+    [
+        ({}, NOW),
+        # a namespace seen back never ends the backoff before an inherited abandoned send's wait
+        ({("primary", ENTITY): NOW + 7.0}, NOW + 7.0),
+        ({("primary", ENTITY): NOW + 1.0}, NOW + 1.0),
+        ({("secondary", ENTITY): NOW + 7.0}, NOW),
+    ],
+)
+def test_a_backoff_may_end_early_but_not_before_the_inherited_waits_of_its_paths(
+    waits: Waits, floor: float
+) -> None:
+    plan = _plan([DOWN], waits=waits)
+    assert plan.stop is not None and plan.stop.floor == pytest.approx(floor)
 
 
 def test_settlements_and_keys_must_pair_up() -> None:

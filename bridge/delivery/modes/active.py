@@ -15,8 +15,10 @@ from bridge.core.cost import Operation
 from bridge.core.decisions import PRIMARY, SECONDARY, Settlement, Target
 from bridge.core.outcomes import Outcome
 from bridge.core.replication import decide_active
-from bridge.delivery.modes.base import SendPort, final, send_entries
+from bridge.delivery.modes.base import SendPort, envelope_of, final
+from bridge.delivery.shard_sending import BatchSend
 from bridge.outbox.reader import OutboxEntry
+from bridge.servicebus.messages import to_message
 
 
 class ActiveSender:
@@ -27,11 +29,16 @@ class ActiveSender:
         policy = port.ctx.settings.entity(port.entity).success_policy
         delivered = port.ctx.retry.delivered(port.entity, port.shard, [e.entry_id for e in entries])
         outcomes: list[dict[Target, Outcome]] = [{} for _ in entries]
+        sends: list[tuple[Target, list[int], BatchSend]] = []
         for target, op in ((PRIMARY, Operation.PRIMARY_SEND), (SECONDARY, Operation.BACKUP_SEND)):
             todo = [i for i, e in enumerate(entries) if target not in delivered.get(e.entry_id, ())]
-            if not todo:
-                continue
-            result = send_entries(port, target.namespace, [entries[i] for i in todo], op)
+            if todo:
+                messages = [to_message(envelope_of(entries[i])) for i in todo]
+                sends.append((target, todo, BatchSend(target.namespace, port.entity, messages, op)))
+        # Both copies at once: each namespace gets the shard's batches in order, the next batch goes
+        # after both answered, as before; only the two namespaces' work overlaps.
+        results = port.send_each([send for _, _, send in sends])
+        for (target, todo, _), result in zip(sends, results, strict=True):
             for j, i in enumerate(todo):
                 outcomes[i][target] = result.outcomes[j]
         ctx = port.retry_context()

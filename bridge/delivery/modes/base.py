@@ -7,10 +7,12 @@ from typing import Protocol
 
 from bridge.core.cost import Operation
 from bridge.core.decisions import SendDecision, SendNext, Settlement
+from bridge.core.envelope import Envelope
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.shard_sending import BatchSend
 from bridge.errors import InvariantError
 from bridge.outbox.reader import OutboxEntry
 from bridge.servicebus.messages import OutgoingMessage, to_message
@@ -37,6 +39,11 @@ class SendPort(Protocol):
         (``bridge.servicebus.sending``)."""
         ...
 
+    def send_each(self, sends: Sequence[BatchSend]) -> list[BatchOutcome]:
+        """Several batched sends, each as ``send_messages``, their SDK calls at the same time (to
+        different namespaces); the outcomes in the order of ``sends``."""
+        ...
+
     def retry_context(self) -> RetryContext:
         """The clock, the shard's retry count and the backoff, for the decisions of this batch."""
         ...
@@ -56,6 +63,13 @@ def send_entries(
     """Send the entries' messages to the entity itself in namespace ``role``."""
     messages = [to_message(e.envelope) for e in entries if e.envelope is not None]
     return port.send_messages(role, port.entity, messages, operation)
+
+
+def envelope_of(entry: OutboxEntry) -> Envelope:
+    """The entry's envelope (the modes only see decoded entries: undecodable ones were quarantined)."""
+    if entry.envelope is None:
+        raise InvariantError("an undecodable entry reached a replication mode (quarantined before)")
+    return entry.envelope
 
 
 def final(decision: SendDecision) -> Settlement:

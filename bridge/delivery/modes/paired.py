@@ -56,6 +56,7 @@ from bridge.core.paired_plan import (
 from bridge.core.partitioning import partition_key
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.delivery.modes.base import SendPort, send_entries
+from bridge.delivery.shard_sending import BatchSend
 from bridge.errors import ConfigurationError, InvariantError
 from bridge.outbox.reader import OutboxEntry
 from bridge.servicebus.messages import BacklogMessage, barrier_message, to_backlog_message
@@ -149,6 +150,7 @@ def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, inde
     """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent.
     A barrier not passed within ``barrier_timeout`` is replaced (``bridge.core.barriers``)."""
     entity, shard, now, timeout = port.entity, port.shard, view.retry.now, view.barrier_timeout
+    sends: list[tuple[int, str, BatchSend]] = []
     for index in indexes:
         status = view.ledger.get(index, OPEN)
         current = read_barrier(status, now, timeout)
@@ -165,9 +167,11 @@ def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, inde
         token = next_barrier_token(status, uuid.uuid4().hex[:12], now, timeout)
         ledger.set_barrier(entity, shard, index, f"{WAITING_PREFIX}{token}")
         path = backlog_queue_path(view.namespace, index)
-        result = port.send_messages(
-            "secondary", path, [barrier_message(entity, shard, token)], Operation.BARRIER
-        )
+        barrier = [barrier_message(entity, shard, token)]
+        sends.append((index, token, BatchSend("secondary", path, barrier, Operation.BARRIER)))
+    # Each to a queue (and a link) of its own, all at once: after a restore every link opens afresh.
+    results = port.send_each([send for _, _, send in sends]) if sends else []
+    for (index, token, _), result in zip(sends, results, strict=True):
         if result.outcomes and result.outcomes[0].ok:
             ledger.confirm_barrier(entity, shard, index, token)
 

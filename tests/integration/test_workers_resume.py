@@ -1,0 +1,143 @@
+"""A namespace back after a long outage: the shards that were backing off try again at once, in every worker
+process, instead of after what is left of their backoff — and order per key holds.
+
+Real parts: two drain services in this process, each with a delivery context of its own (two "worker
+processes" that share only Redis), the session's private Redis and a private local namespace whose fault
+control refuses connections (an outage) and then takes them again.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from bridge.delivery.context import DeliveryContext
+from bridge.delivery.service import DrainService
+from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.stack import wait_until
+from bridge.outbox import keys as outbox_keys
+from bridge.producer import Producer
+from bridge.settings import Settings
+from bridge.state import keys as state_keys
+from bridge.state.retry import RetryStore
+from tests.integration.paired_support import namespace_settings
+from tests.integration.worker_support import receive_all
+
+pytestmark = pytest.mark.timeout(300)
+
+ENTITY = "resume"
+KEYS = [f"k{n}" for n in range(6)]
+LONG_BACKOFF = 20.0
+"""Seconds each shard's recorded backoff has left when the namespace comes back (at least)."""
+
+
+@pytest.fixture
+def contexts() -> Iterator[list[DeliveryContext]]:
+    built: list[DeliveryContext] = []
+    yield built
+    for ctx in built:
+        ctx.close()
+
+
+def _settings(redis_url: str, ns: LocalNamespace) -> Settings:
+    # Backoffs as long as a long outage leaves them (40 s for the first retry, then up to 60 s), a
+    # short attempt deadline; everything else is the default, the scout's interval (1 s) too.
+    return Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(ns),
+            "entities": {ENTITY: {"outbox_shards": 2, "replication": "none"}},
+            "retry": {
+                "attempt_deadline": 3,
+                "retry_total": 0,
+                "outbox_backoff_factor": 40,
+                "outbox_backoff_max": 60,
+            },
+            "workers": {"lease_ttl": 10},
+        }
+    )
+
+
+def _redis_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1e6
+
+
+def test_shards_backing_off_through_an_outage_send_as_soon_as_the_namespace_is_back(
+    redis_url: str,
+    namespace_factory: Callable[..., LocalNamespace],
+    contexts: list[DeliveryContext],
+) -> None:
+    ns = namespace_factory("primary", auto_create=True)
+    settings = _settings(redis_url, ns)
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    retry = RetryStore(client)
+    services = []
+    for name in ("worker-a", "worker-b"):
+        ctx = DeliveryContext.build(settings)
+        ctx.identity = name
+        contexts.append(ctx)
+        services.append(DrainService(ctx, tick=0.1, block_ms=200).start())
+    sent: dict[str, list[int]] = defaultdict(list)
+    try:
+        # (each worker serves one of the two shards)
+        wait_until(lambda: sorted(len(s.owned()) for s in services) == [1, 1], 30, what="one shard each")
+        with Producer(settings=settings) as producer:
+
+            def send(count: int, start: int) -> None:
+                for i in range(start, start + count):
+                    key = KEYS[i % len(KEYS)]
+                    producer.send(
+                        ENTITY, f"m{i}".encode(), partition_key=key, application_properties={"i": i}
+                    )
+                    sent[key].append(i)
+
+            # Given traffic that flowed while the namespace worked, on both shards
+            send(12, 0)
+            assert len(receive_all(ns, ENTITY, 12, timeout=60)) == 12
+            assert {zlib.crc32(k.encode()) % 2 for k in KEYS} == {0, 1}
+            # When the namespace is down long enough that both shards back off for a long time
+            ns.control.outage()
+            send(60, 12)
+
+            def long_backoffs() -> bool:
+                lefts = [retry.backoff_left(ENTITY, shard) for shard in (0, 1)]
+                return all(left is not None and left >= LONG_BACKOFF for left in lefts)
+
+            wait_until(long_backoffs, 150, what=f"both shards backing off for {LONG_BACKOFF:.0f} s or more")
+            # ... and it comes back
+            ns.control.restore()
+            restored_at = _redis_now(client)
+            backoff_ends = retry.all_not_before(ENTITY)
+        assert min(backoff_ends.values()) - restored_at >= LONG_BACKOFF / 2, backoff_ends
+
+        # Then the outbox is empty before either shard's backoff (as recorded when the namespace came back)
+        # would have let it try again: a shard of each worker resumed at once.
+        def empty() -> bool:
+            depth = client.hget(outbox_keys.stats(ENTITY), "messages")
+            return int(depth or 0) == 0
+
+        wait_until(empty, max(backoff_ends.values()) - restored_at + 30, what="the outbox drained")
+        emptied_at = _redis_now(client)
+        assert emptied_at < min(backoff_ends.values()), (
+            f"drained {emptied_at - restored_at:.1f} s after the restore; the backoffs ended "
+            f"{sorted(at - restored_at for at in backoff_ends.values())} s after it"
+        )
+        # ... because the namespace was announced back to every worker
+        assert client.xlen(state_keys.NAMESPACE_BACK) >= 1
+        # ... every message arrived once, in order per key
+        got = receive_all(ns, ENTITY, 60, timeout=30)
+        numbers = [int((m.application_properties or {})[b"i"]) for m in got]
+        assert sorted(numbers) == list(range(12, 72))
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for m, number in zip(got, numbers, strict=True):
+            by_key[str(m.partition_key)].append(number)
+        assert by_key == {key: [i for i in ids if i >= 12] for key, ids in sent.items()}
+    finally:
+        for service in services:
+            service.stop()
+        client.close()
