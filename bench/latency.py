@@ -11,7 +11,8 @@ Starts a ``LocalStack`` (private redis-server with AOF, ``appendfsync always`` a
 shard (``--shards``), and measures with 1 KB bodies:
 
 1. **Latency at a steady rate** (1, 100 and 2,000 msgs/s by default, ``--seconds`` each). The baseline is the
-   raw SDK's own send -> receive on the same namespace: one warm ``ServiceBusSender`` sends, a raw SDK
+   raw SDK's own send -> receive on the same namespace: one warm ``ServiceBusSender`` sends (socket reads of
+   ``SOCKET_TIMEOUT``, as the bridge's senders), a raw SDK
    receiver (RECEIVE_AND_DELETE, prefetch) on another queue of the same namespace stamps each arrival.
    Then the bridge: the application hands the same messages to ``Producer.send_batch`` (the clock starts
    before the call) and a receiver on the bridge entity stamps them. Up to 100 msgs/s every tick carries
@@ -50,11 +51,17 @@ from typing import Any
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
 
 from bench import latency_idle
+from bridge.settings import RetrySettings
 
 BODY = b"x" * 1024
 ENTITY = "bench-latency"
 RAW_QUEUE = "bench-latency-raw"
 TICK = 0.01
+SOCKET_TIMEOUT = RetrySettings().sender_socket_timeout
+"""The SDK socket read of the raw sender and of both receivers: the bridge's senders' (0.02 s, not the SDK's
+0.2 s). The SDK's keep-alive holds a connection for one such read every 30 s (docs/servicebus-sdk.md); with
+the SDK's default the raw baseline and the receivers that stamp arrivals stalled 200 ms every 30 s, which
+the figures of both sides then carried, or not, depending on where a run's window fell."""
 
 
 # ---- receiving -------------------------------------------------------------------------------------------
@@ -79,7 +86,11 @@ class Arrivals:
         with (
             ServiceBusClient.from_connection_string(self.conn) as client,
             client.get_queue_receiver(
-                self.queue, receive_mode=mode, prefetch_count=500, max_wait_time=0.5
+                self.queue,
+                receive_mode=mode,
+                prefetch_count=500,
+                max_wait_time=0.5,
+                socket_timeout=SOCKET_TIMEOUT,
             ) as receiver,
         ):
             self.ready.set()
@@ -317,7 +328,7 @@ def main() -> None:
         try:
             with (
                 ServiceBusClient.from_connection_string(conn) as client,
-                client.get_queue_sender(RAW_QUEUE) as sender,
+                client.get_queue_sender(RAW_QUEUE, socket_timeout=SOCKET_TIMEOUT) as sender,
             ):
                 raw = raw_sender(sender, raw_count)
                 bridge = bridge_sender(producer, bridge_count)
