@@ -159,6 +159,10 @@ KNOWN_COST = {
     "tests/integration/test_sdk_samples.py": 60.0,
     "tests/integration/test_ingress_fuzz.py": 30.0,
     "tests/integration/test_workers_entities.py::test_one_message_to_each_of_300": 35.0,
+    # The whole stack through a compressed outage (and a disaster) of the primary: bench/outage.py.
+    "tests/integration/test_outage_bench.py::test_a_compressed_outage": 150.0,
+    "tests/integration/test_outage_bench.py::test_a_short_disaster": 100.0,
+    "tests/integration/test_tracing_processes.py": 40.0,
     # Builds an image (and, on a machine's first run, its debootstrap base): docs/containers.md.
     "tests/integration/test_container_images.py": 150.0,
     "tests/integration/test_container_compose.py": 400.0,
