@@ -14,8 +14,7 @@ on the primary. The decisions are the core's (``bridge.core.syphon``); this modu
   recorded (``bridge.state.aside``) and it is deferred — and so is every later message of that
   destination. It leaves the queue's receivable order, so the healthy entities' messages behind it are
   reached at once and it is not received (and billed) again on every poll.
-- An outage of the primary: the rest of the batch is set aside and the queue's run stops; the next run (one
-  ``syphon_retry_interval`` later) tries again.
+- An outage of the primary: the rest of the batch is set aside, the run stops, and the next run retries.
 
 Order: each poll first takes back, per healthy destination, its set-aside messages by sequence number
 (``receive_deferred``, lowest first) and sends them in that order; only then does it receive new messages,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -23,7 +22,6 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.service import DrainService
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
-from bridge.observability import messaging_metrics
 from bridge.observability.snapshot import collect_snapshot
 from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
@@ -32,7 +30,7 @@ from bridge.state.roles import RoleStore
 from tests.integration.ingress_support import running_ingress
 from tests.integration.operations_support import chromium, chromium_binary
 from tests.integration.paired_support import namespace_settings
-from tests.integration.tracing_support import metric_points, named, recorded_spans
+from tests.integration.tracing_support import metric_points, named, recorded_metrics, recorded_spans
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,14 +47,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def meters() -> Iterator[InMemoryMetricReader]:
     """This process records the messaging metrics into an in-memory reader for the test."""
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    messaging_metrics.use_provider(provider)
-    try:
+    with recorded_metrics() as reader:
         yield reader
-    finally:
-        messaging_metrics.use_provider(None)
-        provider.shutdown()
 
 
 @pytest.mark.skipif(

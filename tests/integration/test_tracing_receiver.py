@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,7 +29,7 @@ from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
 from bridge.settings import Settings
 from tests.integration.paired_support import namespace_settings
-from tests.integration.tracing_support import metric_points, named, recorded_spans
+from tests.integration.tracing_support import metric_points, named, recorded_metrics, recorded_spans
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,14 +48,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def meters() -> Iterator[InMemoryMetricReader]:
     """This process records the messaging metrics into an in-memory reader for the test."""
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    messaging_metrics.use_provider(provider)
-    try:
+    with recorded_metrics() as reader:
         yield reader
-    finally:
-        messaging_metrics.use_provider(None)
-        provider.shutdown()
 
 
 def _settings(redis_url: str, ns: LocalNamespace, entity: str, **receiver: Any) -> Settings:

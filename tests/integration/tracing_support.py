@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bridge.observability import tracing
+from bridge.observability import messaging_metrics, tracing
 
 
 @contextmanager
@@ -25,6 +26,19 @@ def recorded_spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         tracing.use_provider(None)
+        provider.shutdown()
+
+
+@contextmanager
+def recorded_metrics() -> Iterator[InMemoryMetricReader]:
+    """This process records the messaging metrics into an in-memory reader inside the block; stops after."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    messaging_metrics.use_provider(provider)
+    try:
+        yield reader
+    finally:
+        messaging_metrics.use_provider(None)
         provider.shutdown()
 
 
