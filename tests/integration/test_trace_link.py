@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,25 +30,13 @@ from bridge.state.roles import RoleStore
 from tests.integration.ingress_support import running_ingress
 from tests.integration.operations_support import chromium, chromium_binary
 from tests.integration.paired_support import namespace_settings
-from tests.integration.tracing_support import metric_points, named, recorded_metrics, recorded_spans
+from tests.integration.tracing_support import meters, metric_points, named, spans
+
+__all__ = ["meters", "spans"]
 
 pytestmark = pytest.mark.timeout(120)
 
 VIEWER = "http://jaeger.example:16686/trace/{trace_id}"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """This process traces into an in-memory exporter for the test."""
-    with recorded_spans() as exporter:
-        yield exporter
-
-
-@pytest.fixture
-def meters() -> Iterator[InMemoryMetricReader]:
-    """This process records the messaging metrics into an in-memory reader for the test."""
-    with recorded_metrics() as reader:
-        yield reader
 
 
 @pytest.mark.skipif(

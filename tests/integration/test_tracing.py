@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import redis
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -37,27 +35,16 @@ from bridge.receiving.receiver import AsyncReceiver, Receiver
 from bridge.settings import Settings
 from tests.integration.ingress_support import read_all, running_ingress
 from tests.integration.paired_support import namespace_settings
+from tests.integration.tracing_support import spans
 from tests.integration.worker_support import receive_all
+
+__all__ = ["spans"]
 
 pytestmark = pytest.mark.timeout(120)
 
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 """The traceparent the application sends with its HTTP request (W3C Trace Context's example)."""
 INCOMING_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """This process traces into an in-memory exporter for the test, and stops tracing after it."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use_provider(None)
-        provider.shutdown()
 
 
 def _settings(redis_url: str, ns: LocalNamespace, entity: str) -> Settings:

@@ -10,7 +10,6 @@ and the failing receive are ``test_trace_link.py``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,27 +28,15 @@ from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
 from bridge.settings import Settings
 from tests.integration.paired_support import namespace_settings
-from tests.integration.tracing_support import metric_points, named, recorded_metrics, recorded_spans
+from tests.integration.tracing_support import meters, metric_points, named, spans
+
+__all__ = ["meters", "spans"]
 
 pytestmark = pytest.mark.timeout(120)
 
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 """The creation context the application gives its message (W3C Trace Context's example)."""
 CREATION_TRACE, CREATION_SPAN = int(INCOMING[3:35], 16), int(INCOMING[36:52], 16)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """This process traces into an in-memory exporter for the test, and stops tracing after it."""
-    with recorded_spans() as exporter:
-        yield exporter
-
-
-@pytest.fixture
-def meters() -> Iterator[InMemoryMetricReader]:
-    """This process records the messaging metrics into an in-memory reader for the test."""
-    with recorded_metrics() as reader:
-        yield reader
 
 
 def _settings(redis_url: str, ns: LocalNamespace, entity: str, **receiver: Any) -> Settings:

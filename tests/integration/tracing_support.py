@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -59,3 +60,17 @@ def metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str
                     value = getattr(point, "value", point)
                     out.setdefault(metric.name, []).append((dict(point.attributes or {}), value))
     return out
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """This process traces into an in-memory exporter for the test, and stops tracing after it."""
+    with recorded_spans() as exporter:
+        yield exporter
+
+
+@pytest.fixture
+def meters() -> Iterator[InMemoryMetricReader]:
+    """This process records the messaging metrics into an in-memory reader for the test."""
+    with recorded_metrics() as reader:
+        yield reader
