@@ -19,7 +19,7 @@ from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.shard_state import ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
-from bridge.servicebus.messages import OutgoingMessage
+from bridge.servicebus.messages import OutgoingMessage, message_id_of
 from bridge.servicebus.pool import NamespacePool
 from bridge.servicebus.sending import SendResult
 
@@ -102,9 +102,10 @@ class ShardSending(ShardState):
         now = self.ctx.clock()
         refusals: list[BatchOutcome | None] = []
         for send in sends:
-            ids = [str(m.message_id) for m in send.messages]
             left = abandoned.wait_left(self.abandoned, send.role, send.path, now)
-            refused = left > 0 and not abandoned.resent(self.abandoned_ids.get((send.role, send.path)), ids)
+            refused = left > 0 and not abandoned.resent(
+                self.abandoned_ids.get((send.role, send.path)), [message_id_of(m) for m in send.messages]
+            )
             outcome = abandoned.refused(send.role, send.path, left)
             refusals.append(BatchOutcome([outcome] * len(send.messages)) if refused else None)
         spans = [
@@ -130,8 +131,7 @@ class ShardSending(ShardState):
     ) -> BatchOutcome:
         """What one batched send's result means: outcomes, cost, metrics, journal, health, abandoned waits."""
         role, path, messages, operation = send.role, send.path, send.messages, send.operation
-        message_ids = [m.message_id for m in messages]  # the SDK's getter costs microseconds: once each
-        ids = [str(i) for i in message_ids]
+        ids = [message_id_of(m) for m in messages]
         now = self.ctx.clock()
         outcome = batch_outcome(
             self.ctx.streaks,
@@ -154,7 +154,7 @@ class ShardSending(ShardState):
                 error_type=send_spans.outcome_type(outcome.outcomes), seconds=elapsed,
             )  # fmt: skip
         backlog = path if operation is Operation.BACKLOG_SEND else None
-        self.journal.record_send(role, message_ids, outcome.outcomes, now, backlog_queue=backlog)
+        self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog)
         self._record_health(role, outcome, span, messages)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
@@ -186,7 +186,7 @@ class ShardSending(ShardState):
             "send",
             path,
             tracing.message_contexts([m.application_properties for m in messages]),
-            [m.message_id for m in messages],
+            [message_id_of(m) for m in messages],
             attributes,
         )
 

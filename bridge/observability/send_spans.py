@@ -26,6 +26,7 @@ from bridge.observability.tracing import (
     parent_context,
     span_context,
 )
+from bridge.servicebus.messages import message_id_of
 
 
 class Sent(Protocol):
@@ -145,7 +146,7 @@ def _syphon_span(
         "syphon",
         destination,
         message_contexts([m.application_properties for m in messages]),
-        [m.message_id for m in messages],
+        [message_id_of(m) for m in messages],
         attributes,
     )
 

@@ -78,6 +78,7 @@ from bridge.servicebus.messages import (
     RestoredMessage,
     barrier_of,
     from_backlog_message,
+    message_id_of,
 )
 from bridge.settings import Settings
 from bridge.state.aside import AsideStore
@@ -471,7 +472,7 @@ class BacklogSyphon:
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).
-            self.journal.sent(destination, [outgoing[p].message_id for p in result.accepted], ctx.clock())
+            self.journal.sent(destination, [message_id_of(outgoing[p]) for p in result.accepted], ctx.clock())
         accepted = set(result.accepted)
         outcomes: dict[int, Outcome] = {}
         decisions: dict[int, SyphonDecision] = {}

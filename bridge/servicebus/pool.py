@@ -48,7 +48,6 @@ from functools import partial
 from typing import TypeVar
 
 from azure.servicebus import (
-    ServiceBusMessage,
     ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
     ServiceBusReceiver,
@@ -79,6 +78,7 @@ from bridge.errors import (
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.connect_probe import ConnectProbe
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
+from bridge.servicebus.messages import OutgoingMessage, scheduled_time_of
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, send_in_batches
 from bridge.servicebus.standby import open_standby
@@ -155,7 +155,7 @@ class NamespacePool:
         self,
         role: Role,
         entity: str,
-        messages: Sequence[ServiceBusMessage],
+        messages: Sequence[OutgoingMessage],
         *,
         keys: Sequence[str | None] | None = None,
     ) -> SendResult:
@@ -194,12 +194,12 @@ class NamespacePool:
                     return
         open_standby(client, entity)
 
-    def schedule_and_cancel(self, role: Role, entity: str, message: ServiceBusMessage) -> None:
+    def schedule_and_cancel(self, role: Role, entity: str, message: OutgoingMessage) -> None:
         """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").
 
         Raises ``NamespaceError``; ``ValueError`` when the message has no scheduled time.
         """
-        when = message.scheduled_enqueue_time_utc
+        when = scheduled_time_of(message)
         if when is None:
             raise ValueError("schedule_and_cancel needs a message with scheduled_enqueue_time_utc")
         timeout = self.sdk_timeout

@@ -24,11 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+from azure.servicebus import ServiceBusMessageBatch
 from azure.servicebus.exceptions import MessageSizeExceededError
 
 from bridge.core.outcomes import describe_error
 from bridge.errors import MessagePermanentError, NamespaceError
+from bridge.servicebus.messages import OutgoingMessage
 
 
 @dataclass
@@ -62,7 +63,7 @@ class _Packer:
     def __init__(
         self,
         channel: BatchChannel,
-        messages: Sequence[ServiceBusMessage],
+        messages: Sequence[OutgoingMessage],
         namespace: str | None,
         keys: Sequence[str | None] | None,
     ) -> None:
@@ -166,7 +167,7 @@ class _Packer:
         self.work.clear()
 
 
-def _fits_alone(message: ServiceBusMessage, limit: int) -> bool:
+def _fits_alone(message: OutgoingMessage, limit: int) -> bool:
     """Whether ``message`` fits an empty batch of ``limit`` bytes (sized locally, no I/O)."""
     try:
         ServiceBusMessageBatch(max_size_in_bytes=limit).add_message(message)
@@ -177,7 +178,7 @@ def _fits_alone(message: ServiceBusMessage, limit: int) -> bool:
 
 def send_in_batches(
     channel: BatchChannel,
-    messages: Sequence[ServiceBusMessage],
+    messages: Sequence[OutgoingMessage],
     namespace: str | None = None,
     *,
     keys: Sequence[str | None] | None = None,

@@ -26,6 +26,7 @@ from bridge.servicebus.messages import (
     to_backlog_message,
     to_message,
 )
+from tests.sdk_view import as_sent
 
 WHEN = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 PROPS = {
@@ -63,7 +64,7 @@ def full_envelope(**changes: object) -> Envelope:
 
 
 def test_to_message_preserves_every_field() -> None:
-    message = to_message(full_envelope())
+    message = as_sent(to_message(full_envelope()))
     assert b"".join(message.body) == b"\x00body"
     assert (message.message_id, message.session_id, message.partition_key) == ("m-1", "s-1", "s-1")
     assert message.time_to_live == timedelta(seconds=90)
@@ -74,7 +75,7 @@ def test_to_message_preserves_every_field() -> None:
 
 
 def test_to_message_leaves_absent_fields_absent() -> None:
-    message = to_message(Envelope(entity="q", message_id="m", body=b"", accepted_at=0.0))
+    message = as_sent(to_message(Envelope(entity="q", message_id="m", body=b"", accepted_at=0.0)))
     assert message.session_id is None and message.partition_key is None and message.time_to_live is None
     assert message.scheduled_enqueue_time_utc is None and not message.application_properties
 
@@ -94,7 +95,7 @@ def test_property_values_the_sdk_would_mangle_are_typed() -> None:
 def test_backlog_message_has_no_broker_fields_only_aliases() -> None:
     decision = to_backlog_message(full_envelope())
     assert isinstance(decision, BacklogMessage) and decision.destination == "orders"
-    message = decision.message
+    message = as_sent(decision.message)
     assert message.session_id is None and message.partition_key is None
     assert message.time_to_live is None and message.scheduled_enqueue_time_utc is None
     assert message.message_id == "m-1" and b"".join(message.body) == b"\x00body"
@@ -138,14 +139,14 @@ def test_application_alias_names_are_a_conflict() -> None:
 
 
 def test_ping_messages() -> None:
-    plain = ping_message("message", "sess", 1_000.0)
+    plain = as_sent(ping_message("message", "sess", 1_000.0))
     assert (plain.content_type, plain.session_id, plain.time_to_live) == (
         PING_CONTENT_TYPE,
         "sess",
         timedelta(seconds=1),
     )
     assert b"".join(plain.body) == b"" and plain.scheduled_enqueue_time_utc is None
-    scheduled = ping_message("schedule", "sess", 1_000.0)
+    scheduled = as_sent(ping_message("schedule", "sess", 1_000.0))
     assert scheduled.scheduled_enqueue_time_utc == datetime.fromtimestamp(1_000.0, UTC) + PING_SCHEDULE_AHEAD
     assert plain.message_id != scheduled.message_id
 
@@ -160,7 +161,7 @@ def test_reply_to_session_via_partition_key_and_a_fractional_ttl_are_carried():
         reply_to_session_id="rs",
         via_partition_key="via",
     )
-    message = to_message(envelope)
+    message = as_sent(to_message(envelope))
     raw = message.raw_amqp_message
     # The SDK's setter keeps whole seconds (90 000 ms); the header carries 90 500
     assert raw.header.time_to_live == 90_500
@@ -170,4 +171,4 @@ def test_reply_to_session_via_partition_key_and_a_fractional_ttl_are_carried():
     assert Envelope.decode(envelope.encode()) == envelope
     backlog = to_backlog_message(envelope)
     assert isinstance(backlog, BacklogMessage)
-    assert backlog.message.reply_to_session_id == "rs"
+    assert as_sent(backlog.message).reply_to_session_id == "rs"
