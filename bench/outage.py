@@ -37,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,16 @@ class Outage(Chaos):
         self.say(f"phase {phase}")
 
     def outages(
-        self, primary_down: float, both_down: float, disaster: bool, watch: outage_measure.OutboxWatch
+        self,
+        primary_down: float,
+        both_down: float,
+        disaster: bool,
+        watch: outage_measure.OutboxWatch,
+        before_restore: Callable[[], None] = lambda: None,
     ) -> float:
-        """The primary down (or lost), then both; both restored. Returns when the restore began (a re-created
-        primary takes seconds to start, and the secondary is back meanwhile)."""
+        """The primary down (or lost), then both; both restored (``before_restore`` called first). Returns
+        when the restore began (a re-created primary takes seconds to start, and the secondary is back
+        meanwhile)."""
         primary, secondary = self.local.primary, self.local.secondary
         self.enter("primary_down")
         primary.control.outage()
@@ -184,6 +191,7 @@ class Outage(Chaos):
         secondary.control.outage()
         time.sleep(both_down)
         self.at_peak = watch.snapshot()
+        before_restore()
         self.enter("restored")
         secondary.control.restore()
         if disaster:
@@ -278,6 +286,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raw-rounds", type=int, default=3, help="Rounds of the raw SDK baseline.")
     parser.add_argument("--raw-messages", type=int, default=2000, help="Messages per baseline round.")
     parser.add_argument("--drain-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--drain",
+        choices=("with-receivers", "alone"),
+        default="with-receivers",
+        help="alone: the receivers are stopped (SIGSTOP) from the restore until every outbox is drained, as"
+        " if they ran on machines of their own, then continued; they take what the drain sent then.",
+    )
     parser.add_argument("--sample-interval", type=float, default=10.0)
     parser.add_argument(
         "--quiet",
@@ -368,10 +383,18 @@ def run(
 ) -> dict[str, Any]:
     """The outages, the drain, the stop, the checks; the figures."""
     cpu = outage_measure.CpuWatch(outage)
-    restored = outage.outages(args.primary_down, args.both_down, args.disaster, watch)
-    cpu.start()
-    watch.interval = 0.1  # the drain takes seconds: watch it closely
-    time.sleep(args.after)
+    empty_at = max(5, int(args.rate / 4))
+    aside = outage_measure.ReceiversAside(outage.of("receive-"), watch, empty_at, args.drain_timeout)
+    pause = aside.start if args.drain == "alone" else lambda: None
+    try:
+        restored = outage.outages(args.primary_down, args.both_down, args.disaster, watch, pause)
+        cpu.start()
+        watch.interval = 0.1  # the drain takes seconds: watch it closely
+        time.sleep(args.after)
+        if args.drain == "alone":
+            aside.join(args.drain_timeout)
+    finally:
+        aside.resume()
     outage.enter("stopping")
     for door in doors:
         door.stopping.set()
@@ -384,7 +407,10 @@ def run(
     out["sender_errors"] = errors_by_phase(doors, outage.phases)
     watch.stopping.set()
     watch.write(outage.base, outage.t0)
-    outbox = watch.drain(restored, acked_rows, empty_at=max(5, int(args.rate / 4)))
+    outbox = watch.drain(restored, acked_rows, empty_at=empty_at)
+    outbox["drain"] = args.drain
+    if aside.paused_at is not None and aside.resumed_at is not None:
+        outbox["receivers_paused_s"] = round(aside.resumed_at - aside.paused_at, 2)
     raw = outage.raw_rate["median"]
     for row in [*outbox["per_entity"].values(), outbox["all_entities"]]:
         if row.get("rate") and raw:

@@ -10,6 +10,7 @@ import csv
 import glob
 import itertools
 import os
+import signal
 import statistics
 import threading
 import time
@@ -287,6 +288,56 @@ def aggregate(per_entity: dict[str, dict[str, Any]], restored: float) -> dict[st
         reach = max(reach, end)
     moved = sum(row.get("moved", 0) for row in per_entity.values() if "rate" in row)
     return {"moved": moved, "busy_s": round(busy, 2), "rate": round(moved / busy, 1) if busy else None}
+
+
+class ReceiversAside(threading.Thread):
+    """``--drain alone``: the receivers stopped (``SIGSTOP`` to each one's process group) from the restore
+    until every entity's outbox is down to ``empty_at`` entries (or ``timeout`` s passed), then continued.
+    On this two-core machine the receivers, taking the drained messages off the same namespaces as they
+    arrive, use about as much CPU as the drain itself; stopped, the drain has the machine to itself as a
+    bridge whose consumers run elsewhere would, and the raw SDK baseline (sent with the bridge stopped)
+    has too. Their peek-locks are not renewed meanwhile; a copy whose lock expires comes again and the
+    receiver's duplicate window takes it once."""
+
+    def __init__(self, processes: list[Any], watch: OutboxWatch, empty_at: int, timeout: float) -> None:
+        super().__init__(name="receivers-aside", daemon=True)
+        self.processes = processes
+        self.watch = watch
+        self.empty_at = empty_at
+        self.timeout = timeout
+        self.paused_at: float | None = None
+        self.resumed_at: float | None = None
+        self._over = False
+        self._lock = threading.Lock()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.proc.pid, sig)
+
+    def run(self) -> None:
+        with self._lock:
+            if self._over:  # resumed before it began: never stop them
+                return
+            self._signal(signal.SIGSTOP)
+            paused = self.paused_at = time.time()
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline and self.resumed_at is None:
+            rows = self.watch.rows
+            late = rows and rows[-1][0] >= paused + 0.5
+            if late and all(n <= self.empty_at for n in rows[-1][1].values()):
+                break
+            time.sleep(0.05)
+        self.resume()
+
+    def resume(self) -> None:
+        """Continue the receivers (once; nothing when they were never stopped)."""
+        with self._lock:
+            self._over = True
+            if self.paused_at is None or self.resumed_at is not None:
+                return
+            self._signal(signal.SIGCONT)
+            self.resumed_at = time.time()
 
 
 def raw_sdk_rate(conn: str, queue: str, rounds: int = 3, count: int = 2000) -> dict[str, Any]:

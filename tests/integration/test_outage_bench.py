@@ -1,7 +1,8 @@
 """``bench.outage`` at a compressed scale: the whole stack under steady load through the primary down, then
 both namespaces down, then the restore (seconds instead of the full run's 20 and 10 minutes, and the chaos
-run's short failover and ping timings instead of the defaults), once as an outage and once as a disaster of
-the primary (its data lost, re-created empty).
+run's short failover and ping timings instead of the defaults), once as an outage (its drain alone: the
+receivers stopped from the restore until the outbox is empty) and once as a disaster of the primary (its
+data lost, re-created empty), with the receivers running through it.
 
 Four entities cover the modes (passive, active ``any``, active ``all``, paired). The run's verdict must
 be: no sender-visible error in any phase (the outbox bound holds), nothing lost (after the disaster:
@@ -98,8 +99,11 @@ def test_a_compressed_outage_of_the_primary_then_of_both_loses_nothing_and_shows
     tmp_path: Path,
 ) -> None:
     run_dir = tmp_path / "outage"
-    verdict, context = run_bench(run_dir, *SHORT, *BASELINE)
+    verdict, context = run_bench(run_dir, *SHORT, *BASELINE, "--drain", "alone")
     assert_common(verdict, context, run_dir)
+    # The receivers were stopped from the restore until the outbox was drained, then took it all.
+    assert verdict["outbox"]["drain"] == "alone", context
+    assert verdict["outbox"]["receivers_paused_s"] > 0, context
     assert verdict["lost"] == 0, context
     assert verdict["ledger_agrees"], context
     assert verdict["passed"] and verdict["returncode"] == 0, context
