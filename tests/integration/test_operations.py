@@ -203,20 +203,34 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
             # 3. primary back: ping, restore, syphon
             stack.primary.control.restore()
-            result.status = wait_until(
-                lambda: (
-                    (s := status())
-                    and _entity(s, PAYMENTS)["cost"]["syphon_sends"] == OUTAGE_PAYMENTS
-                    and not _entity(s, PAYMENTS)["paired"]["failed_over"]
-                    and sum(d["messages"] or 0 for d in s["backlog"]["depths"].values()) == 0
-                    and s
-                ),
-                # Ping, restore and the syphon's runs, plus, when a run found deferred messages it had no
-                # record of, one LockDuration (60 s here) before the next takes them: hence more than 90 s.
-                180,
-                0.5,
-                "payments restored, its backlog syphoned and measured empty",
-            )
+            seen: dict[str, Any] = {}
+
+            def restored() -> Any:
+                s = status()
+                seen.update(  # what a timeout reports: which of the three never came
+                    syphon_sends=_entity(s, PAYMENTS)["cost"]["syphon_sends"],
+                    failed_over=_entity(s, PAYMENTS)["paired"]["failed_over"],
+                    depths={q: d["messages"] for q, d in s["backlog"]["depths"].items()},
+                )
+                done = (
+                    seen["syphon_sends"] == OUTAGE_PAYMENTS
+                    and not seen["failed_over"]
+                    and sum(n or 0 for n in seen["depths"].values()) == 0
+                )
+                return s if done else None
+
+            try:
+                result.status = wait_until(
+                    restored,
+                    # Ping, restore and the syphon's runs, plus, when a run found deferred messages it had
+                    # no record of, one LockDuration (60 s here) before the next takes them: more than 90 s.
+                    180,
+                    0.5,
+                    "payments restored, its backlog syphoned and measured empty",
+                )
+            except TimeoutError as exc:
+                expected = f"expected {OUTAGE_PAYMENTS} syphon sends"
+                raise TimeoutError(f"{exc}; last seen: {seen} ({expected})") from None
             # A syphon run records its counts when it ends (its budget after the last move): scrape after.
             worker_metrics = f"http://127.0.0.1:{ports['worker']}/metrics"
             wait_until(
