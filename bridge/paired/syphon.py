@@ -78,7 +78,6 @@ from bridge.servicebus.messages import (
     RestoredMessage,
     barrier_of,
     from_backlog_message,
-    message_id_of,
 )
 from bridge.settings import Settings
 from bridge.state.aside import AsideStore
@@ -464,15 +463,15 @@ class BacklogSyphon:
     ) -> None:
         ctx = self.ctx
         self._renew_locks_if_due(batch)
-        items = [restored[index] for index in indexes]
+        items = [cast(RestoredMessage, restored[index]) for index in indexes]
         assert all(isinstance(item, RestoredMessage) for item in items)
-        outgoing = [cast(RestoredMessage, item).message for item in items]
+        outgoing = [item.message for item in items]
         primary = ctx.settings.primary
         result = send_spans.syphon_send(ctx.pool.send, primary, self.queue, destination, outgoing)
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).
-            self.journal.sent(destination, [message_id_of(outgoing[p]) for p in result.accepted], ctx.clock())
+            self.journal.sent(destination, [items[p].fields.message_id for p in result.accepted], ctx.clock())
         accepted = set(result.accepted)
         outcomes: dict[int, Outcome] = {}
         decisions: dict[int, SyphonDecision] = {}

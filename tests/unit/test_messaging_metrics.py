@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from bridge.observability import messaging_metrics
-from tests.integration.tracing_support import metric_points
+from tests.integration.tracing_support import metric_points, recorded_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SENT, DURATION, CONSUMED = (
@@ -28,14 +27,8 @@ SENT, DURATION, CONSUMED = (
 
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    messaging_metrics.use_provider(provider)
-    try:
-        yield reader
-    finally:
-        messaging_metrics.use_provider(None)
-        provider.shutdown()
+    with recorded_metrics() as recorded:
+        yield recorded
 
 
 @pytest.mark.parametrize(
