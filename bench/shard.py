@@ -1,6 +1,7 @@
 """One outbox shard's ceiling: how fast one drainer empties a full shard, against the raw SDK in the same run.
 
     python -m bench.shard [--messages 10000] [--rounds 2] [--appendfsync always|everysec]
+                          [--mode passive|any|all]
 
 Starts a ``LocalStack`` (private redis-server with AOF, ``appendfsync always`` unless told otherwise; two
 local namespaces as real processes), no worker: the drainer runs in this process, so its CPU time is
@@ -9,7 +10,8 @@ measured alone. Each round, with 1 KB bodies:
 1. **raw SDK**: one warm ``ServiceBusSender`` sends ``--messages`` messages with a MessageId in lists of 200
    (one batch each, as the drainer reads 200 entries at a time): msgs/s and CPU microseconds per message
    of this process (the SDK's threads included);
-2. **one shard**: the same number written to the outbox of a passive entity with one shard
+2. **one shard**: the same number written to the outbox of an entity with one shard (passive, or active
+   with ``--mode any|all``: every message goes to both namespaces at once, so a message costs two sends)
    (``Producer.send_batch``, not timed), then drained by ``ShardDrainer.run`` until all are acknowledged:
    msgs/s, CPU microseconds per message of this process (drainer, its settler and read-ahead threads, the
    SDK's threads) and of Redis (``INFO cpu``), and Redis commands per message.
@@ -35,6 +37,11 @@ BODY = b"x" * 1024
 ENTITY = "bench-shard"
 RAW_QUEUE = "bench-shard-raw"
 BATCH = 200
+MODES: dict[str, dict[str, str]] = {
+    "passive": {"replication": "passive"},
+    "any": {"replication": "active", "success_policy": "any"},
+    "all": {"replication": "active", "success_policy": "all"},
+}
 
 
 def raw_round(conn: str, total: int, tag: str) -> tuple[float, float]:
@@ -94,6 +101,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=10000, help="messages per round and side")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--appendfsync", default="always", choices=["always", "everysec"])
+    parser.add_argument("--mode", default="passive", choices=list(MODES))
     args = parser.parse_args()
     total = args.messages - args.messages % 1000
 
@@ -104,11 +112,11 @@ def main() -> None:
 
     base = Path(tempfile.mkdtemp(prefix="bench-shard-"))
     print(
-        f"bench.shard: 1 KB messages, {total} per round and side, {args.rounds} rounds, one passive entity "
-        f"with one outbox shard drained in this process, Redis appendfsync {args.appendfsync}",
+        f"bench.shard: 1 KB messages, {total} per round and side, {args.rounds} rounds, one {args.mode} "
+        f"entity with one outbox shard drained in this process, Redis appendfsync {args.appendfsync}",
         flush=True,
     )
-    stack = LocalStack(base, entities={ENTITY: {}}, settings={"BRIDGE_LOG_LEVEL": "WARNING"})
+    stack = LocalStack(base, entities={ENTITY: MODES[args.mode]}, settings={"BRIDGE_LOG_LEVEL": "WARNING"})
     stack.redis.appendfsync = args.appendfsync
     raws: list[tuple[float, float]] = []
     shards: list[dict[str, float]] = []

@@ -21,7 +21,7 @@ from bridge.observability import messaging_metrics, metrics, send_spans, tracing
 from bridge.observability.send_spans import SendSpan
 from bridge.servicebus.messages import OutgoingMessage, message_id_of
 from bridge.servicebus.pool import NamespacePool
-from bridge.servicebus.sending import SendResult
+from bridge.servicebus.sending import SendResult, SharedBatches
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,8 @@ class BatchSend:
     messages: Sequence[OutgoingMessage]
     operation: Operation
     keys: Sequence[str | None] | None = None
+    shared: SharedBatches | None = None
+    """Set on the sends of the same messages to several namespaces: their batches are packed once."""
 
 
 def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int, tuple[SendResult, float]]:
@@ -45,7 +47,7 @@ def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int,
     def call(index: int, send: BatchSend) -> None:
         try:
             started = time.perf_counter()
-            result = pool.send(send.role, send.path, send.messages, keys=send.keys)
+            result = pool.send(send.role, send.path, send.messages, keys=send.keys, shared=send.shared)
             results[index] = (result, time.perf_counter() - started)
         except BaseException as exc:  # raised again on the drainer's thread
             errors.append(exc)

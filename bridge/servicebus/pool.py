@@ -41,6 +41,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -80,7 +81,7 @@ from bridge.servicebus.connect_probe import ConnectProbe
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.messages import OutgoingMessage, scheduled_time_of
 from bridge.servicebus.refresh import LinkRefresher
-from bridge.servicebus.sending import SendResult, send_in_batches
+from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
 from bridge.servicebus.standby import open_standby
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
@@ -98,9 +99,21 @@ class _Channel:
         self.pool, self.client, self.sender, self.entity = pool, client, sender, entity
 
     def new_batch(self) -> ServiceBusMessageBatch:
-        return self.pool._call(
+        """An empty batch sized for the link. The first one of a sender comes from the SDK under the
+        deadline (``create_message_batch`` opens the link to learn its size); later ones are made here
+        with that size (``ServiceBusMessageBatch(max_size_in_bytes=...)``, no I/O), so that a batched
+        send hands one call to an attempt thread, not two."""
+        limits = self.pool._batch_limits
+        with self.pool._limits_lock:
+            limit = limits.get(self.sender)
+        if limit is not None:
+            return ServiceBusMessageBatch(max_size_in_bytes=limit)
+        batch = self.pool._call(
             self.client, f"batch for {self.entity}", self.sender.create_message_batch, probe=True
         )
+        with self.pool._limits_lock:
+            limits[self.sender] = batch.max_size_in_bytes
+        return batch
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         timeout = self.pool.sdk_timeout
@@ -137,6 +150,9 @@ class NamespacePool:
         self._clock = clock
         self._lock = threading.Lock()
         self._clients: dict[Role, RoleClient] = {}
+        self._batch_limits: weakref.WeakKeyDictionary[ServiceBusSender, int] = weakref.WeakKeyDictionary()
+        """Each open sender's batch size limit, learnt from its first batch (``_Channel.new_batch``)."""
+        self._limits_lock = threading.Lock()
         self._coupling = CouplingState()
         self._generation = 0
         self._timer: threading.Timer | None = None
@@ -158,12 +174,14 @@ class NamespacePool:
         messages: Sequence[OutgoingMessage],
         *,
         keys: Sequence[str | None] | None = None,
+        shared: SharedBatches | None = None,
     ) -> SendResult:
         """Send ``messages`` to ``entity`` in order, in as few batches as fit; never raises for failures.
 
         ``SendResult.accepted`` lists the indexes the namespace accepted, ``failed`` maps the others to
         their ``NamespaceError`` (``bridge.servicebus.sending`` describes which fail with what, and what
-        ``keys``, the messages' order keys, change).
+        ``keys``, the messages' order keys, change). ``shared``: the batches are packed once for the
+        other namespace's send of the same messages, at the same time (``SharedBatches``).
         """
         if not messages:
             return SendResult()
@@ -172,7 +190,7 @@ class NamespacePool:
         try:
             with self._using(role, f"send:{entity}") as client:
                 channel = _Channel(self, client, client.sender(entity), entity)
-                result = send_in_batches(channel, messages, namespace=role, keys=keys)
+                result = send_in_batches(channel, messages, namespace=role, keys=keys, shared=shared)
         except NamespaceError as error:
             return SendResult(failed=dict.fromkeys(range(len(messages)), error))
         if result.accepted:

@@ -13,12 +13,17 @@ batch is one transfer, accepted or refused as a whole) and reports, per message 
   messages of its key: they fail with ``MessagePermanentError`` unsent, so none of them lands past it (a
   paired backlog send, whose refused message waits for the primary). Without ``keys`` the others go on.
 
+Active mode sends the same messages to both namespaces at once: with one ``SharedBatches`` for both
+sends, each batch is packed (encoded) once and the same ``ServiceBusMessageBatch`` goes to both; the
+outcomes are those of packing for each namespace alone.
+
 The channel does the I/O (``NamespacePool`` passes one that runs each SDK call under the attempt deadline
 and translates errors); this module never raises for a send failure.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +64,49 @@ class BatchChannel(Protocol):
         ...
 
 
+class _Packed:
+    """One batch packed for several namespaces: what a packer that reuses it must take over."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.batch: ServiceBusMessageBatch | None = None
+        self.members: list[int] = []
+        self.reasons: dict[int, str] = {}
+        """Messages skipped while packing it (too large, not encodable): they fail for every namespace."""
+        self.end = 0
+        """The first message index after it."""
+
+    def wait(self) -> _Packed | None:
+        self.ready.wait()
+        return self if self.batch is not None else None
+
+
+class SharedBatches:
+    """Batches packed once and sent to several namespaces (active mode's copies of the same messages).
+
+    Why: packing is most of a send's CPU (the SDK encodes each message twice to size and add it), and an
+    active entity sends every message to both namespaces. The first packer to reach a batch's first
+    message packs it; the other waits for it and sends the same ``ServiceBusMessageBatch`` (a send reads
+    the batch, it never changes it). A packer that has left the plain path (a batch refused as
+    message-permanent, whose messages it now sends one by one; keys stopped), or whose link takes smaller
+    batches than the one packed, packs its own from there: the outcomes are exactly those of packing
+    alone. Thread-safe: each namespace's send runs on a thread of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._packed: dict[int, _Packed] = {}
+
+    def claim(self, start: int) -> tuple[_Packed, bool]:
+        """The batch that starts at message ``start``, and True when the caller is to pack it."""
+        with self._lock:
+            packed = self._packed.get(start)
+            if packed is not None:
+                return packed, False
+            packed = self._packed[start] = _Packed()
+            return packed, True
+
+
 class _Packer:
     def __init__(
         self,
@@ -66,11 +114,13 @@ class _Packer:
         messages: Sequence[OutgoingMessage],
         namespace: str | None,
         keys: Sequence[str | None] | None,
+        shared: SharedBatches | None = None,
     ) -> None:
         self.channel = channel
         self.messages = messages
         self.namespace = namespace
         self.keys = keys
+        self.shared = shared
         self.stopped: set[str] = set()
         """Keys whose message failed for good: their later messages are not sent."""
         self.result = SendResult()
@@ -78,36 +128,81 @@ class _Packer:
         self.alone: set[int] = set()
         self.batch: ServiceBusMessageBatch | None = None
         self.members: list[int] = []
+        self.reasons: dict[int, str] = {}
 
     def run(self) -> SendResult:
-        while self.work or self.members:
-            if not self.work:
-                self.flush()  # may put a refused batch's messages back to be sent one by one
-                continue
-            index = self.work.popleft()
-            if self._key(index) in self.stopped:
-                self.result.failed[index] = MessagePermanentError(
-                    f"{self.namespace or 'namespace'}: message {index} not sent: an earlier message of its "
-                    "key was refused for good",
-                    namespace=self.namespace,
-                )
-                continue
-            if self.members and index in self.alone:
-                self.work.appendleft(index)
-                self.flush()
-                continue
+        while self._skip_stopped():
             if self.batch is None:
                 try:
                     self.batch = self.channel.new_batch()
                 except NamespaceError as error:
-                    self.fail_rest([index], error)
+                    self.fail_rest([], error)
                     break
-            if self.add(index) and index in self.alone:
-                self.flush()
+            if self.shared is not None and not self.alone and not self.stopped:
+                self._fill_shared(self.shared)
+            else:
+                self._fill()
+            self.flush()  # may put a refused batch's messages back to be sent one by one
         return self.result
 
-    def add(self, index: int) -> bool:
-        """Add message ``index`` to the open batch; False when it went elsewhere (requeued or failed)."""
+    def _fill_shared(self, shared: SharedBatches) -> None:
+        """Fill the open batch from ``shared``: pack it for every namespace, or take the one packed."""
+        assert self.batch is not None
+        start = self.work[0]
+        packed, mine = shared.claim(start)
+        if mine:
+            try:
+                self._fill()
+            finally:
+                packed.batch, packed.members = self.batch, list(self.members)
+                packed.reasons = {i: r for i, r in self.reasons.items() if start <= i < self._next()}
+                packed.end = self._next()
+                packed.ready.set()
+            return
+        taken = packed.wait()
+        if (
+            taken is None
+            or taken.batch is None
+            or taken.batch.max_size_in_bytes > self.batch.max_size_in_bytes
+        ):
+            self._fill()  # packed for a link that takes larger batches than ours (or not at all)
+            return
+        self.batch, self.members = taken.batch, list(taken.members)
+        for index, reason in taken.reasons.items():
+            self.fail_permanent(index, reason)
+        while self.work and self.work[0] < taken.end:
+            self.work.popleft()
+
+    def _next(self) -> int:
+        return self.work[0] if self.work else len(self.messages)
+
+    def _skip_stopped(self) -> bool:
+        """Fail the next messages whose key is stopped; True when a message is left to send."""
+        while self.work and self._key(self.work[0]) in self.stopped:
+            index = self.work.popleft()
+            self.result.failed[index] = MessagePermanentError(
+                f"{self.namespace or 'namespace'}: message {index} not sent: an earlier message of its "
+                "key was refused for good",
+                namespace=self.namespace,
+            )
+        return bool(self.work)
+
+    def _fill(self) -> None:
+        """Add messages in order until the batch is full, a message must go alone, or none is left."""
+        while self._skip_stopped():
+            index = self.work[0]
+            if self.members and index in self.alone:
+                return  # it goes in a batch of its own, next
+            self.work.popleft()
+            added = self.add(index)
+            if added is None:
+                return  # the batch is full: it goes first, then this message opens the next
+            if added and index in self.alone:
+                return
+
+    def add(self, index: int) -> bool | None:
+        """Add message ``index`` to the open batch: True, False when it failed for good, None when the
+        batch is full (the message is put back first in line)."""
         assert self.batch is not None
         message = self.messages[index]
         try:
@@ -115,10 +210,9 @@ class _Packer:
         except MessageSizeExceededError as exc:
             limit = self.batch.max_size_in_bytes
             if self.members and _fits_alone(message, limit):
-                self.work.appendleft(index)  # the batch is full: send it, then this one opens the next
-                self.flush()
-            else:
-                self.fail_permanent(index, f"too large for any batch ({limit} bytes): {exc}")
+                self.work.appendleft(index)
+                return None
+            self.fail_permanent(index, f"too large for any batch ({limit} bytes): {exc}")
             return False
         except (TypeError, ValueError) as exc:  # the SDK cannot encode it (e.g. a property value type)
             self.fail_permanent(index, f"cannot be encoded: {describe_error(exc)}")
@@ -148,6 +242,7 @@ class _Packer:
         self.result.batches += 1
 
     def fail_permanent(self, index: int, reason: str) -> None:
+        self.reasons[index] = reason
         self.result.failed[index] = MessagePermanentError(
             f"{self.namespace or 'namespace'}: message {index} {reason}", namespace=self.namespace
         )
@@ -182,9 +277,11 @@ def send_in_batches(
     namespace: str | None = None,
     *,
     keys: Sequence[str | None] | None = None,
+    shared: SharedBatches | None = None,
 ) -> SendResult:
     """Send ``messages`` in order in as few batches as fit; see the module docstring for failures and
-    ``keys``."""
+    ``keys``. With ``shared``, the batches are packed once for every namespace that sends the same
+    messages with it (``SharedBatches``)."""
     if keys is not None and len(keys) != len(messages):
         raise ValueError(f"{len(keys)} keys for {len(messages)} messages")
-    return _Packer(channel, messages, namespace, keys).run()
+    return _Packer(channel, messages, namespace, keys, shared).run()

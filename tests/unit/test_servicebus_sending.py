@@ -6,26 +6,30 @@ tests/integration/test_servicebus_send.py); batches, encoding and size limits ar
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
 from bridge.errors import MessagePermanentError, NamespaceError, NamespaceOutageError
-from bridge.servicebus.sending import send_in_batches
+from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
 
 LIMIT = 4096
 
 
 class Recorder:
-    """Creates real batches of ``LIMIT`` bytes, records what is sent, fails when ``fail`` says so."""
+    """Creates real batches of ``limit`` bytes, records what is sent, fails when ``fail`` says so."""
 
-    def __init__(self, fail: Callable[[list[str]], NamespaceError | None] = lambda ids: None) -> None:
+    def __init__(
+        self, fail: Callable[[list[str]], NamespaceError | None] = lambda ids: None, limit: int = LIMIT
+    ) -> None:
         self.sent: list[list[str]] = []
+        self.batches: list[ServiceBusMessageBatch] = []
         self.fail = fail
-        self.open: list[tuple[ServiceBusMessageBatch, list[str]]] = []
+        self.limit = limit
 
     def new_batch(self) -> ServiceBusMessageBatch:
-        return ServiceBusMessageBatch(max_size_in_bytes=LIMIT)
+        return ServiceBusMessageBatch(max_size_in_bytes=self.limit)
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         ids = [str(m.message_id) for m in batch._messages]  # the batch's own record of what it holds
@@ -33,6 +37,24 @@ class Recorder:
         if error is not None:
             raise error
         self.sent.append(ids)
+        self.batches.append(batch)
+
+
+def both(
+    primary: Recorder, secondary: Recorder, messages: list[ServiceBusMessage]
+) -> tuple[SendResult, SendResult]:
+    """The two namespaces' sends of the same messages with one ``SharedBatches``, at the same time."""
+    shared = SharedBatches()
+    results: dict[str, SendResult] = {}
+
+    def send(name: str, channel: Recorder) -> None:
+        results[name] = send_in_batches(channel, messages, namespace=name, shared=shared)
+
+    thread = threading.Thread(target=send, args=("secondary", secondary))
+    thread.start()
+    send("primary", primary)
+    thread.join(10)
+    return results["primary"], results["secondary"]
 
 
 def msgs(*sizes: int) -> list[ServiceBusMessage]:
@@ -112,3 +134,47 @@ def test_with_keys_a_broker_refusal_stops_the_later_messages_of_its_key() -> Non
     result = send_in_batches(channel, msgs(10, 10, 10, 10), keys=["k", "k", "k", "n"])
     assert result.accepted == [0, 3] and result.failed[1] is refusal and 2 in result.failed
     assert channel.sent == [["0"], ["3"]]
+
+
+# ---- one packing for two namespaces (active mode's copies) -------------------------------------------------
+def test_shared_batches_are_packed_once_and_sent_to_both_namespaces() -> None:
+    primary, secondary = Recorder(), Recorder()
+    first, second = both(primary, secondary, msgs(*[1000] * 7))
+    assert first.accepted == second.accepted == list(range(7)) and first.batches == second.batches == 3
+    assert primary.sent == secondary.sent == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+    # The very same batch objects: each message was encoded once, not once per namespace.
+    assert [id(b) for b in primary.batches] == [id(b) for b in secondary.batches]
+
+
+def test_shared_batches_carry_the_messages_that_fail_for_good_to_both_namespaces() -> None:
+    bad = ServiceBusMessage(b"x", message_id="2", application_properties={"p": object()})  # type: ignore[dict-item]
+    messages = [*msgs(10, LIMIT * 2), bad, ServiceBusMessage(b"y", message_id="3")]
+    first, second = both(Recorder(), Recorder(), messages)
+    for result, name in ((first, "primary"), (second, "secondary")):
+        assert result.accepted == [0, 3] and set(result.failed) == {1, 2}
+        assert all(
+            isinstance(e, MessagePermanentError) and e.namespace == name for e in result.failed.values()
+        )
+        assert "too large" in str(result.failed[1]) and "cannot be encoded" in str(result.failed[2])
+
+
+def test_a_namespace_whose_link_takes_smaller_batches_packs_its_own() -> None:
+    primary, secondary = Recorder(limit=LIMIT * 4), Recorder()
+    first, second = both(primary, secondary, msgs(*[1000] * 7))
+    assert first.accepted == second.accepted == list(range(7))
+    # Whichever packed first, each namespace's batches fit its own limit and keep the order.
+    assert secondary.sent == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+    assert [i for ids in primary.sent for i in ids] == [str(i) for i in range(7)]
+    assert all(b.max_size_in_bytes <= LIMIT for b in secondary.batches)
+
+
+def test_a_failure_in_one_namespace_changes_nothing_in_the_other() -> None:
+    outage = NamespaceOutageError("down", namespace="primary")
+    refusal = MessagePermanentError("size exceeded", namespace="secondary")
+    primary = Recorder(fail=lambda ids: outage if "3" in ids else None)
+    secondary = Recorder(fail=lambda ids: refusal if "1" in ids else None)
+    first, second = both(primary, secondary, msgs(*[1000] * 7))
+    assert first.accepted == [0, 1, 2] and first.failed == dict.fromkeys(range(3, 7), outage)
+    # The secondary's refused batch is sent one by one there, as when it sends alone.
+    assert second.accepted == [0, 2, 3, 4, 5, 6] and second.failed == {1: refusal}
+    assert secondary.sent == [["0"], ["2"], ["3", "4", "5"], ["6"]]

@@ -18,7 +18,8 @@ from bridge.core.replication import decide_active
 from bridge.delivery.modes.base import SendPort, envelope_of, final
 from bridge.delivery.shard_sending import BatchSend
 from bridge.outbox.reader import OutboxEntry
-from bridge.servicebus.messages import to_message
+from bridge.servicebus.messages import OutgoingMessage, to_message
+from bridge.servicebus.sending import SharedBatches
 
 
 class ActiveSender:
@@ -30,11 +31,23 @@ class ActiveSender:
         delivered = port.ctx.retry.delivered(port.entity, port.shard, [e.entry_id for e in entries])
         outcomes: list[dict[Target, Outcome]] = [{} for _ in entries]
         sends: list[tuple[Target, list[int], BatchSend]] = []
+        todos = {
+            target: [i for i, e in enumerate(entries) if target not in delivered.get(e.entry_id, ())]
+            for target in (PRIMARY, SECONDARY)
+        }
+        # One message per entry for both copies (the SDK reads it into a batch without changing it), and,
+        # when both namespaces are to get the same messages, one packing of them for both.
+        built: dict[int, OutgoingMessage] = {}
+        shared = SharedBatches() if todos[PRIMARY] == todos[SECONDARY] else None
         for target, op in ((PRIMARY, Operation.PRIMARY_SEND), (SECONDARY, Operation.BACKUP_SEND)):
-            todo = [i for i, e in enumerate(entries) if target not in delivered.get(e.entry_id, ())]
+            todo = todos[target]
             if todo:
-                messages = [to_message(envelope_of(entries[i])) for i in todo]
-                sends.append((target, todo, BatchSend(target.namespace, port.entity, messages, op)))
+                for i in todo:
+                    if i not in built:
+                        built[i] = to_message(envelope_of(entries[i]))
+                messages = [built[i] for i in todo]
+                send = BatchSend(target.namespace, port.entity, messages, op, shared=shared)
+                sends.append((target, todo, send))
         # Both copies at once: each namespace gets the shard's batches in order, the next batch goes
         # after both answered, as before; only the two namespaces' work overlaps.
         results = port.send_each([send for _, _, send in sends])
