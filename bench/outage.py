@@ -427,19 +427,33 @@ def run(
     cpu.stopping.set()
     if whole:
         whole["cpu"] = cpu.over(restored, restored + whole["seconds"])
-    verdict = finish(outage, args, same_count=whole["moved"] if whole else 0)
+    window = (restored, restored + whole["seconds"]) if whole else None
+    verdict = finish(outage, args, same_count=whole["moved"] if whole else 0, window=window)
     same = verdict.pop("raw_same_count_s", None)
+    sends = verdict.pop("sends_in_window", None)
     if whole and whole["rate"] and same:
         whole["raw_sdk_seconds"] = round(same, 2)
         whole["raw_sdk_rate"] = round(whole["moved"] / same, 1)
         whole["rate_vs_raw_sdk"] = round(whole["rate"] / whole["raw_sdk_rate"], 2)
+        if sends:
+            # Each namespace's work: active mode sends every message to both, the syphon moves the
+            # backlog; the raw SDK sends each of its messages once.
+            whole["sends"] = sends
+            whole["sends_rate"] = round(sends / whole["seconds"], 1)
+            whole["sends_vs_raw_sdk"] = round(whole["sends_rate"] / whole["raw_sdk_rate"], 2)
     verdict["ride_out"] = ride_out(outbox, verdict["accepted_size_mean"])
     return {**out, **verdict}
 
 
-def finish(outage: Outage, args: argparse.Namespace, same_count: int = 0) -> dict[str, Any]:
+def finish(
+    outage: Outage,
+    args: argparse.Namespace,
+    same_count: int = 0,
+    window: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     """Stop the bridge processes, time the raw SDK sending ``same_count`` messages (as many as the drain
-    moved), peek the namespaces, run the ledger and the checker."""
+    moved), peek the namespaces, run the ledger and the checker; with ``window`` (the drain, wall-clock
+    seconds), count the copies the namespaces accepted in it (the journal's ``sent`` events)."""
     if outage.sampler is not None:  # the chart ends with the run, not with the checks after it
         outage.sampler.stopping.set()
         outage.sampler.join(10)
@@ -487,6 +501,10 @@ def finish(outage: Outage, args: argparse.Namespace, same_count: int = 0) -> dic
     verdict.update(syphoned=len(syphoned), sent_to_backlog=len(backlogged))
     verdict["backlog_not_syphoned"] = len(backlogged - syphoned)
     verdict["accepted_size_mean"] = round(outage_measure.accepted_size(rows), 1)
+    if window is not None:
+        verdict["sends_in_window"] = sum(
+            1 for r in rows if r["kind"] == "sent" and window[0] <= r["time"].timestamp() <= window[1]
+        )
     if args.disaster:
         verdict.update(disaster(outage, rows, held))
     verdict["raw_same_count_s"] = same

@@ -390,10 +390,12 @@ def raw_sdk_seconds(conn: str, queue: str, counts: list[int], warm_up: int = 500
 
 def journal_rows(folder: Path) -> list[dict[str, Any]]:
     """Every rolled journal row (``kind``, ``message_id``, ``namespace``, ``role``, ``path``, ``size``,
-    ``stream_ms``) of the run's journal folder (what ``bridge report`` read)."""
+    ``stream_ms``, ``time``) of the run's journal folder (what ``bridge report`` read)."""
     import pyarrow.parquet as pq
 
-    columns = ["entity", "kind", "message_id", "namespace", "role", "path", "size", "stream_ms", "event_id"]
+    columns = [
+        "entity", "kind", "message_id", "namespace", "role", "path", "size", "stream_ms", "event_id", "time"
+    ]  # fmt: skip
     rows: dict[str, dict[str, Any]] = {}
     for name in glob.glob(str(folder / "**" / "*.parquet"), recursive=True):
         for row in pq.read_table(name, columns=columns).to_pylist():
