@@ -122,8 +122,14 @@ class ShardDrainer(ShardSending, ShardSettling):
                 log.info("entity %s shard %d: hold time not recorded: %s", self.entity, self.shard, exc)
 
     def let_go(self, keeper: LeaseKeeper, held: HeldLease) -> None:
-        """Release the lease and delete this process's consumer if it has nothing pending (best effort:
-        an unreleased lease expires, an idle consumer is pruned by the next holder)."""
+        """Wait for the bookkeeping still on its way, then release the lease and delete this process's
+        consumer if it has nothing pending (best effort: an unreleased lease expires, an idle consumer is
+        pruned by the next holder; an entry whose acknowledgement failed stays pending and the next
+        holder sends it again)."""
+        try:
+            self.settler.close()
+        except Exception as exc:  # a lost lease or Redis failing: the next holder claims what is pending
+            log.warning("entity %s shard %d: bookkeeping not finished: %s", self.entity, self.shard, exc)
         try:
             keeper.release(held)
             if self._taken_over:  # else this tenure never read: no group to leave, maybe none at all
@@ -149,9 +155,16 @@ class ShardDrainer(ShardSending, ShardSettling):
             raise
         try:
             self.read_ahead.close()
-        finally:
-            self.settler.close()
-        self._count(self.take_cost())
+            # The turn's bookkeeping finishes behind it (``bridge.delivery.settler``); a failure of it
+            # ends this turn, or the next one, with the error.
+            cost = self.take_cost()
+            if cost.total:
+                self.settler.submit(lambda: self._count(cost))
+            else:
+                self.settler.check()
+        except BaseException:
+            self.settler.close(quiet=True)
+            raise
         return end
 
     def _turn(self, held: HeldLease, stop: threading.Event, deadline: float) -> TurnEnd:

@@ -33,7 +33,8 @@ first ``HOT_SECONDS`` idle also in the hot watcher's) and one lease renewal per 
 ``workers.lease_ttl`` (pipelined); per process one heartbeat per tick, one ``SMEMBERS`` of the entity set
 and one pipelined read of their layouts, and, only while it holds less than its share, a pipelined
 ``EXISTS`` of the other shards' leases (at most ``PROBES_PER_SECOND`` keys a second). A process runs
-``drain_threads`` + 4 threads of its own (and a settler thread per turn in progress) whatever it owns.
+``drain_threads`` + 4 threads of its own (and up to 8 settling and 8 read-ahead threads shared by its
+drainers) whatever it owns.
 """
 
 from __future__ import annotations

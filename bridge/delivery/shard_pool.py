@@ -35,10 +35,9 @@ How (one ``ShardPool`` per ``DrainService``):
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
   acknowledgement only after a namespace accepted.
 
-Threads per process: ``drain_threads`` + 2 watchers + the service's coordinator, and during a turn that sends
-a fully accepted batch one settler thread (``bridge.delivery.settler``), and up to 8 read-ahead threads
-shared by all drainers (``bridge.delivery.read_ahead``); Redis connections at most as
-many, whatever the number of shards.
+Threads per process: ``drain_threads`` + 2 watchers + the service's coordinator, up to 8 settling threads
+(``bridge.delivery.settler``) and up to 8 read-ahead threads (``bridge.delivery.read_ahead``), both shared
+by all drainers; Redis connections at most as many, whatever the number of shards.
 """
 
 from __future__ import annotations
