@@ -313,6 +313,7 @@ class ShardDrainer(ShardSending, ShardSettling):
         """Send and settle a batch in order; False when the shard must stop (a Retry)."""
         good: list[OutboxEntry] = []
         self.journal.clear()
+        self.health_due.clear()
         for entry in entries:
             if entry.envelope is None:
                 if not self.ctx.reader.problem_room(self.entity, "quarantine"):

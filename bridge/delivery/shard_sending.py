@@ -157,7 +157,11 @@ class ShardSending(ShardState):
             )  # fmt: skip
         backlog = path if operation is Operation.BACKLOG_SEND else None
         self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog)
-        self._record_health(role, outcome, span, messages)
+        if outcome.all_ok:
+            # "Available" is all it can say: written with the batch's settlement, off the send's path.
+            self.health_due.append((role, outcome))
+        else:
+            self._record_health(role, outcome, span, messages)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
@@ -216,6 +220,11 @@ class ShardSending(ShardState):
         ):
             del self.abandoned[key], self.abandoned_ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
+
+    def record_due_health(self, due: list[tuple[Role, BatchOutcome]]) -> None:
+        """Record the health after sends that every message went through (``ShardState.health_due``)."""
+        for role, outcome in due:
+            self._record_health(role, outcome, None, ())
 
     def _record_health(
         self, role: Role, outcome: BatchOutcome, span: SendSpan | None, messages: Sequence[OutgoingMessage]

@@ -12,7 +12,7 @@ from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
 from bridge.core.partitioning import partition_key
-from bridge.core.roles import Swap
+from bridge.core.roles import Role, Swap
 from bridge.core.settle import (
     Acknowledge,
     DeadLetterEntry,
@@ -22,6 +22,7 @@ from bridge.core.settle import (
     Stop,
     plan_settlement,
 )
+from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, ShardState, message_id_of
 from bridge.errors import ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
@@ -53,12 +54,14 @@ class ShardSettling(ShardState):
         for alert in plan.alerts:
             log.error("entity %s: %s", self.entity, alert)
         self._apply_changes(plan.changes)
+        due = self.take_health_due()
         if plan.behind:
-            # Every entry accepted: journal and acknowledgement are written behind us (``settler``).
+            # Every entry accepted: journal, acknowledgement and health are written behind us (``settler``).
             batch, accepted = self.journal.take(), list(entries)
-            self.settler.submit(lambda: self._settle_accepted(batch, accepted))
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted, due))
             return True
         self.settler.flush()
+        self.record_due_health(due)
         self._count(self.take_cost())
         full = self._settle_in_line(entries, plan)
         if plan.stop is not None:
@@ -140,10 +143,14 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry]) -> None:
+    def _settle_accepted(
+        self, batch: JournalBatch, entries: list[OutboxEntry], due: list[tuple[Role, BatchOutcome]]
+    ) -> None:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
         batch.write(self.ctx.journal, self.entity)
         self._ack(entries)
+        # A namespace that was down is announced back from here (a few milliseconds after its send).
+        self.record_due_health(due)
 
     def _count(self, cost: CostTally) -> None:
         """Write the send counters (``ShardState.cost``): with an in-line settlement, and once a turn."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bridge.core.cost import CostTally
 from bridge.core.roles import Role
+from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.read_ahead import ReadAhead
 from bridge.delivery.settler import Settler
@@ -102,6 +103,10 @@ class ShardState:
             dual=self.mode == "active",
         )
         """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
+        self.health_due: list[tuple[Role, BatchOutcome]] = []
+        """This batch's sends that every message of went through: their namespaces' health is recorded
+        with the batch's settlement (``ShardSending._record_send``), behind the drainer when it settles
+        behind."""
         self.settler = Settler()
         """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
         self.read_ahead = ReadAhead()
@@ -110,6 +115,15 @@ class ShardState:
         """The billable sends not yet counted in Redis: written with a settlement in line and at the end
         of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
         one that died between a send and its count always did)."""
+
+    def record_due_health(self, due: list[tuple[Role, BatchOutcome]]) -> None:
+        """Record the health of the namespaces of ``due`` (``health_due``; ``ShardSending`` does it)."""
+        raise NotImplementedError
+
+    def take_health_due(self) -> list[tuple[Role, BatchOutcome]]:
+        """The health records this batch owes (and forget them)."""
+        due, self.health_due = self.health_due, []
+        return due
 
     def take_cost(self) -> CostTally:
         """The sends counted so far and not yet written (and forget them)."""
