@@ -39,11 +39,15 @@ def test_work_runs_in_the_order_it_was_handed_over_one_piece_at_a_time() -> None
 def test_a_failure_is_raised_in_the_drainer_and_later_work_still_runs() -> None:
     settler, done = Settler(), []
 
+    start = threading.Event()
+
     def fail() -> None:
+        _wait(start)
         raise RuntimeError("redis went away")
 
     settler.submit(fail)
     settler.submit(lambda: done.append("after"))
+    start.set()
     with pytest.raises(RuntimeError, match="redis went away"):
         settler.flush()
     settler.flush()  # the failure is reported once
@@ -51,13 +55,15 @@ def test_a_failure_is_raised_in_the_drainer_and_later_work_still_runs() -> None:
 
 
 def test_check_reports_a_finished_failure_without_waiting_for_the_rest() -> None:
-    settler, gate = Settler(), threading.Event()
+    settler, start, gate = Settler(), threading.Event(), threading.Event()
 
     def fail() -> None:
+        _wait(start)
         raise ValueError("fenced out")
 
     settler.submit(fail)
     settler.submit(lambda: _wait(gate))
+    start.set()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:
@@ -90,7 +96,8 @@ def test_the_drainer_waits_once_max_behind_pieces_are_outstanding() -> None:
     settler.flush()
 
 
-def _fail() -> None:
+def _fail(start: threading.Event) -> None:
+    _wait(start)
     raise OSError("connection reset")
 
 
@@ -101,9 +108,10 @@ def _late(done: list[str]) -> None:
 
 @pytest.mark.parametrize("quiet", [True, False])
 def test_close_waits_for_everything_and_quiet_drops_the_failure(quiet: bool) -> None:
-    settler, done = Settler(), list[str]()
-    settler.submit(_fail)
+    settler, done, start = Settler(), list[str](), threading.Event()
+    settler.submit(lambda: _fail(start))
     settler.submit(lambda: _late(done))
+    start.set()
     if quiet:
         settler.close(quiet=True)
     else:
