@@ -106,15 +106,43 @@ def test_message_too_large_for_the_entity_is_dead_lettered_locally(make_stack: A
 
 
 def test_active_replication_sends_every_message_to_both_with_the_same_id(make_stack: Any) -> None:
+    # Both copies come from one packing of each batch: they must be the same message in both namespaces.
     stack = make_stack({"mirror": {"replication": "active"}})
     stack.start_worker()
     stack.start_beat()
     with producer(stack) as p:
-        ids = [p.send("mirror", f"m{i}".encode()) for i in range(40)]
+        ids = [
+            p.send(
+                "mirror",
+                f"m{i}".encode(),
+                partition_key=f"pk{i % 3}",
+                subject="subj",
+                content_type="text/plain",
+                time_to_live=3600,
+                application_properties={"i": i, "f": 1.5, "flag": True},
+            )
+            for i in range(40)
+        ]
     primary = receive_all(stack.primary, "mirror", 40)
     secondary = receive_all(stack.secondary, "mirror", 40)
     assert sorted(m.message_id for m in primary) == sorted(ids)
     assert sorted(m.message_id for m in secondary) == sorted(ids)
+
+    def seen(messages: list[Any]) -> dict[str, tuple[Any, ...]]:
+        return {
+            m.message_id: (
+                str(m), m.partition_key, m.subject, m.content_type, m.time_to_live,
+                dict(m.application_properties),
+            )
+            for m in messages
+        }  # fmt: skip
+
+    assert seen(primary) == seen(secondary)
+    for copies in (primary, secondary):  # in order per partition key in each namespace
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for m in copies:
+            by_key[str(m.partition_key)].append(int(m.application_properties[b"i"]))
+        assert all(order == sorted(order) for order in by_key.values()) and len(by_key) == 3
 
 
 def stack_deadletters(stack: Any, entity: str) -> list[dict[str, Any]]:
