@@ -29,34 +29,19 @@ one read outstanding, so a read waits for a thread only when more drainers than 
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from bridge.core.layout import Layout
+from bridge.delivery.process_threads import ProcessThreads
 from bridge.outbox.reader import ShardRead
 
 THREADS = 8
 """Read-ahead threads per process (as many as ``workers.drain_threads`` by default)."""
 
 
-class _Threads:
-    """This process's read-ahead threads, made on first use (again in a forked child: threads do not
-    cross a fork)."""
-
-    lock = threading.Lock()
-    pool: ThreadPoolExecutor | None = None
-    pid: int | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    with _Threads.lock:
-        if _Threads.pool is None or _Threads.pid != os.getpid():
-            _Threads.pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="bridge-read-ahead")
-            _Threads.pid = os.getpid()
-        return _Threads.pool
+_THREADS = ProcessThreads(THREADS, "bridge-read-ahead")
 
 
 @dataclass(frozen=True)
@@ -83,7 +68,7 @@ class ReadAhead:
         """Run ``read`` now on a read-ahead thread (at most one read is outstanding)."""
         if self.pending:
             raise RuntimeError("a read ahead is outstanding")
-        self._future = _executor().submit(read)
+        self._future = _THREADS.executor().submit(read)
 
     def take(self) -> Ahead | None:
         """The read started last, once it finished (its error raised here); None when there is none."""

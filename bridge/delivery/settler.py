@@ -25,11 +25,12 @@ more than the write it moves aside.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+
+from bridge.delivery.process_threads import ProcessThreads
 
 MAX_BEHIND = 4
 """Batches whose bookkeeping may be outstanding before the drainer waits for the oldest."""
@@ -37,21 +38,7 @@ THREADS = 8
 """Settling threads per process, shared by every drainer (as many as ``workers.drain_threads``)."""
 
 
-class _Threads:
-    """This process's settling threads, made on first use (again in a forked child: threads do not
-    cross a fork)."""
-
-    lock = threading.Lock()
-    pool: ThreadPoolExecutor | None = None
-    pid: int | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    with _Threads.lock:
-        if _Threads.pool is None or _Threads.pid != os.getpid():
-            _Threads.pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="bridge-settle")
-            _Threads.pid = os.getpid()
-        return _Threads.pool
+_THREADS = ProcessThreads(THREADS, "bridge-settle")
 
 
 class Settler:
@@ -75,7 +62,7 @@ class Settler:
             start, self._running = not self._running, True
         self._pending.append(future)
         if start:
-            _executor().submit(self._run)
+            _THREADS.executor().submit(self._run)
 
     def _run(self) -> None:
         """Run the queued work in order until none is left (one such loop per settler at a time)."""

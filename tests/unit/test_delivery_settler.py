@@ -136,4 +136,4 @@ def test_every_settler_of_a_process_shares_a_bounded_set_of_threads() -> None:
     for s in settlers:
         s.flush()
     assert 1 <= len(threads) <= THREADS and all(t.name.startswith("bridge-settle") for t in threads)
-    assert settler_module._Threads.pool is not None
+    assert settler_module._THREADS.executor() is settler_module._THREADS.executor()
