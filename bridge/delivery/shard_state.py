@@ -108,7 +108,8 @@ class ShardState:
         with the batch's settlement (``ShardSending._record_send``), behind the drainer when it settles
         behind."""
         self.settler = Settler()
-        """Writes the journal and acknowledgements of fully accepted batches behind the drainer."""
+        """Writes the journal, acknowledgements and health records of fully accepted batches, and the
+        turn's send counters, behind the drainer (``bridge.delivery.settler``)."""
         self.read_ahead = ReadAhead()
         """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
         self.cost = CostTally()
