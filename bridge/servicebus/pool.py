@@ -76,6 +76,7 @@ from bridge.errors import (
     RefusedMidAttemptError,
     TransientNamespaceError,
 )
+from bridge.servicebus.batches import make_batch
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.connect_probe import ConnectProbe
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
@@ -101,19 +102,19 @@ class _Channel:
     def new_batch(self) -> ServiceBusMessageBatch:
         """An empty batch sized for the link. The first one of a sender comes from the SDK under the
         deadline (``create_message_batch`` opens the link to learn its size); later ones are made here
-        with that size (``ServiceBusMessageBatch(max_size_in_bytes=...)``, no I/O), so that a batched
-        send hands one call to an attempt thread, not two."""
+        with that size (``bridge.servicebus.batches.make_batch``, no I/O, each message encoded once), so
+        that a batched send hands one call to an attempt thread, not two."""
         limits = self.pool._batch_limits
         with self.pool._limits_lock:
             limit = limits.get(self.sender)
-        if limit is not None:
-            return ServiceBusMessageBatch(max_size_in_bytes=limit)
-        batch = self.pool._call(
-            self.client, f"batch for {self.entity}", self.sender.create_message_batch, probe=True
-        )
-        with self.pool._limits_lock:
-            limits[self.sender] = batch.max_size_in_bytes
-        return batch
+        if limit is None:
+            first = self.pool._call(
+                self.client, f"batch for {self.entity}", self.sender.create_message_batch, probe=True
+            )
+            limit = first.max_size_in_bytes
+            with self.pool._limits_lock:
+                limits[self.sender] = limit
+        return make_batch(limit)
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         timeout = self.pool.sdk_timeout

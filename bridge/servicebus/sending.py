@@ -34,6 +34,7 @@ from azure.servicebus.exceptions import MessageSizeExceededError
 
 from bridge.core.outcomes import describe_error
 from bridge.errors import MessagePermanentError, NamespaceError
+from bridge.servicebus.batches import make_batch
 from bridge.servicebus.messages import OutgoingMessage
 
 
@@ -265,7 +266,7 @@ class _Packer:
 def _fits_alone(message: OutgoingMessage, limit: int) -> bool:
     """Whether ``message`` fits an empty batch of ``limit`` bytes (sized locally, no I/O)."""
     try:
-        ServiceBusMessageBatch(max_size_in_bytes=limit).add_message(message)
+        make_batch(limit).add_message(message)
     except MessageSizeExceededError:
         return False
     return True
