@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 from bridge.core import journal as journal_events
 from bridge.core.backoff import resume_at
+from bridge.core.layout import Layout
+from bridge.core.roles import RoleState
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
@@ -46,8 +48,10 @@ from bridge.delivery.shard_settling import ShardSettling
 from bridge.delivery.shard_state import LAYOUT_WAIT, PROBLEM_FULL_WAIT, READ_COUNT, DrainReport
 from bridge.errors import LeaseLostError, ProblemStreamFullError, StateStoreUnavailableError
 from bridge.observability import transitions
+from bridge.outbox import keys as outbox_keys
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry
+from bridge.state import keys as state_keys
 
 __all__ = ["LAYOUT_WAIT", "PROBLEM_FULL_WAIT", "READ_COUNT", "DrainReport", "ShardDrainer", "TurnEnd"]
 
@@ -204,10 +208,8 @@ class ShardDrainer(ShardSending, ShardSettling):
             else:
                 ahead = self.read_ahead.take()
                 if ahead is None or not ahead.read.entries:  # none, or it found the shard empty: look again
-                    ahead = None
-                    read = reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
-                else:
-                    read = ahead.read
+                    ahead = self._read_next()
+                read = ahead.read
                 entries = read.entries
                 if not entries:
                     # Empty: wait for a write, or until the earliest held key may be tried again.
@@ -216,9 +218,20 @@ class ShardDrainer(ShardSending, ShardSettling):
             self._serve_batch(entries, ahead)
 
     def _read_next(self) -> Ahead:
-        """The next batch's read and the layout after it (run ahead, ``bridge.delivery.read_ahead``)."""
-        read = self.ctx.reader.read_fenced(self.entity, self.shard, self.consumer, self.fence, READ_COUNT)
-        return Ahead(read, LayoutStore(self.ctx.redis).get(self.entity) if read.entries else None)
+        """The next batch's read, with the entity's layout and roles read after the entries in the same
+        script (in line, or run ahead: ``bridge.delivery.read_ahead``)."""
+        read = self.ctx.reader.read_fenced(
+            self.entity,
+            self.shard,
+            self.consumer,
+            self.fence,
+            READ_COUNT,
+            hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
+        )
+        if not read.entries:
+            return Ahead(read, None)
+        layout, roles = read.hashes
+        return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), self.ctx.clock())
 
     def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
         claimed = self.claiming
@@ -282,7 +295,9 @@ class ShardDrainer(ShardSending, ShardSettling):
     # ---- one batch ---------------------------------------------------------------------------------
     def _process(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry, or a layout change
-        that holds the rest back). ``ahead``: the read the entries came from, with its layout."""
+        that holds the rest back). ``ahead``: the read the entries came from, with its layout and roles."""
+        roles = ahead.roles if ahead is not None else None
+        self.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
         entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True

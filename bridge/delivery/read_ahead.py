@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from bridge.core.layout import Layout
+from bridge.core.roles import RoleState
 from bridge.delivery.process_threads import ProcessThreads
 from bridge.outbox.reader import ShardRead
 
@@ -46,10 +47,14 @@ _THREADS = ProcessThreads(THREADS, "bridge-read-ahead")
 
 @dataclass(frozen=True)
 class Ahead:
-    """A read done ahead: the entries (or where to wait), and the entity's layout read just after."""
+    """A read (ahead or in line): the entries (or where to wait), and the entity's layout and roles read
+    just after them in the same script (none when the read found no entries)."""
 
     read: ShardRead
     layout: Layout | None
+    roles: RoleState | None = None
+    at: float = 0.0
+    """When the read's reply came (the drainer's clock): how old its roles are when the batch is sent."""
 
 
 class ReadAhead:

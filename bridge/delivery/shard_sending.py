@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bridge.core import abandoned
 from bridge.core.cost import Operation
 from bridge.core.replication import RetryContext
-from bridge.core.roles import Role, next_health
+from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.shard_state import ShardState
@@ -67,8 +67,26 @@ def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int,
     return results
 
 
+ROLES_FRESH = 0.05
+"""Seconds the roles read with a batch's entries stand for the roles at its send (``observed_roles``)."""
+
+
 class ShardSending(ShardState):
     """Sends for one tenure (``bridge.delivery.modes.base.SendPort``)."""
+
+    def observed_roles(self) -> RoleState:
+        """The entity's roles for this batch's send (``bridge.delivery.modes.base.SendPort``): those the
+        read of its entries returned (the same script, just after the entries) when at most
+        ``ROLES_FRESH`` old, else read now. Taken once per batch.
+
+        Why: a passive shard read the role hash before every send, a Redis round trip in line with each
+        batch. Roles can change between any reading and the send it decides; reading them with the entries
+        widens that window by at most ``ROLES_FRESH``, and what the send then finds is decided as before
+        (``bridge.core.replication``: a swap is compared against the epoch observed)."""
+        batch, self.batch_roles = self.batch_roles, None
+        if batch is not None and self.ctx.clock() - batch[1] <= ROLES_FRESH:
+            return batch[0]
+        return self.ctx.roles.get(self.entity)
 
     def retry_context(self) -> RetryContext:
         """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from bridge.core.cost import CostTally
-from bridge.core.roles import Role
+from bridge.core.roles import Role, RoleState
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.read_ahead import ReadAhead
@@ -107,6 +107,8 @@ class ShardState:
         """This batch's sends that every message of went through: their namespaces' health is recorded
         with the batch's settlement (``ShardSending._record_send``), behind the drainer when it settles
         behind."""
+        self.batch_roles: tuple[RoleState, float] | None = None
+        """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
         self.settler = Settler()
         """Writes the journal, acknowledgements and health records of fully accepted batches, and the
         turn's send counters, behind the drainer (``bridge.delivery.settler``)."""

@@ -69,6 +69,9 @@ class ShardRead:
 
     entries: list[OutboxEntry]
     last_delivered: str | None
+    hashes: tuple[dict[bytes, bytes], ...] = ()
+    """The hashes ``read_fenced`` was asked for, read in the same script just after the entries (only
+    when there were entries)."""
 
 
 def _text(value: Any) -> str:
@@ -262,20 +265,25 @@ class OutboxReader:
             return sorted(_text(name) for name in self.client.smembers(keys.ENTITIES))
 
     # ---- one shard at a time (ordered draining: one lease holder per shard) ------------------------
-    def read_fenced(self, entity: str, shard: int, consumer: str, fence: Fence, count: int) -> ShardRead:
+    def read_fenced(
+        self, entity: str, shard: int, consumer: str, fence: Fence, count: int, *, hashes: Sequence[str] = ()
+    ) -> ShardRead:
         """New entries of one shard for the lease holder (``LeaseLostError`` when ``fence`` is not held).
 
         Never blocks: when there is nothing new, ``ShardRead.last_delivered`` says after which id to
-        ``wait_for_new``.
+        ``wait_for_new``. ``hashes``: keys of hashes of the same entity (its hash tag, so one slot on a
+        Cluster) that the same script reads just after the entries, when there are some
+        (``ShardRead.hashes``): what a batch needs besides its entries, without another round trip.
         """
         stream = keys.outbox(entity, shard)
         args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count]
         with driver_errors(OutboxUnavailableError):
-            reply = run_script(self.client, FENCED_READ, [stream, fence.key], args)
+            reply = run_script(self.client, FENCED_READ, [stream, fence.key, *hashes], args)
         _check_fence(reply, entity, shard)
         if int(reply[0]) == 0:
             return ShardRead([], _text(reply[1]))
-        return ShardRead(self._entries(entity, stream, _flat_items(reply[1])), None)
+        read = [dict(zip(flat[::2], flat[1::2], strict=True)) for flat in reply[2]] if hashes else []
+        return ShardRead(self._entries(entity, stream, _flat_items(reply[1])), None, tuple(read))
 
     def wait_for_new(self, entity: str, shard: int, after: str, block_ms: int) -> bool:
         """Block up to ``block_ms`` until the shard has an entry newer than ``after``; True when it has.

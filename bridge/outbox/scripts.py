@@ -338,17 +338,23 @@ FENCED_MOVE = LuaScript(
     + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 4, 4)\n"
 )
 
-# KEYS: the shard stream, lease. ARGV: token, group, consumer, count.
+# KEYS: the shard stream, lease, then any hashes of the entity to read with the entries. ARGV: token,
+# group, consumer, count.
 # New entries for the lease holder (``XREADGROUP ... >``, never blocking: a script cannot block). Reply:
-# {1, entries} when there were some; {0, last-delivered-id} when none, the id to wait after with a plain
-# ``XREAD BLOCK`` (it returns as soon as an entry the group has not delivered yet arrives); {-1, 0}.
+# {1, entries, {hash, ...}} when there were some, each hash of KEYS[3..] as HGETALL gives it, read after
+# the entries; {0, last-delivered-id} when none, the id to wait after with a plain ``XREAD BLOCK`` (it
+# returns as soon as an entry the group has not delivered yet arrives); {-1, 0}.
 FENCED_READ = LuaScript(
     "#!lua\n"
     + _FENCE.format(lease=2, token=1)
     + """local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[4],
   'STREAMS', KEYS[1], '>')
 if r then
-  return {1, r[1][2]}
+  local hashes = {}
+  for i = 3, #KEYS do
+    hashes[#hashes + 1] = redis.call('HGETALL', KEYS[i])
+  end
+  return {1, r[1][2], hashes}
 end
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name, last

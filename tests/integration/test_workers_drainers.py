@@ -345,3 +345,76 @@ def test_entries_read_ahead_of_a_refused_batch_are_sent_after_it_in_order(
     # Then every message arrived once, in the order written
     got = receive_all(shared_namespace, entity, count, timeout=30)
     assert [m.message_id for m in got] == ids
+
+
+class _RoleReads:
+    """Every ``HGETALL`` of one role hash Redis runs while the test drains, by who asked (Redis's own
+    ``MONITOR``): a client's round trip (``tcp``/``unix``) or a script (``lua``)."""
+
+    def __init__(self, redis_url: str, role_key: str) -> None:
+        self.client = redis.Redis.from_url(redis_url, decode_responses=True)
+        self.role_key = role_key
+        self.by: dict[str, int] = defaultdict(int)
+        self.end = f"monitor-end-{time.monotonic_ns()}"
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        with self.client.monitor() as monitor:
+            self.ready.set()
+            for command in monitor.listen():
+                text = command["command"]
+                if self.end in text:
+                    return
+                if text.upper().startswith("HGETALL") and self.role_key in text:
+                    self.by["lua" if command["client_type"] == "lua" else "client"] += 1
+
+    def __enter__(self) -> _RoleReads:
+        self.thread.start()
+        assert self.ready.wait(5)
+        time.sleep(0.1)  # MONITOR's reply is in before the first command watched
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.echo(self.end)
+        self.thread.join(10)
+        self.client.close()
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["roles-read-with-the-entries", "roles-too-old"])
+def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
+    redis_url: str,
+    shared_namespace: LocalNamespace,
+    unique_name: str,
+    contexts: list[DeliveryContext],
+    monkeypatch: pytest.MonkeyPatch,
+    fresh: bool,
+) -> None:
+    """A passive send needs the entity's roles: the read of the batch's entries returns them (the same
+    script, after the entries), so no batch reads them in a round trip of its own, unless they are older
+    than ``ROLES_FRESH`` when the batch is sent; then the batch reads them itself."""
+    from bridge.delivery import shard_sending
+
+    # However long a send takes here (the first one opens the connection), the roles count as fresh, or not
+    monkeypatch.setattr(shard_sending, "ROLES_FRESH", 600.0 if fresh else -1.0)
+    entity = unique_name
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(shared_namespace),
+            "entities": {entity: {"replication": "passive"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+    ctx = _context(contexts, settings, "roles")
+    count = 3 * READ_COUNT
+    with Producer(settings=settings) as p:
+        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+    with _RoleReads(redis_url, state_keys.role(entity)) as reads:
+        report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    got = receive_all(shared_namespace, entity, count, timeout=30)
+    assert [m.message_id for m in got] == ids
+    # Three batches, each read with its roles; a batch sent with older roles read them again
+    assert reads.by["lua"] >= 3
+    assert reads.by["client"] == (0 if fresh else reads.by["lua"])

@@ -9,7 +9,7 @@ from bridge.core.cost import Operation
 from bridge.core.decisions import SendDecision, SendNext, Settlement
 from bridge.core.envelope import Envelope
 from bridge.core.replication import RetryContext
-from bridge.core.roles import Role
+from bridge.core.roles import Role, RoleState
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.shard_sending import BatchSend
@@ -46,6 +46,10 @@ class SendPort(Protocol):
 
     def retry_context(self) -> RetryContext:
         """The clock, the shard's retry count and the backoff, for the decisions of this batch."""
+        ...
+
+    def observed_roles(self) -> RoleState:
+        """The entity's roles for this batch's send (read with its entries when fresh, else now)."""
         ...
 
 

@@ -19,7 +19,7 @@ class PassiveSender:
 
     def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
         """Send to the active namespace; what failed over goes to the backup in the same batch, in order."""
-        observed: RoleState = port.ctx.roles.get(port.entity)
+        observed: RoleState = port.observed_roles()
         port.ctx.pool.warm(observed.backup, port.entity)  # the backup's link, open before a failover needs it
         active_op = Operation.PRIMARY_SEND if observed.active == "primary" else Operation.BACKUP_SEND
         backup_op = Operation.BACKUP_SEND if observed.active == "primary" else Operation.PRIMARY_SEND
