@@ -20,10 +20,15 @@ ROUNDS = 4
 
 
 def pool_children(pid: int) -> set[int]:
-    """The worker's pool processes, from the kernel's own list of its children."""
+    """The worker's pool processes, from the kernel's own list of its children. A thread of the worker
+    may end between the listing of its threads and the reading of its children: it has none left then."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found.update(int(child) for child in (task / "children").read_text().split())
+        try:
+            children = (task / "children").read_text()
+        except FileNotFoundError:
+            continue
+        found.update(int(child) for child in children.split())
     return found
 
 
