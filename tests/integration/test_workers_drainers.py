@@ -37,12 +37,19 @@ __all__ = ["make_stack"]
 pytestmark = pytest.mark.timeout(180)
 
 
-def _settings(redis_url: str, ns: LocalNamespace, entity: str, shards: int, lease_ttl: float = 5) -> Settings:
+def _settings(
+    redis_url: str,
+    ns: LocalNamespace,
+    entity: str,
+    shards: int,
+    lease_ttl: float = 5,
+    replication: str = "none",
+) -> Settings:
     return Settings.model_validate(
         {
             "redis_url": redis_url,
             "primary": namespace_settings(ns),
-            "entities": {entity: {"outbox_shards": shards, "replication": "none"}},
+            "entities": {entity: {"outbox_shards": shards, "replication": replication}},
             "retry": {"attempt_deadline": 10, "retry_total": 0},
             "workers": {"lease_ttl": lease_ttl},
         }
@@ -398,14 +405,7 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     # However long a send takes here (the first one opens the connection), the roles count as fresh, or not
     monkeypatch.setattr(shard_sending, "ROLES_FRESH", 600.0 if fresh else -1.0)
     entity = unique_name
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(shared_namespace),
-            "entities": {entity: {"replication": "passive"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
+    settings = _settings(redis_url, shared_namespace, entity, 1, replication="passive")
     ctx = _context(contexts, settings, "roles")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
