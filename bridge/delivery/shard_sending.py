@@ -77,14 +77,20 @@ class ShardSending(ShardState):
     def observed_roles(self) -> RoleState:
         """The entity's roles for this batch's send (``bridge.delivery.modes.base.SendPort``): those the
         read of its entries returned (the same script, just after the entries) when at most
-        ``ROLES_FRESH`` old, else read now. Taken once per batch.
+        ``ROLES_FRESH`` old and not older than a swap this tenure asked for since (``seen_epoch``: the
+        batch read ahead while the batch before it failed over carries the roles before the swap), else
+        read now. Taken once per batch.
 
         Why: a passive shard read the role hash before every send, a Redis round trip in line with each
         batch. Roles can change between any reading and the send it decides; reading them with the entries
         widens that window by at most ``ROLES_FRESH``, and what the send then finds is decided as before
         (``bridge.core.replication``: a swap is compared against the epoch observed)."""
         batch, self.batch_roles = self.batch_roles, None
-        if batch is not None and self.ctx.clock() - batch[1] <= ROLES_FRESH:
+        if (
+            batch is not None
+            and batch[0].epoch >= self.seen_epoch
+            and self.ctx.clock() - batch[1] <= ROLES_FRESH
+        ):
             return batch[0]
         return self.ctx.roles.get(self.entity)
 

@@ -210,6 +210,7 @@ class ShardSettling(ShardState):
         for change in changes:
             if isinstance(change, Swap):
                 applied, state = self.ctx.roles.swap(self.entity, change)
+                self.seen_epoch = max(self.seen_epoch, state.epoch)
                 if applied:
                     self._write_journal(
                         [

@@ -109,6 +109,9 @@ class ShardState:
         behind."""
         self.batch_roles: tuple[RoleState, float] | None = None
         """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
+        self.seen_epoch = 0
+        """The role epoch of the last swap this tenure asked for, applied or not: roles read with entries
+        before it (a batch read ahead while the batch that failed over was sent) are stale."""
         self.settler = Settler()
         """Writes the journal, acknowledgements and health records of fully accepted batches, and the
         turn's send counters, behind the drainer (``bridge.delivery.settler``)."""
