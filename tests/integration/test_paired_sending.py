@@ -14,7 +14,7 @@ import redis
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from bridge.core.paired import backlog_queue_path
+from bridge.core.paired import backlog_queue_path, rendezvous_backlog
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.settings import NamespaceSettings
 from bridge.state import keys
@@ -198,3 +198,32 @@ def test_a_failing_backlog_queue_leaves_the_rotation_for_every_worker(make_stack
     backlog = status_json(stack)["backlog"]
     assert list(backlog["removed"]) == ["0"] and "outage" in (backlog["removed"]["0"]["error"] or "").lower()
     assert outbox_depth(stack, "orders") == 0
+
+
+def test_a_batch_goes_to_its_backlog_queues_at_once_so_one_stalled_queue_holds_back_no_other(
+    make_stack: Any,
+) -> None:
+    # Sends to backlog queue 0 are never settled; the SDK's own timeout (half the attempt deadline, 30 s)
+    # is far longer than the test waits for the other queues.
+    stack = _paired_stack(make_stack, interval=0.0, BRIDGE_RETRY__ATTEMPT_DEADLINE="60")
+    queues = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS)]
+    stack.secondary.control.stall(None, entity=queues[0])
+    stack.primary.control.outage()
+    # Given one batch whose keys stick to every backlog queue, queue 0 among them (the queue a key sticks
+    # to is the core's rendezvous choice; the plan lists the queues in index order, queue 0 first)
+    sessions = [f"s{i}" for i in range(12)]
+    queue_of = {s: rendezvous_backlog(s, list(range(BACKLOGS))) for s in sessions}
+    assert set(queue_of.values()) == set(range(BACKLOGS)), "the batch must need every queue"
+    with producer(stack) as p:
+        ids = p.send_batch("orders", [{"body": f"m-{s}".encode(), "session_id": s} for s in sessions])
+    id_of = dict(zip(sessions, ids, strict=True))
+    elsewhere = sorted(id_of[s] for s in sessions if queue_of[s] != 0)
+    # When a worker drains it while the primary is down (failover at once)
+    stack.start_worker()
+    stack.start_beat()
+    # Then the messages for queues 1 and 2 land while the send to queue 0 still hangs: the batch's backlog
+    # sends go at once, not one queue after the other
+    got = _backlog_messages(stack, len(elsewhere), timeout=20, skip=(0,))
+    assert sorted(m.message_id for m in got) == elsewhere
+    # And the batch is still unsettled: queue 0's send had not returned when the others landed
+    assert outbox_depth(stack, "orders") == len(sessions)

@@ -185,11 +185,21 @@ def _send(
         chosen = [entries[position] for position in plan.to_primary]
         result = send_entries(port, "primary", chosen, Operation.PRIMARY_SEND)
         outcomes.update(zip(plan.to_primary, result.outcomes, strict=True))
-    for send in plan.to_backlog:
-        messages = [_aliased(batch, position).message for position in send.members]
-        # A message the queue refuses for good waits for the primary: its key's later ones are not sent.
-        keys = [plan.keys[position] for position in send.members]
-        result = port.send_messages("secondary", send.path, messages, Operation.BACKLOG_SEND, keys=keys)
+    # One send per backlog queue, all at once: each queue is a link of its own and holds its own keys, so
+    # nothing orders one queue's send after another's. A message a queue refuses for good waits for the
+    # primary: its key's later ones in that send are not sent (``keys``).
+    backlog = [
+        BatchSend(
+            "secondary",
+            send.path,
+            [_aliased(batch, position).message for position in send.members],
+            Operation.BACKLOG_SEND,
+            keys=[plan.keys[position] for position in send.members],
+        )
+        for send in plan.to_backlog
+    ]
+    results = port.send_each(backlog) if backlog else []
+    for send, result in zip(plan.to_backlog, results, strict=True):
         outcomes.update(zip(send.members, result.outcomes, strict=True))
     return outcomes
 
