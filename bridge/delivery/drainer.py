@@ -219,7 +219,8 @@ class ShardDrainer(ShardSending, ShardSettling):
 
     def _read_next(self) -> Ahead:
         """The next batch's read, with the entity's layout and roles read after the entries in the same
-        script (in line, or run ahead: ``bridge.delivery.read_ahead``)."""
+        script (in line, or run ahead: ``bridge.delivery.read_ahead``), and in active mode where each entry
+        was already accepted (``ShardSending.delivered``)."""
         read = self.ctx.reader.read_fenced(
             self.entity,
             self.shard,
@@ -227,6 +228,7 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.fence,
             READ_COUNT,
             hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
+            per_entry=state_keys.delivered(self.entity, self.shard) if self.mode == "active" else None,
         )
         if not read.entries:
             return Ahead(read, None)
@@ -298,6 +300,7 @@ class ShardDrainer(ShardSending, ShardSettling):
         that holds the rest back). ``ahead``: the read the entries came from, with its layout and roles."""
         roles = ahead.roles if ahead is not None else None
         self.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
+        self.batch_delivered = None if ahead is None else ahead.read.per_entry
         entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True

@@ -11,6 +11,7 @@ changes). The drainer itself reads, claims and decides when a turn ends.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bridge.core.cost import CostTally
@@ -109,6 +110,9 @@ class ShardState:
         behind."""
         self.batch_roles: tuple[RoleState, float] | None = None
         """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
+        self.batch_delivered: Mapping[str, bytes] | None = None
+        """Where each entry of this batch was already accepted, read with its entries (active mode's
+        ``delivered`` hash; ``ShardSending.delivered``); None: not read with them."""
         self.seen_epoch = 0
         """The role epoch of the last swap this tenure asked for, applied or not: roles read with entries
         before it (a batch read ahead while the batch that failed over was sent) are stale."""

@@ -72,6 +72,9 @@ class ShardRead:
     hashes: tuple[dict[bytes, bytes], ...] = ()
     """The hashes ``read_fenced`` was asked for, read in the same script just after the entries (only
     when there were entries)."""
+    per_entry: dict[str, bytes] | None = None
+    """With ``read_fenced(per_entry=...)``: that hash's value for each entry read that has one (entry id
+    -> value), read in the same script; None when it was not asked for or nothing was read."""
 
 
 def _text(value: Any) -> str:
@@ -266,7 +269,15 @@ class OutboxReader:
 
     # ---- one shard at a time (ordered draining: one lease holder per shard) ------------------------
     def read_fenced(
-        self, entity: str, shard: int, consumer: str, fence: Fence, count: int, *, hashes: Sequence[str] = ()
+        self,
+        entity: str,
+        shard: int,
+        consumer: str,
+        fence: Fence,
+        count: int,
+        *,
+        hashes: Sequence[str] = (),
+        per_entry: str | None = None,
     ) -> ShardRead:
         """New entries of one shard for the lease holder (``LeaseLostError`` when ``fence`` is not held).
 
@@ -274,16 +285,22 @@ class OutboxReader:
         ``wait_for_new``. ``hashes``: keys of hashes of the same entity (its hash tag, so one slot on a
         Cluster) that the same script reads just after the entries, when there are some
         (``ShardRead.hashes``): what a batch needs besides its entries, without another round trip.
+        ``per_entry``: the key of a hash of the same entity keyed by entry id, whose values for the entries
+        read the script returns too (``ShardRead.per_entry``).
         """
         stream = keys.outbox(entity, shard)
-        args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count]
+        args: list[str | int] = [fence.token, keys.SENDERS_GROUP, consumer, count, int(per_entry is not None)]
+        extra = [per_entry] if per_entry is not None else []
         with driver_errors(OutboxUnavailableError):
-            reply = run_script(self.client, FENCED_READ, [stream, fence.key, *hashes], args)
+            reply = run_script(self.client, FENCED_READ, [stream, fence.key, *hashes, *extra], args)
         _check_fence(reply, entity, shard)
         if int(reply[0]) == 0:
             return ShardRead([], _text(reply[1]))
         read = [dict(zip(flat[::2], flat[1::2], strict=True)) for flat in reply[2]] if hashes else []
-        return ShardRead(self._entries(entity, stream, _flat_items(reply[1])), None, tuple(read))
+        found: dict[str, bytes] | None = None
+        if per_entry is not None:
+            found = {_text(entry[0]): value for entry, value in zip(reply[1], reply[3], strict=True) if value}
+        return ShardRead(self._entries(entity, stream, _flat_items(reply[1])), None, tuple(read), found)
 
     def wait_for_new(self, entity: str, shard: int, after: str, block_ms: int) -> bool:
         """Block up to ``block_ms`` until the shard has an entry newer than ``after``; True when it has.

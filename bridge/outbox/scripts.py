@@ -338,23 +338,34 @@ FENCED_MOVE = LuaScript(
     + "return ack(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2] == '1', 4, 4)\n"
 )
 
-# KEYS: the shard stream, lease, then any hashes of the entity to read with the entries. ARGV: token,
-# group, consumer, count.
+# KEYS: the shard stream, lease, then any hashes of the entity to read with the entries, then (with
+# ARGV[5] = '1') one hash keyed by entry id. ARGV: token, group, consumer, count, per-entry hash (1/0).
 # New entries for the lease holder (``XREADGROUP ... >``, never blocking: a script cannot block). Reply:
-# {1, entries, {hash, ...}} when there were some, each hash of KEYS[3..] as HGETALL gives it, read after
-# the entries; {0, last-delivered-id} when none, the id to wait after with a plain ``XREAD BLOCK`` (it
-# returns as soon as an entry the group has not delivered yet arrives); {-1, 0}.
+# {1, entries, {hash, ...}, {value, ...}} when there were some: each hash of KEYS[3..] as HGETALL gives it,
+# read after the entries, and the per-entry hash's value of each entry read (HMGET, false for none);
+# {0, last-delivered-id} when none, the id to wait after with a plain ``XREAD BLOCK`` (it returns as soon
+# as an entry the group has not delivered yet arrives); {-1, 0}.
 FENCED_READ = LuaScript(
     "#!lua\n"
     + _FENCE.format(lease=2, token=1)
     + """local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[4],
   'STREAMS', KEYS[1], '>')
 if r then
+  local last = #KEYS
+  local per_entry = {}
+  if ARGV[5] == '1' then
+    local ids = {}
+    for i, entry in ipairs(r[1][2]) do
+      ids[i] = entry[1]
+    end
+    per_entry = redis.call('HMGET', KEYS[last], unpack(ids))
+    last = last - 1
+  end
   local hashes = {}
-  for i = 3, #KEYS do
+  for i = 3, last do
     hashes[#hashes + 1] = redis.call('HGETALL', KEYS[i])
   end
-  return {1, r[1][2], hashes}
+  return {1, r[1][2], hashes, per_entry}
 end
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name, last

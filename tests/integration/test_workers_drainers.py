@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from bridge.core.decisions import SECONDARY
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import READ_COUNT, ShardDrainer
 from bridge.delivery.lease_keeper import LeaseKeeper
@@ -28,6 +29,7 @@ from bridge.outbox import keys as outbox_keys
 from bridge.producer import Producer
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
+from bridge.state.retry import encode_targets
 from tests.integration.outbox_support import read_new
 from tests.integration.paired_support import namespace_settings
 from tests.integration.worker_support import make_stack, producer, receive_all
@@ -354,13 +356,14 @@ def test_entries_read_ahead_of_a_refused_batch_are_sent_after_it_in_order(
     assert [m.message_id for m in got] == ids
 
 
-class _RoleReads:
-    """Every ``HGETALL`` of one role hash Redis runs while the test drains, by who asked (Redis's own
-    ``MONITOR``): a client's round trip (``tcp``/``unix``) or a script (``lua``)."""
+class _HashReads:
+    """Every ``verb`` (``HGETALL``, ``HMGET``) of one hash Redis runs while the test drains, by who asked
+    (Redis's own ``MONITOR``): a client's round trip (``tcp``/``unix``) or a script (``lua``)."""
 
-    def __init__(self, redis_url: str, role_key: str) -> None:
+    def __init__(self, redis_url: str, key: str, verb: str = "HGETALL") -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
-        self.role_key = role_key
+        self.key = key
+        self.verb = verb
         self.by: dict[str, int] = defaultdict(int)
         self.end = f"monitor-end-{time.monotonic_ns()}"
         self.ready = threading.Event()
@@ -373,10 +376,10 @@ class _RoleReads:
                 text = command["command"]
                 if self.end in text:
                     return
-                if text.upper().startswith("HGETALL") and self.role_key in text:
+                if text.upper().startswith(self.verb) and self.key in text:
                     self.by["lua" if command["client_type"] == "lua" else "client"] += 1
 
-    def __enter__(self) -> _RoleReads:
+    def __enter__(self) -> _HashReads:
         self.thread.start()
         assert self.ready.wait(5)
         time.sleep(0.1)  # MONITOR's reply is in before the first command watched
@@ -410,7 +413,7 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
         ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
-    with _RoleReads(redis_url, state_keys.role(entity)) as reads:
+    with _HashReads(redis_url, state_keys.role(entity)) as reads:
         report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
     assert report.sent == count
     got = receive_all(shared_namespace, entity, count, timeout=30)
@@ -418,3 +421,49 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     # Three batches, each read with its roles; a batch sent with older roles read them again
     assert reads.by["lua"] >= 3
     assert reads.by["client"] == (0 if fresh else reads.by["lua"])
+
+
+def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_entries(
+    redis_url: str,
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+    unique_name: str,
+    contexts: list[DeliveryContext],
+) -> None:
+    """An active batch needs where each of its entries was already accepted (the ``delivered`` records):
+    the read of the entries returns them (the same script), so no batch looks them up in a round trip of
+    its own, and a record found that way is obeyed: the entry goes only where it is missing."""
+    primary, secondary = namespace_pair
+    entity = unique_name
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(primary),
+            "secondary": namespace_settings(secondary),
+            "entities": {entity: {"replication": "active", "success_policy": "all"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+    ctx = _context(contexts, settings, "delivered")
+    count = 3 * READ_COUNT
+    with Producer(settings=settings) as p:
+        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+    # Given an entry of the second batch recorded as accepted by the secondary (an earlier tenure's record)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entry_ids = [eid.decode() for eid, _ in client.xrange(outbox_keys.outbox(entity, 0))]
+        landed = READ_COUNT + 7
+        client.hset(state_keys.delivered(entity, 0), entry_ids[landed], encode_targets((SECONDARY,)))
+    finally:
+        client.close()
+    # When one drainer drains the shard
+    with _HashReads(redis_url, state_keys.delivered(entity, 0), verb="HMGET") as reads:
+        report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    # Then the primary got every message and the secondary every one but the entry it already had
+    assert [m.message_id for m in receive_all(primary, entity, count, timeout=30)] == ids
+    assert [m.message_id for m in receive_all(secondary, entity, count - 1, timeout=30)] == (
+        ids[:landed] + ids[landed + 1 :]
+    )
+    # And every batch's records came with its entries, none in a round trip of its own
+    assert reads.by["lua"] >= 3
+    assert reads.by["client"] == 0

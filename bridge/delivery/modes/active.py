@@ -28,7 +28,7 @@ class ActiveSender:
     def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
         """Send each entry to every namespace that has not accepted it yet; settle per the policy."""
         policy = port.ctx.settings.entity(port.entity).success_policy
-        delivered = port.ctx.retry.delivered(port.entity, port.shard, [e.entry_id for e in entries])
+        delivered = port.delivered([e.entry_id for e in entries])
         outcomes: list[dict[Target, Outcome]] = [{} for _ in entries]
         sends: list[tuple[Target, list[int], BatchSend]] = []
         todos = {

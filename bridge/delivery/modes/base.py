@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from bridge.core.cost import Operation
-from bridge.core.decisions import SendDecision, SendNext, Settlement
+from bridge.core.decisions import SendDecision, SendNext, Settlement, Target
 from bridge.core.envelope import Envelope
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState
@@ -42,6 +42,11 @@ class SendPort(Protocol):
     def send_each(self, sends: Sequence[BatchSend]) -> list[BatchOutcome]:
         """Several batched sends, each as ``send_messages``, their SDK calls at the same time (to
         different namespaces); the outcomes in the order of ``sends``."""
+        ...
+
+    def delivered(self, entry_ids: Sequence[str]) -> dict[str, tuple[Target, ...]]:
+        """Where each entry was already accepted (active mode), read with the batch's entries when it
+        could be."""
         ...
 
     def retry_context(self) -> RetryContext:
