@@ -1,14 +1,15 @@
 """One outbox shard's ceiling: how fast one drainer empties a full shard, against the raw SDK in the same run.
 
     python -m bench.shard [--messages 10000] [--rounds 2] [--appendfsync always|everysec]
-                          [--mode passive|any|all]
+                          [--mode passive|any|all] [--body 1024]
 
 Starts a ``LocalStack`` (private redis-server with AOF, ``appendfsync always`` unless told otherwise; two
 local namespaces as real processes), no worker: the drainer runs in this process, so its CPU time is
-measured alone. Each round, with 1 KB bodies:
+measured alone. Each round, with bodies of ``--body`` bytes (1 KB by default; ``bench.outage``'s load
+sends about 200-byte messages):
 
 1. **raw SDK**: one warm ``ServiceBusSender`` sends ``--messages`` messages with a MessageId in lists of 200
-   (one batch each, as the drainer reads 200 entries at a time): msgs/s and CPU microseconds per message
+   (one batch each; with 1 KB bodies about one full 256 KB transfer): msgs/s and CPU microseconds per message
    of this process (the SDK's threads included);
 2. **one shard**: the same number written to the outbox of an entity with one shard (passive, or active
    with ``--mode any|all``: every message goes to both namespaces at once, so a message costs two sends)
@@ -33,7 +34,6 @@ from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
-BODY = b"x" * 1024
 ENTITY = "bench-shard"
 RAW_QUEUE = "bench-shard-raw"
 BATCH = 200
@@ -44,7 +44,7 @@ MODES: dict[str, dict[str, str]] = {
 }
 
 
-def raw_round(conn: str, total: int, tag: str) -> tuple[float, float]:
+def raw_round(conn: str, total: int, tag: str, body: bytes) -> tuple[float, float]:
     """msgs/s and CPU seconds of one warm sender sending ``total`` messages in lists of ``BATCH``."""
     with (
         ServiceBusClient.from_connection_string(conn) as client,
@@ -54,7 +54,7 @@ def raw_round(conn: str, total: int, tag: str) -> tuple[float, float]:
         def send(n: int, prefix: str) -> None:
             for i in range(0, n, BATCH):
                 sender.send_messages(
-                    [ServiceBusMessage(BODY, message_id=f"{prefix}{i + j}") for j in range(BATCH)]
+                    [ServiceBusMessage(body, message_id=f"{prefix}{i + j}") for j in range(BATCH)]
                 )
 
         send(BATCH, f"{tag}-warm-")
@@ -72,12 +72,12 @@ def redis_calls(client: Any) -> int:
     return sum(int(v["calls"]) for k, v in client.info("commandstats").items() if k != "cmdstat_info")
 
 
-def shard_round(ctx: Any, producer: Any, total: int, tag: str) -> dict[str, float]:
+def shard_round(ctx: Any, producer: Any, total: int, tag: str, body: bytes) -> dict[str, float]:
     """Fill the shard with ``total`` messages, then drain it with one drainer; the figures."""
     from bridge.delivery.drainer import ShardDrainer
 
     for i in range(0, total, 1000):
-        producer.send_batch(ENTITY, [{"body": BODY, "message_id": f"{tag}-{i + j}"} for j in range(1000)])
+        producer.send_batch(ENTITY, [{"body": body, "message_id": f"{tag}-{i + j}"} for j in range(1000)])
     calls, rcpu = redis_calls(ctx.redis), redis_cpu(ctx.redis)
     started, cpu = time.perf_counter(), time.process_time()
     sent = 0
@@ -102,7 +102,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--appendfsync", default="always", choices=["always", "everysec"])
     parser.add_argument("--mode", default="passive", choices=list(MODES))
+    parser.add_argument("--body", type=int, default=1024, help="bytes of each message's body")
     args = parser.parse_args()
+    body = b"x" * args.body
     total = args.messages - args.messages % 1000
 
     from bridge.delivery.context import DeliveryContext
@@ -112,8 +114,9 @@ def main() -> None:
 
     base = Path(tempfile.mkdtemp(prefix="bench-shard-"))
     print(
-        f"bench.shard: 1 KB messages, {total} per round and side, {args.rounds} rounds, one {args.mode} "
-        f"entity with one outbox shard drained in this process, Redis appendfsync {args.appendfsync}",
+        f"bench.shard: {args.body}-byte bodies, {total} per round and side, {args.rounds} rounds, one "
+        f"{args.mode} entity with one outbox shard drained in this process, Redis appendfsync "
+        f"{args.appendfsync}",
         flush=True,
     )
     stack = LocalStack(base, entities={ENTITY: MODES[args.mode]}, settings={"BRIDGE_LOG_LEVEL": "WARNING"})
@@ -126,10 +129,10 @@ def main() -> None:
         producer = Producer(settings=settings)
         ctx = DeliveryContext.build(settings)
         try:
-            shard_round(ctx, producer, 1000, "warm")
+            shard_round(ctx, producer, 1000, "warm", body)
             for n in range(args.rounds):
-                raws.append(raw_round(stack.primary.connection_string, total, f"r{n}"))
-                shards.append(shard_round(ctx, producer, total, f"b{n}"))
+                raws.append(raw_round(stack.primary.connection_string, total, f"r{n}", body))
+                shards.append(shard_round(ctx, producer, total, f"b{n}", body))
                 (rate, cpu), s = raws[-1], shards[-1]
                 print(
                     f"  round {n + 1}: raw SDK {rate:7,.0f} msgs/s {cpu / total * 1e6:5.0f} us CPU/msg   "

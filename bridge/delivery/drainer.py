@@ -8,7 +8,7 @@ lease holder claims every pending entry of the shard (``XAUTOCLAIM`` from 0) bef
 crash between read and ack costs a duplicate (same MessageId), never a loss.
 
 Keys on hold (``Hold``: their entries stay pending) never make another key's newer entries pass its older
-ones: the drainer reads new entries only once it has claimed the whole pending list, ``READ_COUNT`` at a
+ones: the drainer reads new entries only once it has claimed the whole pending list, ``read_count`` at a
 time, so an older pending entry of a key that is not held (one whose batch was retried) is always sent
 before that key's newer entries. A claim starts after the entries an earlier claim of the tenure found
 settled or held (``claim_from``), so a long run of held entries is not claimed again on every pass; the
@@ -45,12 +45,18 @@ from bridge.delivery.modes import sender_for
 from bridge.delivery.read_ahead import Ahead
 from bridge.delivery.shard_sending import ShardSending
 from bridge.delivery.shard_settling import ShardSettling
-from bridge.delivery.shard_state import LAYOUT_WAIT, PROBLEM_FULL_WAIT, READ_COUNT, DrainReport
+from bridge.delivery.shard_state import (
+    LAYOUT_WAIT,
+    PROBLEM_FULL_WAIT,
+    READ_COUNT,
+    DrainReport,
+    read_count,
+)
 from bridge.errors import LeaseLostError, ProblemStreamFullError, StateStoreUnavailableError
 from bridge.observability import transitions
 from bridge.outbox import keys as outbox_keys
 from bridge.outbox.layout import LayoutStore
-from bridge.outbox.reader import OutboxEntry
+from bridge.outbox.reader import OutboxEntry, entry_size
 from bridge.state import keys as state_keys
 
 __all__ = ["LAYOUT_WAIT", "PROBLEM_FULL_WAIT", "READ_COUNT", "DrainReport", "ShardDrainer", "TurnEnd"]
@@ -192,16 +198,18 @@ class ShardDrainer(ShardSending, ShardSettling):
                 self._release_due_holds()
                 self.read_ahead.drop()  # its entries are pending: this claim takes them (``read_ahead``)
                 self.settler.flush()  # acknowledgements on their way would be claimed and sent again
+                self.claim_asked = read_count(self.entry_bytes)
                 entries = reader.claim_fenced(
                     self.entity,
                     self.shard,
                     self.consumer,
                     self.fence,
-                    count=READ_COUNT,
+                    count=self.claim_asked,
                     prune=self.prune,
                     start=self.claim_from,
                 )
                 self.prune = False
+                self._sized(entries)
                 if not entries:
                     self.claiming = False  # the whole pending list was claimed: read what is new
                     continue
@@ -226,12 +234,13 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.shard,
             self.consumer,
             self.fence,
-            READ_COUNT,
+            read_count(self.entry_bytes),
             hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
             per_entry=state_keys.delivered(self.entity, self.shard) if self.mode == "active" else None,
         )
         if not read.entries:
             return Ahead(read, None)
+        self._sized(read.entries)
         layout, roles = read.hashes
         return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), self.ctx.clock())
 
@@ -246,10 +255,15 @@ class ShardDrainer(ShardSending, ShardSettling):
                 # Every claimed entry is settled or its key held: the next claim starts after them, and new
                 # entries are read only once no pending entry is left beyond (a short claim).
                 self.claim_from = _after(entries[-1].entry_id)
-                self.claiming = len(entries) >= READ_COUNT
+                self.claiming = len(entries) >= self.claim_asked
         else:
             # The entry that must wait and everything after it stay pending (ours): claimed again first.
             self.claiming = True
+
+    def _sized(self, entries: Sequence[OutboxEntry]) -> None:
+        """Remember the entries' mean size: the next read's count follows it (``read_count``)."""
+        if entries:
+            self.entry_bytes = sum(entry_size(e.fields) for e in entries) / len(entries)
 
     def _take_over(self) -> None:
         """What an earlier holder left: the consumer group, and the shard's backoff and retry count."""

@@ -23,12 +23,27 @@ from bridge.delivery.settler import Settler
 from bridge.journal.emit import BatchJournal, namespace_names
 from bridge.outbox.reader import OutboxEntry
 
-READ_COUNT = 200
-"""Entries per read: one batched send (or a few, as the size limit allows) per read."""
+READ_COUNT = 1000
+"""Most entries per read or claim: a batch goes in as few ``ServiceBusMessageBatch``es as the link's size
+limit allows (one transfer each). Why 1,000 and not the 200 it was: a shard catching up after an outage
+pays per batch (the read and the settlement scripts, each send's round trip, the hand-offs between
+threads on a busy process); with 200-byte messages ``bench.outage``'s drain moved 1.3 to 1.6 times as many
+messages a second with reads of 1,000 (``docs/outages.md``). At a steady rate a read takes what is there,
+far fewer."""
+READ_BYTES = 1024 * 1024
+"""About how many bytes of entries one read takes (``read_count``): large messages are read fewer at a
+time, so a batch and the one read ahead of it stay about this size in the worker's memory."""
 LAYOUT_WAIT = 0.5
 """Seconds a new-layout entry waits before the drainer looks again whether the old layout is drained."""
 PROBLEM_FULL_WAIT = 5.0
 """Seconds a shard holds before it decides again an entry whose quarantine or dead-letter stream was full."""
+
+
+def read_count(entry_bytes: float | None) -> int:
+    """Entries per read or claim for entries of about ``entry_bytes`` each (None: not known yet)."""
+    if not entry_bytes:
+        return READ_COUNT
+    return max(1, min(READ_COUNT, int(READ_BYTES / entry_bytes)))
 
 
 @dataclass
@@ -110,6 +125,10 @@ class ShardState:
         behind."""
         self.batch_roles: tuple[RoleState, float] | None = None
         """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
+        self.entry_bytes: float | None = None
+        """The mean size of the entries of the last read or claim (``read_count``)."""
+        self.claim_asked = READ_COUNT
+        """Entries the last claim asked for: one that returned fewer claimed the rest of the pending list."""
         self.batch_delivered: Mapping[str, bytes] | None = None
         """Where each entry of this batch was already accepted, read with its entries (active mode's
         ``delivered`` hash; ``ShardSending.delivered``); None: not read with them."""

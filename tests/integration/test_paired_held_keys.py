@@ -96,7 +96,8 @@ def test_a_retried_key_is_claimed_again_before_its_newer_messages_behind_many_he
             # can be aliased (they carry x-ms-path), so the key waits for the primary a whole ping interval
             mark_failed_over(stack, "orders")
             unaliasable = {"partition_key": "held", "application_properties": {"x-ms-path": "elsewhere"}}
-            held = p.send_batch("orders", [{"body": f"held#{i}", **unaliasable} for i in range(HELD)])
+            messages = [{"body": f"held#{i}", **unaliasable} for i in range(HELD)]
+            held = [m for i in range(0, HELD, 1000) for m in p.send_batch("orders", messages[i : i + 1000])]
             wait_until(lambda: paired_state(stack, "orders").failed_over, 10, what="failover engaged")
             time.sleep(1.0)  # the drainer has read them all and holds the key
             # And the primary is back (what the ping would record) but busy for a while

@@ -22,6 +22,7 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import READ_COUNT, ShardDrainer
 from bridge.delivery.lease_keeper import LeaseKeeper
 from bridge.delivery.service import DrainService
+from bridge.delivery.shard_state import READ_BYTES
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
 from bridge.errors import LeaseLostError
@@ -37,6 +38,11 @@ from tests.integration.worker_support import make_stack, producer, receive_all
 __all__ = ["make_stack"]
 
 pytestmark = pytest.mark.timeout(180)
+
+
+def _send_many(p: Producer, entity: str, bodies: list[bytes]) -> list[str]:
+    """Store ``bodies`` in order, as many producer batches as the ingress limit takes (1,000 each)."""
+    return [mid for i in range(0, len(bodies), 1000) for mid in p.send_batch(entity, bodies[i : i + 1000])]
 
 
 def _settings(
@@ -327,7 +333,7 @@ def test_entries_read_ahead_of_a_refused_batch_are_sent_after_it_in_order(
     client = redis.Redis.from_url(redis_url)
     count = READ_COUNT + 50
     with Producer(settings=settings) as p:
-        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
     drainer = ShardDrainer(ctx, entity, 0)
     keeper = LeaseKeeper(ctx.leases, settings.workers.lease_ttl)
     held = keeper.acquire(entity, 0, drainer.token)
@@ -412,7 +418,7 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     ctx = _context(contexts, settings, "roles")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
-        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
     with _HashReads(redis_url, state_keys.role(entity)) as reads:
         report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
     assert report.sent == count
@@ -446,7 +452,7 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     ctx = _context(contexts, settings, "delivered")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
-        ids = p.send_batch(entity, [f"m{i}".encode() for i in range(count)])
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
     # Given an entry of the second batch recorded as accepted by the secondary (an earlier tenure's record)
     client = redis.Redis.from_url(redis_url)
     try:
@@ -467,3 +473,61 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     # And every batch's records came with its entries, none in a round trip of its own
     assert reads.by["lua"] >= 3
     assert reads.by["client"] == 0
+
+
+def test_large_messages_are_read_fewer_at_a_time(
+    redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
+) -> None:
+    """A read takes up to ``READ_COUNT`` entries, fewer when they are large (about ``READ_BYTES`` a read),
+    so a batch and the one read ahead stay bounded in the worker's memory whatever the message size."""
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, 1)
+    ctx = _context(contexts, settings, "sizes")
+    body = b"x" * (64 * 1024)
+    count = 3 * (READ_BYTES // len(body))
+    with Producer(settings=settings) as p:
+        ids = _send_many(p, entity, [body] * count)
+    with _ReadCounts(redis_url, outbox_keys.outbox(entity, 0)) as reads:
+        report = ShardDrainer(ctx, entity, 0).run(budget=60, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    got = receive_all(shared_namespace, entity, count, timeout=60)
+    assert [m.message_id for m in got] == ids
+    # The first read knew nothing of the sizes; every later one asked for about READ_BYTES of entries
+    assert reads.counts[0] == READ_COUNT
+    assert len(reads.counts) > 1
+    assert all(n <= READ_BYTES // len(body) for n in reads.counts[1:]), reads.counts
+
+
+class _ReadCounts:
+    """The ``COUNT`` of every ``XREADGROUP`` of one stream Redis runs while the test drains (``MONITOR``)."""
+
+    def __init__(self, redis_url: str, stream: str) -> None:
+        self.client = redis.Redis.from_url(redis_url, decode_responses=True)
+        self.stream = stream
+        self.counts: list[int] = []
+        self.end = f"monitor-end-{time.monotonic_ns()}"
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        with self.client.monitor() as monitor:
+            self.ready.set()
+            for command in monitor.listen():
+                text = command["command"]
+                if self.end in text:
+                    return
+                words = text.split()
+                if words and words[0].upper() == "XREADGROUP" and self.stream in text:
+                    upper = [w.upper() for w in words]
+                    self.counts.append(int(words[upper.index("COUNT") + 1]))
+
+    def __enter__(self) -> _ReadCounts:
+        self.thread.start()
+        assert self.ready.wait(5)
+        time.sleep(0.1)  # MONITOR's reply is in before the first command watched
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.echo(self.end)
+        self.thread.join(10)
+        self.client.close()
