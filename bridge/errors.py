@@ -40,6 +40,8 @@ class BridgeError(Exception):
     """The operation timed out: it starts the paired failover timer even when TRANSIENT."""
     entity_missing: ClassVar[bool] = False
     """The entity does not exist in the namespace."""
+    address_refused: ClassVar[bool] = False
+    """The namespace's address refused a TCP connect (the whole namespace host, not one entity)."""
 
 
 class ConfigurationError(BridgeError):
@@ -175,6 +177,15 @@ class NamespaceOutageError(NamespaceError):
     error_class = ErrorClass.OUTAGE
 
 
+class NamespaceRefusedError(NamespaceOutageError):
+    """The SDK could not connect: the namespace's address refused the TCP connection (the whole namespace
+    host is down, not one entity). What an earlier attempt of the same call sent is unknown, as for any
+    outage."""
+
+    error_class = ErrorClass.OUTAGE
+    address_refused = True
+
+
 class AttemptDeadlineExceeded(NamespaceOutageError):
     """An attempt overran the bridge's hard deadline (e.g. a blackholed endpoint); the client is discarded.
 
@@ -190,6 +201,7 @@ class EndpointRefusedError(NamespaceOutageError):
     ``bridge.core.reachability``): the send was not started, so nothing of it can arrive."""
 
     error_class = ErrorClass.OUTAGE
+    address_refused = True
 
 
 class RefusedMidAttemptError(EndpointRefusedError):
@@ -198,6 +210,7 @@ class RefusedMidAttemptError(EndpointRefusedError):
 
     error_class = ErrorClass.OUTAGE
     timeout = True
+    address_refused = True
 
 
 class NamespaceConfigurationError(NamespaceError):

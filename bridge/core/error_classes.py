@@ -38,6 +38,7 @@ class Classification:
     error_class: ErrorClass
     timeout: bool = False
     entity_missing: bool = False
+    address_refused: bool = False
 
 
 UNKNOWN = Classification(ErrorClass.TRANSIENT)
@@ -47,7 +48,9 @@ UNKNOWN = Classification(ErrorClass.TRANSIENT)
 def classify_type(exc_type: type[BaseException]) -> Classification:
     """The decision ``exc_type`` carries (a ``bridge.errors`` class), else ``UNKNOWN``."""
     if issubclass(exc_type, BridgeError) and exc_type.error_class is not None:
-        return Classification(exc_type.error_class, exc_type.timeout, exc_type.entity_missing)
+        return Classification(
+            exc_type.error_class, exc_type.timeout, exc_type.entity_missing, exc_type.address_refused
+        )
     return UNKNOWN
 
 

@@ -64,6 +64,8 @@ class Outcome:
     error: str | None = None
     timeout: bool = False
     entity_missing: bool = False
+    address_refused: bool = False
+    """The namespace's address refused a TCP connect: the whole namespace was down, not one entity."""
 
     def __post_init__(self) -> None:
         if self.ok and self.error_class is not None:
@@ -84,11 +86,17 @@ class Outcome:
         *,
         timeout: bool = False,
         entity_missing: bool = False,
+        address_refused: bool = False,
     ) -> Outcome:
         """A failed attempt of the given class; ``error`` is scrubbed and shortened here too."""
         text = scrub_secrets(error)[:MAX_ERROR_LENGTH] if error else error_class.value
         return cls(
-            ok=False, error_class=error_class, error=text, timeout=timeout, entity_missing=entity_missing
+            ok=False,
+            error_class=error_class,
+            error=text,
+            timeout=timeout,
+            entity_missing=entity_missing,
+            address_refused=address_refused,
         )
 
     @classmethod
@@ -99,6 +107,7 @@ class Outcome:
             error,
             timeout=classification.timeout,
             entity_missing=classification.entity_missing,
+            address_refused=classification.address_refused,
         )
 
     @property

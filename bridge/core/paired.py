@@ -170,6 +170,8 @@ class RemoveFromRotation:
     index: int
     at: float
     error: str
+    refused: bool = False
+    """The namespace's address refused a TCP connect: the queue left for its namespace, not for itself."""
 
 
 PairedChange: TypeAlias = StartTimer | EngageFailover | MarkAvailable | RecordError | RecordPing
@@ -304,35 +306,54 @@ class BacklogRotation:
 
     count: int
     removed: Mapping[int, float] = field(default_factory=_empty_removed, hash=False)
+    refused: frozenset[int] = frozenset()
+    """Removed queues whose last failure was the namespace's address refusing connections."""
 
     def __post_init__(self) -> None:
         if self.count < 1:
             raise ValueError("backlog queue count must be at least 1")
         object.__setattr__(self, "removed", MappingProxyType(dict(self.removed)))
 
-    def in_rotation(self, now: float, readmit_after: float | None) -> tuple[int, ...]:
-        """Indexes still in rotation; one removed ``readmit_after`` seconds ago or more is back in."""
+    def in_rotation(
+        self, now: float, readmit_after: float | None, accepting: bool = False
+    ) -> tuple[int, ...]:
+        """Indexes in rotation: one removed ``readmit_after`` s ago or more is back, and one removed because
+        the address refused connections once it is ``accepting`` again (else the outbox waited up to
+        ``readmit_after`` after every outage of the secondary, however short)."""
         out = []
         for index in range(self.count):
             removed_at = self.removed.get(index)
-            if removed_at is None or (readmit_after is not None and now - removed_at >= readmit_after):
+            if (
+                removed_at is None
+                or (readmit_after is not None and now - removed_at >= readmit_after)
+                or (accepting and index in self.refused)
+            ):
                 out.append(index)
         return tuple(out)
 
+    def refused_out(self, now: float, readmit_after: float | None) -> bool:
+        """Whether a queue is out because its address refused (the adapter probes it for ``accepting``)."""
+        back = self.in_rotation(now, readmit_after)
+        return any(index not in back for index in self.refused)
+
     def apply(self, change: RemoveFromRotation) -> BacklogRotation:
         """The rotation after ``change`` (the adapter's HSET)."""
-        return replace(self, removed={**self.removed, change.index: change.at})
+        refused = self.refused | {change.index} if change.refused else self.refused - {change.index}
+        return replace(self, removed={**self.removed, change.index: change.at}, refused=refused)
 
     def to_fields(self) -> dict[str, str]:
-        """``{index: removed_at}`` as strings (the count comes from settings, not Redis)."""
-        return {str(index): repr(at) for index, at in self.removed.items()}
+        """``{index: removed_at, "<index>.refused": "1"|"0"}`` (the count comes from settings)."""
+        out = {str(index): repr(at) for index, at in self.removed.items()}
+        out.update({f"{index}.refused": "1" if index in self.refused else "0" for index in self.removed})
+        return out
 
     @classmethod
     def from_fields(cls, count: int, fields: FieldMap) -> BacklogRotation:
         """Inverse of ``to_fields``; indexes outside ``count`` (a smaller count now) are ignored."""
         data = decode_fields(fields)
         removed = {int(k): float(v) for k, v in data.items() if k.isdigit() and int(k) < count}
-        return cls(count=count, removed=removed)
+        refused = frozenset(i for i in removed if data.get(f"{i}.refused") == "1")
+        return cls(count=count, removed=removed, refused=refused)
 
 
 def choose_backlog(
@@ -341,12 +362,14 @@ def choose_backlog(
     rand: Rand,
     current: int | None = None,
     readmit_after: float | None = None,
+    *,
+    accepting: bool = False,
 ) -> int | None:
     """The backlog queue this worker sends to: its ``current`` one if still in rotation, else a random pick.
 
     None when every queue left the rotation: the message stays in the outbox and the error is recorded.
     """
-    candidates = rotation.in_rotation(now, readmit_after)
+    candidates = rotation.in_rotation(now, readmit_after, accepting)
     if not candidates:
         return None
     if current is not None and current in candidates:
@@ -359,7 +382,8 @@ def on_backlog_failure(index: int, outcome: Outcome, now: float) -> RemoveFromRo
     """A failed backlog send removes the queue from the rotation, unless the message was at fault."""
     if outcome.failed_with is ErrorClass.MESSAGE_PERMANENT:
         return None
-    return RemoveFromRotation(index=index, at=now, error=outcome.error or outcome.failed_with.value)
+    error = outcome.error or outcome.failed_with.value
+    return RemoveFromRotation(index, now, error, refused=outcome.address_refused)
 
 
 def rendezvous_backlog(key: str, candidates: Sequence[int]) -> int | None:

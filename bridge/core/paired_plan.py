@@ -92,6 +92,9 @@ class BacklogView:
     rotation: BacklogRotation
     current: int | None = None
     sticky: Mapping[str, int] = field(default_factory=dict, hash=False)
+    accepting: bool = False
+    """The secondary's address accepted a TCP connect just now (probed only while a queue is out of the
+    rotation because that address refused connections): those queues are back in."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,11 @@ class SettledBatch:
     current: tuple[CurrentBacklog, ...] = ()
 
 
+REFUSED_HOLD = 1.0
+"""Seconds a key waits before it is decided again when its queue left the rotation because the
+namespace's address refused connections (the next decision probes the address)."""
+
+
 def hold_delay(view: PairedView, removed_at: float) -> float:
     """How long a key held for a backlog queue that left the rotation at ``removed_at`` waits before it is
     looked at again: until the queue may be readmitted, at most one ping interval (the earliest the
@@ -236,12 +244,19 @@ class _Placer:
                 self.sticky[entry.key] = self.assigned[entry.key] = index
             if index in self.in_rotation:
                 return index
-            return Hold(
-                hold_delay(view, backlog.rotation.removed.get(index, now)),
-                f"its backlog queue {index} left the rotation; its messages there go first",
-            )
+            delay = hold_delay(view, backlog.rotation.removed.get(index, now))
+            if index in backlog.rotation.refused:
+                delay = min(delay, REFUSED_HOLD)  # looked at again soon: the address may accept again
+            return Hold(delay, f"its backlog queue {index} left the rotation; its messages there go first")
         # No order to keep (a keyless message, or fast mode): this worker's current queue, as .NET did.
-        index = choose_backlog(backlog.rotation, now, view.retry.rand, self.current, view.readmit_after)
+        index = choose_backlog(
+            backlog.rotation,
+            now,
+            view.retry.rand,
+            self.current,
+            view.readmit_after,
+            accepting=backlog.accepting,
+        )
         if index is None:
             raise InvariantError("no backlog queue chosen although the rotation is not empty")
         self.current = index
@@ -253,7 +268,7 @@ def _backlog_plan(
 ) -> PairedPlan:
     keys = tuple(entry.key for entry in entries)
     now = view.retry.now
-    in_rotation = backlog.rotation.in_rotation(now, view.readmit_after)
+    in_rotation = backlog.rotation.in_rotation(now, view.readmit_after, backlog.accepting)
     if not in_rotation:
         retry = Retry(
             view.retry.delay(), OUT_OF_ROTATION, (PRIMARY,), changes=(RecordError(now, OUT_OF_ROTATION),)
@@ -361,8 +376,11 @@ def _after_backlog(view: PairedView, send: BacklogSend, key: str | None, outcome
     # A key that sticks to the queue waits for it; any other message goes to another queue shortly (the
     # failed one has left the rotation just now).
     sticks = view.ordered and key is not None
+    delay = hold_delay(view, now) if sticks else REROUTE_DELAY
+    if outcome.address_refused:
+        delay = min(delay, REFUSED_HOLD)  # decided again soon: the address may accept again
     return Hold(
-        hold_delay(view, now) if sticks else REROUTE_DELAY,
+        delay,
         f"backlog queue {send.index} failed: {outcome.error}",
         changes=() if removal is None else (removal,),
     )

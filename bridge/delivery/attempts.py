@@ -46,6 +46,7 @@ class Streaks:
             describe_error(error),
             timeout=classification.timeout,
             entity_missing=classification.entity_missing,
+            address_refused=classification.address_refused,
         )
 
 

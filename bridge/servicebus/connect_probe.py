@@ -10,7 +10,9 @@ out once from its settings. The pool asks it three things:
   seconds, then every ``every``), it probes — or reuses an answer less than ``every`` old, one connect
   at a time per address — and returns the error that ends the attempt when the address refuses;
 - ``calibrate(role)`` after a send the namespace accepted, until the address is armed: one connect that
-  must succeed before any refusal of that address is believed.
+  must succeed before any refusal of that address is believed;
+- ``accepting(role)`` for paired mode: whether the address accepts connections again, so backlog queues
+  that left the rotation because it refused them may be used again at once.
 
 A probe opens a TCP connection and closes it at once: no TLS, no AMQP, nothing the namespace could take
 for a client. No secret is involved; the address (host and port) is not one.
@@ -121,6 +123,15 @@ class ConnectProbe:
             )
 
         return check
+
+    def accepting(self, role: Role) -> bool:
+        """Whether ``role``'s address accepts a TCP connect now (an answer less than ``every`` old is
+        reused; False when this role is not probed). Paired mode asks it before it uses again a backlog
+        queue that left the rotation because this address refused connections."""
+        if self._addresses.get(role) is None:
+            return False
+        state = self._probe(role, reuse=True)
+        return state.last is not None and state.last.answer is Answer.CONNECTED
 
     def calibrate(self, role: Role) -> None:
         """After a send ``role`` accepted: arm its address with one connect, once (later calls: no I/O)."""

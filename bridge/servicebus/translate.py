@@ -66,6 +66,7 @@ from bridge.errors import (
     NamespaceEntityNotFoundError,
     NamespaceError,
     NamespaceOutageError,
+    NamespaceRefusedError,
     NamespaceRoleMissingError,
     NamespaceTimeoutError,
     TransientNamespaceError,
@@ -178,10 +179,32 @@ def translate(exc: BaseException, namespace: str | None = None, context: str = "
             return NamespaceEntityNotFoundError(message, namespace=namespace)
         return NamespaceConfigurationError(message, namespace=namespace)
     if verdict.error_class is ErrorClass.OUTAGE:
+        if _connection_refused(exc):
+            return NamespaceRefusedError(message, namespace=namespace)
         return NamespaceOutageError(message, namespace=namespace)
     if verdict.timeout:
         return NamespaceTimeoutError(message, namespace=namespace)
     return TransientNamespaceError(message, namespace=namespace)
+
+
+def _connection_refused(exc: BaseException) -> bool:
+    """Whether a ``ConnectionRefusedError`` is among the errors ``exc`` wraps (the SDK keeps the socket's
+    error as ``inner_exception``, or chains it): the address refused, so the whole namespace is down.
+    The error's type decides, never its text."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        inner = getattr(current, "inner_exception", None)
+        todo.extend(
+            [inner if isinstance(inner, BaseException) else None, current.__cause__, current.__context__]
+        )
+    return False
 
 
 def _wrapped(exc: BaseException) -> BaseException:

@@ -179,7 +179,11 @@ class PairedStore:
         with driver_errors():
             self.client.hset(
                 keys.rotation(namespace),
-                mapping={str(change.index): _text(change.at), f"{change.index}.error": error},
+                mapping={
+                    str(change.index): _text(change.at),
+                    f"{change.index}.error": error,
+                    f"{change.index}.refused": "1" if change.refused else "0",
+                },
             )
         log.warning("backlog queue %s/%d left the rotation: %s", namespace, change.index, error)
         transitions.rotation_removed(backlog_queue_path(namespace, change.index), error)

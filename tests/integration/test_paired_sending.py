@@ -227,3 +227,37 @@ def test_a_batch_goes_to_its_backlog_queues_at_once_so_one_stalled_queue_holds_b
     assert sorted(m.message_id for m in got) == elsewhere
     # And the batch is still unsettled: queue 0's send had not returned when the others landed
     assert outbox_depth(stack, "orders") == len(sessions)
+
+
+def test_queues_that_left_because_the_secondary_refused_connections_are_back_once_it_accepts(
+    make_stack: Any,
+) -> None:
+    # No readmission by time within the test: only the secondary's return can bring the queues back.
+    stack = _paired_stack(make_stack, interval=0.0, BRIDGE_PAIRED__BACKLOG_READMIT_AFTER="3600")
+    queues = [backlog_queue_path(_primary_name(stack), i) for i in range(BACKLOGS)]
+    # Given failover engaged while the primary is down, the secondary taking the backlog
+    stack.primary.control.outage()
+    stack.start_worker()
+    stack.start_beat()
+    with producer(stack) as p:
+        first = p.send("orders", b"first", session_id="s-first")
+        assert [m.message_id for m in _backlog_messages(stack, 1)] == [first]
+        # When the whole secondary goes down too (its address refuses connections) while messages come
+        stack.secondary.control.outage()
+        ids = [p.send("orders", f"m{i}".encode(), session_id=f"s{i}") for i in range(12)]
+    # Then every queue leaves the rotation because the address refused, and the messages wait
+    wait_until(
+        lambda: len(status_json(stack)["backlog"]["removed"]) == BACKLOGS,
+        60,
+        what="every backlog queue out of the rotation",
+    )
+    errors = status_json(stack)["backlog"]["removed"]
+    assert all("refused" in (errors[str(i)]["error"] or "") for i in range(BACKLOGS)), errors
+    assert outbox_depth(stack, "orders") == 12
+    # When the secondary comes back (the primary stays down)
+    stack.secondary.control.restore()
+    # Then the messages land in the backlog queues at once, not an hour later
+    got = _backlog_messages(stack, 12, timeout=45)
+    assert sorted(m.message_id for m in got) == sorted(ids)
+    assert sum(count_in(stack.secondary, queue) for queue in queues) == 0  # received and deleted, no extra
+    wait_until(lambda: outbox_depth(stack, "orders") == 0, 30, what="the outbox acknowledged")

@@ -397,3 +397,27 @@ def test_a_restore_barrier_passes_only_behind_its_destinations_messages() -> Non
     states = {"other": FAILED_OVER, "orders": HEALTHY}
     plan = plan_received([_restored("other", 0), barrier], states.__getitem__)
     assert [d.action for d in plan] == [SyphonAction.SET_ASIDE, SyphonAction.PASS_BARRIER]
+
+
+def test_a_queue_that_left_because_the_address_refused_is_back_once_the_address_accepts() -> None:
+    refused = Outcome.failure(ErrorClass.OUTAGE, "connection refused", address_refused=True)
+    other = Outcome.failure(ErrorClass.OUTAGE, "link detached")
+    rotation = BacklogRotation(count=3)
+    for index, outcome in ((0, refused), (1, other)):
+        change = on_backlog_failure(index, outcome, T0)
+        assert change is not None and change.refused is (outcome is refused)
+        rotation = rotation.apply(change)
+    # Out while nobody knows better; only the refused one comes back when the address accepts again
+    assert rotation.in_rotation(T0 + 1, readmit_after=60) == (2,)
+    assert rotation.refused_out(T0 + 1, readmit_after=60)
+    assert rotation.in_rotation(T0 + 1, readmit_after=60, accepting=True) == (0, 2)
+    # Readmitted by time as before, whatever the reason
+    assert rotation.in_rotation(T0 + 60, readmit_after=60) == (0, 1, 2)
+    assert not rotation.refused_out(T0 + 60, readmit_after=60)
+    # A later failure of another kind makes the queue an ordinary removal again
+    rotation = rotation.apply(RemoveFromRotation(0, T0 + 2, "link detached"))
+    assert rotation.in_rotation(T0 + 3, readmit_after=60, accepting=True) == (2,)
+    # And the flag survives the round trip through Redis's fields
+    again = rotation.apply(RemoveFromRotation(2, T0 + 4, "refused", refused=True))
+    assert BacklogRotation.from_fields(3, again.to_fields()) == again
+    assert BacklogRotation.from_fields(3, again.to_fields()).refused == frozenset({2})

@@ -25,7 +25,7 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
-from bridge.core.error_classes import classify
+from bridge.core.error_classes import ErrorClass, classify
 from bridge.errors import (
     AttemptDeadlineExceeded,
     MessagePermanentError,
@@ -33,6 +33,7 @@ from bridge.errors import (
     NamespaceEntityNotFoundError,
     NamespaceError,
     NamespaceOutageError,
+    NamespaceRefusedError,
     NamespaceTimeoutError,
     TransientNamespaceError,
 )
@@ -44,7 +45,7 @@ TABLE: list[tuple[BaseException, type[NamespaceError]]] = [
     (MessagingEntityDisabledError(message="disabled"), NamespaceOutageError),
     (ServiceBusQuotaExceededError(message="full"), NamespaceOutageError),
     (ServiceRequestError("connection refused"), NamespaceOutageError),
-    (ConnectionRefusedError(111, "refused"), NamespaceOutageError),
+    (ConnectionRefusedError(111, "refused"), NamespaceRefusedError),
     (ServiceBusServerBusyError(message="busy"), TransientNamespaceError),
     (MessageLockLostError(message="lock lost"), TransientNamespaceError),
     (ServiceBusError("generic"), TransientNamespaceError),
@@ -75,6 +76,25 @@ def test_timeouts_and_missing_entities_keep_their_flags() -> None:
     assert classify(translate(OperationTimeoutError(message="t"))).timeout
     assert classify(translate(MessagingEntityNotFoundError(message="x"))).entity_missing
     assert not classify(translate(ServiceBusServerBusyError(message="b"))).timeout
+
+
+def test_a_refused_connection_is_an_outage_of_the_whole_address() -> None:
+    """The SDK keeps the socket's ``ConnectionRefusedError`` (as its inner error, or chained): the address
+    refused, so the namespace is down as a whole (paired mode readmits its backlog queues once it accepts)."""
+    socket_error = ConnectionRefusedError(111, "Connection refused")
+    wrapped = ServiceBusConnectionError(message="Failed to initiate the connection", error=socket_error)
+    error = translate(wrapped, "secondary", "batch")
+    assert isinstance(error, NamespaceRefusedError)
+    assert classify(error).address_refused
+    assert classify(error).error_class is ErrorClass.OUTAGE
+    try:
+        try:
+            raise socket_error
+        except ConnectionRefusedError:
+            raise ServiceBusConnectionError(message="Failed to initiate the connection") from None
+    except ServiceBusConnectionError as chained:
+        assert isinstance(translate(chained), NamespaceRefusedError)  # found through __context__
+    assert not classify(translate(ServiceBusConnectionError(message="connection closed"))).address_refused
 
 
 def test_bridge_errors_pass_through() -> None:

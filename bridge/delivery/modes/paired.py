@@ -126,7 +126,11 @@ def _gather(port: SendPort, entries: Sequence[OutboxEntry]) -> _Batch:
     rotation = ctx.paired.rotation(view.namespace, options.backlog_queue_count)
     named = [key for key in keys if key is not None]
     sticky = BacklogLedger(ctx.redis).keys_of(port.entity, port.shard, named) if ordered else {}
-    backlog = BacklogView(rotation, ctx.current_backlog.get(view.namespace), sticky)
+    # Queues that left because the secondary's address refused connections are back once it accepts.
+    accepting = rotation.refused_out(view.retry.now, view.readmit_after) and ctx.pool.connect_probe.accepting(
+        "secondary"
+    )
+    backlog = BacklogView(rotation, ctx.current_backlog.get(view.namespace), sticky, accepting)
     decisions = [
         to_backlog_message(envelope, port.entity, max_message_size=BACKLOG_MAX_MESSAGE_SIZE)
         for envelope in envelopes
