@@ -22,7 +22,7 @@ from azure.servicebus import ServiceBusClient
 
 from bridge.core.envelope import Envelope
 from bridge.embedded.namespaces import LocalNamespace
-from bridge.errors import AttemptDeadlineExceeded, NamespaceOutageError
+from bridge.errors import AttemptDeadlineExceeded, NamespaceRefusedError
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.deadline import DEFAULT_MAX_IDLE, DEFAULT_MAX_STUCK
 from bridge.servicebus.messages import to_message
@@ -97,9 +97,9 @@ def test_failed_attempts_against_a_down_namespace_keep_nothing(
         after = resources()
         heap_growth = tracemalloc.get_traced_memory()[0] - heap_before
         print(f"{before} -> {after}; heap +{heap_growth} bytes over {ATTEMPTS} attempts")
-        # Then every attempt was an outage, and nothing accumulated: one live client at most, no new
-        # threads or sockets, and the Python heap did not grow per attempt
-        assert errors == {NamespaceOutageError}
+        # Then every attempt was an outage of the whole address (it refused the connection), and nothing
+        # accumulated: one live client at most, no new threads or sockets, and the Python heap did not grow
+        assert errors == {NamespaceRefusedError}
         assert after.sdk_clients <= 1 and after.role_clients <= 1
         assert after.threads <= before.threads
         assert after.fds <= before.fds
