@@ -12,7 +12,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import redis
@@ -362,30 +362,28 @@ def test_entries_read_ahead_of_a_refused_batch_are_sent_after_it_in_order(
     assert [m.message_id for m in got] == ids
 
 
-class _HashReads:
-    """Every ``verb`` (``HGETALL``, ``HMGET``) of one hash Redis runs while the test drains, by who asked
-    (Redis's own ``MONITOR``): a client's round trip (``tcp``/``unix``) or a script (``lua``)."""
+class _Monitor:
+    """Redis's own ``MONITOR`` while the test drains: ``seen`` is called with every command (its text and
+    who asked: a client's round trip, ``tcp``/``unix``, or a script, ``lua``) until the ``with`` ends."""
 
-    def __init__(self, redis_url: str, key: str, verb: str = "HGETALL") -> None:
+    def __init__(self, redis_url: str) -> None:
         self.client = redis.Redis.from_url(redis_url, decode_responses=True)
-        self.key = key
-        self.verb = verb
-        self.by: dict[str, int] = defaultdict(int)
         self.end = f"monitor-end-{time.monotonic_ns()}"
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def seen(self, text: str, client_type: str) -> None:
+        raise NotImplementedError
 
     def _watch(self) -> None:
         with self.client.monitor() as monitor:
             self.ready.set()
             for command in monitor.listen():
-                text = command["command"]
-                if self.end in text:
+                if self.end in command["command"]:
                     return
-                if text.upper().startswith(self.verb) and self.key in text:
-                    self.by["lua" if command["client_type"] == "lua" else "client"] += 1
+                self.seen(command["command"], command["client_type"])
 
-    def __enter__(self) -> _HashReads:
+    def __enter__(self) -> Self:
         self.thread.start()
         assert self.ready.wait(5)
         time.sleep(0.1)  # MONITOR's reply is in before the first command watched
@@ -395,6 +393,34 @@ class _HashReads:
         self.client.echo(self.end)
         self.thread.join(10)
         self.client.close()
+
+
+class _HashReads(_Monitor):
+    """Every ``verb`` (``HGETALL``, ``HMGET``) of one hash, by who asked."""
+
+    def __init__(self, redis_url: str, key: str, verb: str = "HGETALL") -> None:
+        super().__init__(redis_url)
+        self.key, self.verb = key, verb
+        self.by: dict[str, int] = defaultdict(int)
+
+    def seen(self, text: str, client_type: str) -> None:
+        if text.upper().startswith(self.verb) and self.key in text:
+            self.by["lua" if client_type == "lua" else "client"] += 1
+
+
+class _ReadCounts(_Monitor):
+    """The ``COUNT`` of every ``XREADGROUP`` of one stream."""
+
+    def __init__(self, redis_url: str, stream: str) -> None:
+        super().__init__(redis_url)
+        self.stream = stream
+        self.counts: list[int] = []
+
+    def seen(self, text: str, client_type: str) -> None:
+        words = text.split()
+        if words and words[0].upper() == "XREADGROUP" and self.stream in text:
+            upper = [w.upper() for w in words]
+            self.counts.append(int(words[upper.index("COUNT") + 1]))
 
 
 @pytest.mark.parametrize("fresh", [True, False], ids=["roles-read-with-the-entries", "roles-too-old"])
@@ -496,38 +522,3 @@ def test_large_messages_are_read_fewer_at_a_time(
     assert reads.counts[0] == READ_COUNT
     assert len(reads.counts) > 1
     assert all(n <= READ_BYTES // len(body) for n in reads.counts[1:]), reads.counts
-
-
-class _ReadCounts:
-    """The ``COUNT`` of every ``XREADGROUP`` of one stream Redis runs while the test drains (``MONITOR``)."""
-
-    def __init__(self, redis_url: str, stream: str) -> None:
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True)
-        self.stream = stream
-        self.counts: list[int] = []
-        self.end = f"monitor-end-{time.monotonic_ns()}"
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        with self.client.monitor() as monitor:
-            self.ready.set()
-            for command in monitor.listen():
-                text = command["command"]
-                if self.end in text:
-                    return
-                words = text.split()
-                if words and words[0].upper() == "XREADGROUP" and self.stream in text:
-                    upper = [w.upper() for w in words]
-                    self.counts.append(int(words[upper.index("COUNT") + 1]))
-
-    def __enter__(self) -> _ReadCounts:
-        self.thread.start()
-        assert self.ready.wait(5)
-        time.sleep(0.1)  # MONITOR's reply is in before the first command watched
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.echo(self.end)
-        self.thread.join(10)
-        self.client.close()
