@@ -47,7 +47,7 @@ from bridge.core.decisions import (
 )
 from bridge.core.error_classes import ErrorClass
 from bridge.core.outcomes import Outcome
-from bridge.core.roles import RoleState, Swap, decide_roles
+from bridge.core.roles import Role, RoleState, Swap, decide_roles
 
 Mode = Literal["passive", "active", "paired", "none"]
 SuccessPolicy = Literal["any", "all"]
@@ -84,6 +84,13 @@ def plan(mode: Literal["passive", "active", "none"], roles: RoleState) -> SendNe
     if mode == "active":
         return SendNext((PRIMARY, SECONDARY), "active replication")
     return SendNext((PRIMARY,), "single namespace")
+
+
+def linked_roles(mode: str) -> tuple[Role, ...]:
+    """The namespaces whose link to the entity itself a shard of ``mode`` may send through next: both for
+    ``passive`` (the active one and the backup) and ``active``; the primary for ``none`` and ``paired``
+    (paired's failover goes to backlog queues, other entities). What is worth reopening after an outage."""
+    return ("primary", "secondary") if mode in ("passive", "active") else ("primary",)
 
 
 def decide_single(outcome: Outcome, ctx: RetryContext, target: Target = PRIMARY) -> SendDecision:

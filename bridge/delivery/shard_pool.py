@@ -26,10 +26,11 @@ How (one ``ShardPool`` per ``DrainService``):
   watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any
   worker's send accepted after failures, a probe, a ping) makes every shard waiting for a backoff try at
   once — or, if it inherited an abandoned send's wait, when that ends — and every shard with held keys
-  decide them again. A turn that ends in a backoff
-  after such news came during it is woken as it is placed. While some shard backs off, the watcher asks
-  once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes one of them:
-  that early try is what sees a namespace back when nobody else sends.
+  decide them again; the links of their entities are made again in the background
+  (``NamespacePool.reopen``), all at once instead of each when a batch first needs it. A turn that ends in
+  a backoff after such news came during it is woken as it is placed. While some shard backs off, the
+  watcher asks once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes
+  one of them: that early try is what sees a namespace back when nobody else sends.
 - **Every guarantee is the drainer's, unchanged**: one holder per shard (its lease, renewed by the service's
   ``LeaseKeeper`` whatever the shard is doing), the tenure's state kept between turns (held keys, the
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
@@ -51,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.core.backoff import scout_due
+from bridge.core.replication import linked_roles
 from bridge.core.shard_assignment import ShardRef
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import ShardDrainer, TurnEnd
@@ -355,6 +357,11 @@ class ShardPool:
             woken = [ref for ref, slot in waiting if self._wake(ref, slot)]
         if woken:
             log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
+        # Their links went with the outage: make them again now, all at once in the background, rather
+        # than each when a batch first needs it (an active shard's first batch may go to one namespace only).
+        for entity in sorted({entity for entity, _ in woken}):
+            for role in linked_roles(self.ctx.settings.entity(entity).replication):
+                self.ctx.pool.reopen(role, entity)
 
     def _scout(self) -> None:
         """Once per ``scout_interval`` while some shard backs off: if this process is the deployment's

@@ -25,7 +25,9 @@ fresh one. An overrun closes the stuck client at once on a background thread.
 
 Close/fault coupling (after the .NET paired client; the decision is ``bridge.core.coupling``): when one
 role's client faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the
-partner is closed too, by a timer thread; both reopen cleanly on next use.
+partner is closed too, by a timer thread; both reopen cleanly on next use. Links the next send will need
+can be made before it, in the background: ``warm`` (the passive backup's) and ``reopen`` (after an outage,
+``bridge.servicebus.standby``).
 
 Per process: a pool must not cross a fork (its sockets and threads belong to the parent). Celery workers
 create one pool per worker process after fork (``worker_process_init``). As a safety net a pool used in a
@@ -83,7 +85,7 @@ from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.messages import OutgoingMessage, scheduled_time_of
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
-from bridge.servicebus.standby import open_standby
+from bridge.servicebus.standby import Reopener, open_standby
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
 
@@ -160,6 +162,7 @@ class NamespacePool:
         self._pid = os.getpid()
         self._runner = AttemptRunner(max_stuck=max_stuck_threads)
         self.connect_probe = ConnectProbe(self._namespaces, probe_policy)
+        self._reopener = Reopener(self._reopen_now)
         refresh_after = settings.retry.link_refresh_after
         self._refresher = (
             None
@@ -212,6 +215,37 @@ class NamespacePool:
                 except NamespaceError:
                     return
         open_standby(client, entity)
+
+    def reopen(self, role: Role, entity: str) -> None:
+        """Have ``role``'s sender of ``entity`` opened now in the background, holding the path's lock, unless
+        this client has it or tried it (``standby.Reopener``): a shard's next batch there finds its link
+        made. Never raises or waits."""
+        if self._namespaces.get(role) is not None:
+            self._reopener.submit(role, entity)
+
+    def _reopen_now(self, role: Role, entity: str) -> None:
+        """(On a ``Reopener`` thread.) Open the sender under the deadline, as a send would."""
+        try:
+            client = self._acquire(role)
+        except NamespaceError:
+            return
+        try:
+            lock = client.locks.setdefault(f"send:{entity}", threading.Lock())
+            with client.senders_lock:
+                if client.retired or entity in client.senders or entity in client.reopened:
+                    return
+                client.reopened.add(entity)
+            if not lock.acquire(blocking=False):
+                return  # a send has the path: it opens the link itself
+            try:
+                sender = client.sender(entity)
+                self._call(client, f"open the sender of {entity}", sender.__enter__, probe=True)
+            finally:
+                lock.release()
+        except NamespaceError as exc:  # an outage retired the client in ``_call``: the sends will judge it
+            logger.debug("reopening the %s sender of %s failed: %s", role, entity, type(exc).__name__)
+        finally:
+            self._release(client)
 
     def schedule_and_cancel(self, role: Role, entity: str, message: OutgoingMessage) -> None:
         """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").
@@ -351,6 +385,7 @@ class NamespacePool:
                 self._timer = None
         if self._refresher is not None:
             self._refresher.stop()
+        self._reopener.shutdown()
         for client in clients:
             client.retired = True
             self._discard(client, force=client.users == 0)

@@ -129,3 +129,38 @@ def test_the_backups_sender_is_open_before_a_failover_needs_it(
     finally:
         pool.close()
     assert [m.message_id for m in drain(secondary, QUEUE, 1)] == ["first"]
+
+
+def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_the_next_send(
+    namespace_factory: Callable[..., LocalNamespace],
+) -> None:
+    primary = namespace_factory("primary", auto_create=True)
+    settings = Settings(
+        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
+        retry=SLOW_SDK,
+    )
+    pool = NamespacePool(settings)
+    env = Envelope(entity=QUEUE, message_id="m", body=b"m", accepted_at=time.time())
+    try:
+        # Given a link lost to an outage: the failed send retired the client
+        assert pool.send("primary", QUEUE, [to_message(env)]).accepted == [0]
+        primary.control.outage()
+        assert pool.send("primary", QUEUE, [to_message(env)]).failed
+        assert pool.sender_paths("primary") == []
+        # When the namespace is back (past the moment a refusal stands) and the link is asked for, twice
+        primary.control.restore()
+        time.sleep(pool.connect_probe.policy.refusal_stands)
+        pool.reopen("primary", QUEUE)
+        pool.reopen("primary", QUEUE)
+        # Then it is made in the background without a send, on one new client
+        deadline = time.monotonic() + 20
+        while QUEUE not in pool.sender_paths("primary") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.sender_paths("primary") == [QUEUE]
+        generation = pool.generation("primary")
+        # ... and the next send goes over it
+        assert pool.send("primary", QUEUE, [to_message(env)]).accepted == [0]
+        assert pool.generation("primary") == generation
+        assert pool.sender_paths("primary") == [QUEUE]
+    finally:
+        pool.close()

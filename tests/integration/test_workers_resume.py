@@ -141,3 +141,65 @@ def test_shards_backing_off_through_an_outage_send_as_soon_as_the_namespace_is_b
         for service in services:
             service.stop()
         client.close()
+
+
+def test_a_namespace_back_makes_the_links_of_the_shards_it_wakes_before_a_batch_needs_them(
+    redis_url: str,
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+    contexts: list[DeliveryContext],
+) -> None:
+    """An active ``all`` shard backing off through the primary's outage holds entries the secondary already
+    has, so its first batch after the restore goes to the primary only; the secondary's link, closed with
+    the primary's faults, is made again as soon as the news wakes the shard, not when a later batch needs
+    it."""
+    primary, secondary = namespace_pair
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(primary),
+            "secondary": namespace_settings(secondary),
+            "entities": {ENTITY: {"replication": "active", "success_policy": "all"}},
+            # No scout: the only thing that ends the long backoff is the news below.
+            "retry": {
+                "attempt_deadline": 3,
+                "retry_total": 0,
+                "outbox_backoff_factor": 40,
+                "outbox_backoff_max": 60,
+                "outbox_scout_interval": None,
+            },
+            "workers": {"lease_ttl": 10},
+        }
+    )
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    retry = RetryStore(client)
+    ctx = DeliveryContext.build(settings)
+    contexts.append(ctx)
+    service = DrainService(ctx, tick=0.1, block_ms=200).start()
+    try:
+        # Given the primary down while three messages are sent: the secondary takes them, the shard backs
+        # off, and the close coupling closes the secondary's client after the primary's faults
+        primary.control.outage()
+        with Producer(settings=settings) as producer:
+            for i in range(3):
+                producer.send(ENTITY, f"m{i}".encode(), application_properties={"i": i})
+        assert len(receive_all(secondary, ENTITY, 3, timeout=60)) == 3
+        wait_until(lambda: (retry.backoff_left(ENTITY, 0) or 0) >= LONG_BACKOFF, 60, what="a long backoff")
+        wait_until(lambda: ctx.pool.sender_paths("secondary") == [], 30, what="the secondary's link closed")
+        # When the primary is back and announced
+        primary.control.restore()
+        ctx.seen_back("primary", ENTITY, "a test announced it")
+
+        # Then the batch goes to the primary (the only namespace it lacks) and the outbox empties
+        def empty() -> bool:
+            return int(client.hget(outbox_keys.stats(ENTITY), "messages") or 0) == 0
+
+        wait_until(empty, 30, what="the outbox drained")
+        assert len(receive_all(primary, ENTITY, 3, timeout=30)) == 3
+        # ... and the secondary's link was made again without a batch needing it
+        wait_until(
+            lambda: ctx.pool.sender_paths("secondary") == [ENTITY], 15, what="the secondary's link made"
+        )
+        assert receive_all(secondary, ENTITY, 1, timeout=2) == []  # nothing was sent there again
+    finally:
+        service.stop()
+        client.close()

@@ -23,6 +23,7 @@ from bridge.core.replication import (
     decide_active,
     decide_passive,
     decide_single,
+    linked_roles,
     plan,
 )
 from bridge.core.roles import RoleState, Swap
@@ -191,3 +192,18 @@ def test_active_all_retries_only_the_missing_namespace_and_then_acks() -> None:
     second = decide_active({SECONDARY: OK}, "all", CTX, delivered_before=first.delivered_to)
     # Then the entry is acked as delivered to both
     assert second == Ack((PRIMARY, SECONDARY))
+
+
+@pytest.mark.parametrize(
+    ("mode", "roles"),
+    [
+        ("passive", ("primary", "secondary")),
+        ("active", ("primary", "secondary")),
+        ("none", ("primary",)),
+        ("paired", ("primary",)),  # its failover goes to backlog queues, other entities
+    ],
+)
+def test_the_links_worth_reopening_after_an_outage_are_those_the_mode_sends_the_entity_through(
+    mode: str, roles: tuple[str, ...]
+) -> None:
+    assert linked_roles(mode) == roles
