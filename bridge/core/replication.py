@@ -93,6 +93,14 @@ def linked_roles(mode: str) -> tuple[Role, ...]:
     return ("primary", "secondary") if mode in ("passive", "active") else ("primary",)
 
 
+def links_to_reopen(modes: Mapping[str, str], max_senders: int) -> list[tuple[Role, str]]:
+    """The (namespace, entity) links to make again when a namespace is seen back, given the woken shards'
+    entities and their modes (``linked_roles``): those of at most half of ``max_senders`` entities, in name
+    order, since a client keeps ``max_senders`` links and more would evict ones made a moment ago."""
+    most = max(1, max_senders // 2)
+    return [(role, entity) for entity in sorted(modes)[:most] for role in linked_roles(modes[entity])]
+
+
 def decide_single(outcome: Outcome, ctx: RetryContext, target: Target = PRIMARY) -> SendDecision:
     """Mode ``none``: acknowledge, dead-letter a message-permanent failure, else retry with backoff."""
     if outcome.ok:

@@ -242,7 +242,8 @@ class ShardDrainer(ShardSending, ShardSettling):
             return Ahead(read, None)
         self._sized(read.entries)
         layout, roles = read.hashes
-        return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), self.ctx.clock())
+        packed = self.pack_ahead(read.entries) if self.mode == "active" else None
+        return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), self.ctx.clock(), packed)
 
     def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
         claimed = self.claiming
@@ -315,6 +316,7 @@ class ShardDrainer(ShardSending, ShardSettling):
         roles = ahead.roles if ahead is not None else None
         self.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
         self.batch_delivered = None if ahead is None else ahead.read.per_entry
+        self.batch_packed = None if ahead is None else ahead.packed
         entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True

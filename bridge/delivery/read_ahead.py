@@ -18,6 +18,9 @@ What does not change (``bridge.delivery.drainer``):
 - A claim never runs while a read ahead is in flight (``drop`` waits for it first): a claim that ran
   before the read took its entries would not see them, and the read after the claim would not return them
   again (they were delivered).
+- In active mode the read also builds the entries' messages and packs them into batches
+  (``PackedAhead``): the CPU of the next batch runs while the namespaces work on the current one. A batch
+  sends them only when it is exactly those entries, to both namespaces; otherwise it builds its own.
 - The layout is read after the entries, as the drainer always did: an entry written for a new layout was
   written after the change began, so the layout read after it shows the change.
 
@@ -37,6 +40,8 @@ from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
 from bridge.delivery.process_threads import ProcessThreads
 from bridge.outbox.reader import ShardRead
+from bridge.servicebus.messages import OutgoingMessage
+from bridge.servicebus.sending import SharedBatches
 
 THREADS = 8
 """Read-ahead threads per process (as many as ``workers.drain_threads`` by default)."""
@@ -55,6 +60,19 @@ class Ahead:
     roles: RoleState | None = None
     at: float = 0.0
     """When the read's reply came (the drainer's clock): how old its roles are when the batch is sent."""
+    packed: PackedAhead | None = None
+    """Active mode: the entries' messages, built and packed with the read (``ShardSending.pack_ahead``)."""
+
+
+@dataclass(frozen=True)
+class PackedAhead:
+    """The messages of the entries ``entry_ids`` (in that order), built and packed into batches
+    (``bridge.servicebus.sending.prepack``) on the read-ahead thread while the batch before them was in
+    flight. Used only for a batch of exactly these entries going to both namespaces."""
+
+    entry_ids: tuple[str, ...]
+    messages: tuple[OutgoingMessage, ...]
+    shared: SharedBatches
 
 
 class ReadAhead:

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.core.backoff import scout_due
-from bridge.core.replication import linked_roles
+from bridge.core.replication import links_to_reopen
 from bridge.core.shard_assignment import ShardRef
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import ShardDrainer, TurnEnd
@@ -359,9 +359,9 @@ class ShardPool:
             log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
         # Their links went with the outage: make them again now, all at once in the background, rather
         # than each when a batch first needs it (an active shard's first batch may go to one namespace only).
-        for entity in sorted({entity for entity, _ in woken}):
-            for role in linked_roles(self.ctx.settings.entity(entity).replication):
-                self.ctx.pool.reopen(role, entity)
+        modes = {entity: self.ctx.settings.entity(entity).replication for entity, _ in woken}
+        for role, entity in links_to_reopen(modes, self.ctx.settings.workers.max_senders):
+            self.ctx.pool.reopen(role, entity)
 
     def _scout(self) -> None:
         """Once per ``scout_interval`` while some shard backs off: if this process is the deployment's

@@ -17,12 +17,14 @@ from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.process_threads import ProcessThreads
+from bridge.delivery.read_ahead import PackedAhead
 from bridge.delivery.shard_state import ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
-from bridge.servicebus.messages import OutgoingMessage, message_id_of
+from bridge.outbox.reader import OutboxEntry
+from bridge.servicebus.messages import OutgoingMessage, message_id_of, to_message
 from bridge.servicebus.pool import NamespacePool
-from bridge.servicebus.sending import SendResult, SharedBatches
+from bridge.servicebus.sending import SendResult, SharedBatches, prepack
 from bridge.state.retry import decode_targets
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,32 @@ class ShardSending(ShardState):
         if batch is None:
             return self.ctx.retry.delivered(self.entity, self.shard, entry_ids)
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
+
+    def pack_ahead(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
+        """Active mode, on the read's thread: the entries' messages built and packed into batches of the
+        smaller of the two links' limits (``prepack``), so that the batch before them, in flight, overlaps
+        this CPU. None when a link's limit is not known yet (no batch went over it) or a message cannot be
+        built (the batch then builds its own, and meets the error there)."""
+        limits = [self.ctx.pool.batch_limit(role, self.entity) for role in ("primary", "secondary")]
+        known = [limit for limit in limits if limit is not None]
+        if not entries or len(known) < len(limits) or any(e.envelope is None for e in entries):
+            return None
+        try:
+            messages = tuple(to_message(e.envelope) for e in entries if e.envelope is not None)
+            shared = prepack(messages, min(known))
+        except Exception as exc:  # the send path meets it again, in line, and decides
+            log.debug("entity %s shard %d: not packed ahead: %s", self.entity, self.shard, exc)
+            return None
+        return PackedAhead(tuple(e.entry_id for e in entries), messages, shared)
+
+    def packed(self, entry_ids: Sequence[str]) -> PackedAhead | None:
+        """The messages packed with this batch's read when the batch is exactly its entries (``SendPort``),
+        for a mode that sends them (counted in the report); taken once per batch."""
+        packed, self.batch_packed = self.batch_packed, None
+        if packed is None or packed.entry_ids != tuple(entry_ids):
+            return None
+        self.report.packed_ahead += 1
+        return packed
 
     def retry_context(self) -> RetryContext:
         """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""

@@ -18,7 +18,7 @@ from bridge.core.cost import CostTally
 from bridge.core.roles import Role, RoleState
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
-from bridge.delivery.read_ahead import ReadAhead
+from bridge.delivery.read_ahead import PackedAhead, ReadAhead
 from bridge.delivery.settler import Settler
 from bridge.journal.emit import BatchJournal, namespace_names
 from bridge.outbox.reader import OutboxEntry
@@ -56,6 +56,8 @@ class DrainReport:
     dead_lettered: int = 0
     quarantined: int = 0
     retry_after: float | None = None
+    packed_ahead: int = 0
+    """Batches sent with the messages built and packed with their read (active mode, ``PackedAhead``)."""
     busy: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -132,6 +134,8 @@ class ShardState:
         self.batch_delivered: Mapping[str, bytes] | None = None
         """Where each entry of this batch was already accepted, read with its entries (active mode's
         ``delivered`` hash; ``ShardSending.delivered``); None: not read with them."""
+        self.batch_packed: PackedAhead | None = None
+        """Active mode: this batch's messages built and packed with its read (``ShardSending.packed``)."""
         self.seen_epoch = 0
         """The role epoch of the last swap this tenure asked for, applied or not: roles read with entries
         before it (a batch read ahead while the batch that failed over was sent) are stale."""

@@ -237,13 +237,15 @@ class NamespacePool:
                 client.reopened.add(entity)
             if not lock.acquire(blocking=False):
                 return  # a send has the path: it opens the link itself
+            started = time.monotonic()
             try:
                 sender = client.sender(entity)
                 self._call(client, f"open the sender of {entity}", sender.__enter__, probe=True)
             finally:
                 lock.release()
+            logger.info("reopened the %s sender of %s in %.2fs", role, entity, time.monotonic() - started)
         except NamespaceError as exc:  # an outage retired the client in ``_call``: the sends will judge it
-            logger.debug("reopening the %s sender of %s failed: %s", role, entity, type(exc).__name__)
+            logger.info("reopening the %s sender of %s failed: %s", role, entity, type(exc).__name__)
         finally:
             self._release(client)
 
@@ -406,6 +408,14 @@ class NamespacePool:
             return []
         with client.senders_lock:
             return list(client.senders)
+
+    def batch_limit(self, role: Role, entity: str) -> int | None:
+        """The batch size limit of ``role``'s link to ``entity``, learnt from its first batch (None: none)."""
+        with self._lock:
+            client = self._clients.get(role)
+        sender = None if client is None else client.senders.get(entity)  # a dict read: atomic
+        with self._limits_lock:
+            return None if sender is None else self._batch_limits.get(sender)
 
     @property
     def refreshed_links(self) -> int:

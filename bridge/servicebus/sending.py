@@ -15,7 +15,8 @@ batch is one transfer, accepted or refused as a whole) and reports, per message 
 
 Active mode sends the same messages to both namespaces at once: with one ``SharedBatches`` for both
 sends, each batch is packed (encoded) once and the same ``ServiceBusMessageBatch`` goes to both; the
-outcomes are those of packing for each namespace alone.
+outcomes are those of packing for each namespace alone. ``prepack`` packs such batches ahead of the
+sends, while the batch before is still in flight.
 
 The channel does the I/O (``NamespacePool`` passes one that runs each SDK call under the attempt deadline
 and translates errors); this module never raises for a send failure.
@@ -270,6 +271,29 @@ def _fits_alone(message: OutgoingMessage, limit: int) -> bool:
     except MessageSizeExceededError:
         return False
     return True
+
+
+class _PackOnly:
+    """A ``BatchChannel`` that packs and sends nowhere (``prepack``'s)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def new_batch(self) -> ServiceBusMessageBatch:
+        return make_batch(self.limit)
+
+    def send_batch(self, batch: ServiceBusMessageBatch) -> None:
+        return None
+
+
+def prepack(messages: Sequence[OutgoingMessage], limit: int) -> SharedBatches:
+    """``messages`` packed now into batches of at most ``limit`` bytes, for sends that come later with the
+    returned ``SharedBatches`` (each takes the batches packed here as a second namespace takes those the
+    first packed; one whose link takes smaller batches packs its own). Why: a shard packs its next batch
+    while the current one is in flight at the namespaces, not after it was accepted."""
+    shared = SharedBatches()
+    _Packer(_PackOnly(limit), messages, None, None, shared).run()
+    return shared
 
 
 def send_in_batches(

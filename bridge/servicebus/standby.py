@@ -15,15 +15,15 @@ client is closed; no further standby open starts on that client meanwhile. A fai
 DEBUG only.
 
 ``Reopener``: after an outage both roles' clients were retired (a fault retires a client, and the close
-coupling closes its partner), so every link is made again on the first send there. An active shard whose
-first batch after the restore goes to one namespace only (the other had it) made the other's link only
-when its next batch needed it, and then waited for the connection, its token and the attach (1.4 s in the
-outage benchmark, while every other shard reconnected too, ``docs/outages.md``). So when a namespace is
-seen back, the shard pool asks ``NamespacePool.reopen`` for the links of the entities whose shards it
-wakes (``bridge.core.replication.linked_roles``), and a ``Reopener`` opens them on a few threads per
-process (``REOPEN_THREADS``) *holding the path's lock* as a send does: a batch that needs the link
-meanwhile waits for this open instead of starting a second one. Each client tries each entity once (a
-failure that is an outage retires the client as a failed send would; its successor may try again); a
+coupling closes its partner), so every link is made again on the first send there. An active shard whose first
+batch after the restore goes to one namespace only (the other had it) made the other's link only when its next
+batch needed it, and then waited for the connection, its token and the attach (1.4 s in the outage benchmark,
+while every other shard reconnected too, ``docs/outages.md``). So when a namespace is seen back, the shard
+pool asks ``NamespacePool.reopen`` for the links of the entities whose shards it wakes
+(``bridge.core.replication.linked_roles``; half of ``workers.max_senders`` at most), and a ``Reopener`` opens
+them on a few threads per process (``REOPEN_THREADS``) *holding the path's lock* as a send does: a batch that
+needs the link meanwhile waits for this open instead of starting a second one. Each client tries each entity
+once (a failure that is an outage retires the client as a failed send would; its successor may try again); a
 path whose lock a send holds is left to that send.
 """
 

@@ -501,6 +501,37 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     assert reads.by["client"] == 0
 
 
+def test_an_active_batch_read_ahead_is_sent_as_packed_with_its_read(
+    redis_url: str,
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+    unique_name: str,
+    contexts: list[DeliveryContext],
+) -> None:
+    """While an active batch is in flight, the next one is read, its messages built and packed into
+    batches for both namespaces; that batch sends those, and everything arrives once, in order."""
+    primary, secondary = namespace_pair
+    entity = unique_name
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(primary),
+            "secondary": namespace_settings(secondary),
+            "entities": {entity: {"replication": "active", "success_policy": "all"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+    ctx = _context(contexts, settings, "packed")
+    count = 3 * READ_COUNT
+    with Producer(settings=settings) as p:
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
+    report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    # (the second batch was read before the links' batch size was known: the third was packed ahead)
+    assert report.packed_ahead >= 1
+    assert [m.message_id for m in receive_all(primary, entity, count, timeout=30)] == ids
+    assert [m.message_id for m in receive_all(secondary, entity, count, timeout=30)] == ids
+
+
 def test_large_messages_are_read_fewer_at_a_time(
     redis_url: str, shared_namespace: LocalNamespace, unique_name: str, contexts: list[DeliveryContext]
 ) -> None:

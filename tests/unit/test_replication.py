@@ -24,6 +24,7 @@ from bridge.core.replication import (
     decide_passive,
     decide_single,
     linked_roles,
+    links_to_reopen,
     plan,
 )
 from bridge.core.roles import RoleState, Swap
@@ -207,3 +208,18 @@ def test_the_links_worth_reopening_after_an_outage_are_those_the_mode_sends_the_
     mode: str, roles: tuple[str, ...]
 ) -> None:
     assert linked_roles(mode) == roles
+
+
+def test_the_links_reopened_at_once_are_those_of_at_most_half_the_senders_a_client_keeps() -> None:
+    modes = {"c": "paired", "a": "active", "b": "none", "d": "passive"}
+    assert links_to_reopen(modes, 64) == [
+        ("primary", "a"),
+        ("secondary", "a"),
+        ("primary", "b"),
+        ("primary", "c"),
+        ("primary", "d"),
+        ("secondary", "d"),
+    ]
+    assert links_to_reopen(modes, 4) == [("primary", "a"), ("secondary", "a"), ("primary", "b")]
+    assert links_to_reopen(modes, 1) == [("primary", "a"), ("secondary", "a")]
+    assert links_to_reopen({}, 64) == []

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
 from bridge.errors import MessagePermanentError, NamespaceError, NamespaceOutageError
-from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
+from bridge.servicebus.sending import SendResult, SharedBatches, prepack, send_in_batches
 
 LIMIT = 4096
 
@@ -25,11 +25,14 @@ class Recorder:
     ) -> None:
         self.sent: list[list[str]] = []
         self.batches: list[ServiceBusMessageBatch] = []
+        self.made: list[int] = []  # the batches this channel made (ids)
         self.fail = fail
         self.limit = limit
 
     def new_batch(self) -> ServiceBusMessageBatch:
-        return ServiceBusMessageBatch(max_size_in_bytes=self.limit)
+        batch = ServiceBusMessageBatch(max_size_in_bytes=self.limit)
+        self.made.append(id(batch))
+        return batch
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         ids = [str(m.message_id) for m in batch._messages]  # the batch's own record of what it holds
@@ -41,10 +44,13 @@ class Recorder:
 
 
 def both(
-    primary: Recorder, secondary: Recorder, messages: list[ServiceBusMessage]
+    primary: Recorder,
+    secondary: Recorder,
+    messages: list[ServiceBusMessage],
+    shared: SharedBatches | None = None,
 ) -> tuple[SendResult, SendResult]:
     """The two namespaces' sends of the same messages with one ``SharedBatches``, at the same time."""
-    shared = SharedBatches()
+    shared = shared or SharedBatches()
     results: dict[str, SendResult] = {}
 
     def send(name: str, channel: Recorder) -> None:
@@ -178,3 +184,37 @@ def test_a_failure_in_one_namespace_changes_nothing_in_the_other() -> None:
     # The secondary's refused batch is sent one by one there, as when it sends alone.
     assert second.accepted == [0, 2, 3, 4, 5, 6] and second.failed == {1: refusal}
     assert secondary.sent == [["0"], ["2"], ["3", "4", "5"], ["6"]]
+
+
+def test_batches_packed_ahead_are_the_ones_both_namespaces_send() -> None:
+    messages = msgs(*[1000] * 7)
+    shared = prepack(messages, LIMIT)
+    primary, secondary = Recorder(), Recorder()
+    first, second = both(primary, secondary, messages, shared)
+    assert first.accepted == second.accepted == list(range(7)) and first.batches == second.batches == 3
+    assert primary.sent == secondary.sent == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+    # The very batches packed ahead: the same objects for both, none packed by either send.
+    sent = [id(b) for b in primary.batches]
+    assert sent == [id(b) for b in secondary.batches]
+    assert not set(sent) & {*primary.made, *secondary.made}
+
+
+def test_messages_that_fail_for_good_when_packed_ahead_fail_as_when_packed_in_line() -> None:
+    bad = ServiceBusMessage(b"x", message_id="2", application_properties={"p": object()})  # type: ignore[dict-item]
+    messages = [*msgs(10, LIMIT * 2), bad, ServiceBusMessage(b"y", message_id="3")]
+    first, second = both(Recorder(), Recorder(), messages, prepack(messages, LIMIT))
+    for result, name in ((first, "primary"), (second, "secondary")):
+        assert result.accepted == [0, 3] and set(result.failed) == {1, 2}
+        assert all(
+            isinstance(e, MessagePermanentError) and e.namespace == name for e in result.failed.values()
+        )
+        assert "too large" in str(result.failed[1]) and "cannot be encoded" in str(result.failed[2])
+
+
+def test_links_that_take_smaller_batches_than_those_packed_ahead_pack_their_own() -> None:
+    messages = msgs(*[1000] * 7)
+    primary, secondary = Recorder(), Recorder()
+    first, second = both(primary, secondary, messages, prepack(messages, LIMIT * 4))
+    assert first.accepted == second.accepted == list(range(7))
+    assert primary.sent == secondary.sent == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+    assert all(b.max_size_in_bytes <= LIMIT for b in [*primary.batches, *secondary.batches])

@@ -4,7 +4,8 @@
 With ``success_policy = "all"`` an entry is acknowledged only when both accepted it. Where each entry of a
 batch already landed is remembered (``RetryStore.remember_delivered``, applied by the drainer for *every*
 entry whose decision says so, not only the first that must wait), so a retry sends it only to the
-namespace still missing it.
+namespace still missing it. A batch read ahead comes with its messages built and packed
+(``ShardSending.pack_ahead``): both copies send those batches.
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ class ActiveSender:
             for target in (PRIMARY, SECONDARY)
         }
         # One message per entry for both copies (the SDK reads it into a batch without changing it), and,
-        # when both namespaces are to get the same messages, one packing of them for both.
+        # when both namespaces are to get the same messages, one packing of them for both: made with the
+        # read, while the batch before was in flight, when they are all of the batch's entries.
         built: dict[int, OutgoingMessage] = {}
         shared = SharedBatches() if todos[PRIMARY] == todos[SECONDARY] else None
+        if shared is not None and len(todos[PRIMARY]) == len(entries):
+            packed = port.packed([e.entry_id for e in entries])
+            if packed is not None:
+                built, shared = dict(enumerate(packed.messages)), packed.shared
         for target, op in ((PRIMARY, Operation.PRIMARY_SEND), (SECONDARY, Operation.BACKUP_SEND)):
             todo = todos[target]
             if todo:

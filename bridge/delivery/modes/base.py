@@ -12,6 +12,7 @@ from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.read_ahead import PackedAhead
 from bridge.delivery.shard_sending import BatchSend
 from bridge.errors import InvariantError
 from bridge.outbox.reader import OutboxEntry
@@ -47,6 +48,11 @@ class SendPort(Protocol):
     def delivered(self, entry_ids: Sequence[str]) -> dict[str, tuple[Target, ...]]:
         """Where each entry was already accepted (active mode), read with the batch's entries when it
         could be."""
+        ...
+
+    def packed(self, entry_ids: Sequence[str]) -> PackedAhead | None:
+        """The batch's messages built and packed with its read (active mode), when the batch is exactly
+        the entries read."""
         ...
 
     def retry_context(self) -> RetryContext:
