@@ -174,15 +174,16 @@ def test_a_namespace_back_makes_the_links_of_the_shards_it_wakes_before_a_batch_
     retry = RetryStore(client)
     ctx = DeliveryContext.build(settings)
     contexts.append(ctx)
+    # Given three messages held while the primary is down (written before the worker starts, so that its
+    # first batch is all three): the secondary takes them, the shard backs off, and the close coupling
+    # closes the secondary's client after the primary's faults
+    primary.control.outage()
+    with Producer(settings=settings) as producer:
+        for i in range(3):
+            producer.send(ENTITY, f"m{i}".encode(), application_properties={"i": i})
     service = DrainService(ctx, tick=0.1, block_ms=200).start()
     try:
-        # Given the primary down while three messages are sent: the secondary takes them, the shard backs
-        # off, and the close coupling closes the secondary's client after the primary's faults
-        primary.control.outage()
-        with Producer(settings=settings) as producer:
-            for i in range(3):
-                producer.send(ENTITY, f"m{i}".encode(), application_properties={"i": i})
-        assert len(receive_all(secondary, ENTITY, 3, timeout=60)) == 3
+        assert len(receive_all(secondary, ENTITY, 3, timeout=30)) == 3
         wait_until(lambda: (retry.backoff_left(ENTITY, 0) or 0) >= LONG_BACKOFF, 60, what="a long backoff")
         wait_until(lambda: ctx.pool.sender_paths("secondary") == [], 30, what="the secondary's link closed")
         # When the primary is back and announced
