@@ -401,18 +401,19 @@ def test_a_handler_slower_than_the_lock_keeps_its_lock_and_its_in_flight_mark(
 ) -> None:
     primary, _ = pair
     with NamespaceAdmin(namespace(primary)) as admin:
-        admin.create_queue("slow", lock_duration=timedelta(seconds=3))
+        admin.create_queue("slow", lock_duration=timedelta(seconds=6))
     window = DedupWindow(redis.Redis.from_url(redis_url), ReceiverKeys("slow"), owner="test", window=600,
                          max_remembered=10, inflight_ttl=30)  # fmt: skip
     marks: list[bool] = []
 
     def handler(message: ReceivedMessage) -> None:
-        # Given a handler that takes 4.5 s, longer than the 3 s lock and the 1.5 s in-flight mark
+        # Given a handler that takes 7.5 s, longer than the 6 s lock and the 2.5 s in-flight mark (a lock of
+        # 3 s left a loaded 2-core machine too little time to renew it: a second delivery, suppressed)
         for _ in range(3):
-            time.sleep(1.5)
+            time.sleep(2.5)
             marks.append(window.in_flight(message.message_id or ""))
 
-    config = settings(redis_url, primary, None, receiver={"inflight_ttl": 1.5, "max_wait": 0.5})
+    config = settings(redis_url, primary, None, receiver={"inflight_ttl": 2.5, "max_wait": 0.5})
     receiver = Receiver("slow", handler, settings=config)
     thread = threading.Thread(target=receiver.run)
     thread.start()
