@@ -455,6 +455,19 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     assert reads.by["client"] == (0 if fresh else reads.by["lua"])
 
 
+def _active_all(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
+    """Both namespaces, ``entity`` in active mode with policy ``all``."""
+    return Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(pair[0]),
+            "secondary": namespace_settings(pair[1]),
+            "entities": {entity: {"replication": "active", "success_policy": "all"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+
+
 def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_entries(
     redis_url: str,
     namespace_pair: tuple[LocalNamespace, LocalNamespace],
@@ -466,15 +479,7 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     its own, and a record found that way is obeyed: the entry goes only where it is missing."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(primary),
-            "secondary": namespace_settings(secondary),
-            "entities": {entity: {"replication": "active", "success_policy": "all"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
+    settings = _active_all(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "delivered")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
@@ -511,15 +516,7 @@ def test_an_active_batch_read_ahead_is_sent_as_packed_with_its_read(
     batches for both namespaces; that batch sends those, and everything arrives once, in order."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(primary),
-            "secondary": namespace_settings(secondary),
-            "entities": {entity: {"replication": "active", "success_policy": "all"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
+    settings = _active_all(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "packed")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
