@@ -102,8 +102,10 @@ def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
         outcome = Outcome.success()
     except NamespaceError as error:
         outcome = Outcome.from_classification(classify(error), describe_error(error))
-    update = ctx.paired.apply(entity, on_ping(outcome, ctx.clock()))
+    # Counted before the state changes: whoever sees the entity available again also sees the ping that
+    # made it so (the counter and the shared state are two Redis writes, not one).
     ctx.cost.add(entity, Operation.PING, operations)
+    update = ctx.paired.apply(entity, on_ping(outcome, ctx.clock()))
     if ctx.journal is not None:
         primary = ctx.settings.primary.namespace_name if ctx.settings.primary else "primary"
         ctx.journal.append(entity, ping_events(primary, outcome, operations, update, ctx.clock()))
