@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
-from bridge.delivery.process_threads import ProcessThreads
 from bridge.outbox.reader import ShardRead
+from bridge.process_threads import ProcessThreads
 from bridge.servicebus.messages import OutgoingMessage
 from bridge.servicebus.sending import SharedBatches
 

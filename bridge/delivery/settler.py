@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from bridge.delivery.process_threads import ProcessThreads
+from bridge.process_threads import ProcessThreads
 
 MAX_BEHIND = 4
 """Batches whose bookkeeping may be outstanding before the drainer waits for the oldest."""

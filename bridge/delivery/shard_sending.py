@@ -16,12 +16,12 @@ from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
-from bridge.delivery.process_threads import ProcessThreads
 from bridge.delivery.read_ahead import PackedAhead
 from bridge.delivery.shard_state import ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.outbox.reader import OutboxEntry
+from bridge.process_threads import ProcessThreads
 from bridge.servicebus.messages import OutgoingMessage, message_id_of, to_message
 from bridge.servicebus.pool import NamespacePool
 from bridge.servicebus.sending import SendResult, SharedBatches, prepack

@@ -76,7 +76,7 @@ class RoleClient:
         self.closing = False
         self.standby_tried: dict[str, float] = {}  # entity → monotonic time a standby open was started
         self.standby_opening = False  # one standby open at a time (``bridge.servicebus.standby``)
-        self.reopened: set[str] = set()  # entities a ``Reopener`` tried on this client (once each)
+        self.reopened: set[str] = set()  # entities reopened on this client, once each (``standby``)
 
     @classmethod
     def open(

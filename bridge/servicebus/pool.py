@@ -78,6 +78,7 @@ from bridge.errors import (
     RefusedMidAttemptError,
     TransientNamespaceError,
 )
+from bridge.process_threads import ProcessThreads
 from bridge.servicebus.batches import make_batch
 from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.connect_probe import ConnectProbe
@@ -85,7 +86,7 @@ from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.messages import OutgoingMessage, scheduled_time_of
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
-from bridge.servicebus.standby import Reopener, open_standby
+from bridge.servicebus.standby import REOPEN_THREADS, open_standby, reopen_wanted
 from bridge.servicebus.translate import translate
 from bridge.settings import NamespaceSettings, Settings
 
@@ -119,13 +120,8 @@ class _Channel:
         return make_batch(limit)
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
-        timeout = self.pool.sdk_timeout
-        self.pool._call(
-            self.client,
-            f"send to {self.entity}",
-            lambda: self.sender.send_messages(batch, timeout=timeout),
-            probe=True,
-        )
+        send = partial(self.sender.send_messages, batch, timeout=self.pool.sdk_timeout)
+        self.pool._call(self.client, f"send to {self.entity}", send, probe=True)
 
 
 class NamespacePool:
@@ -162,7 +158,8 @@ class NamespacePool:
         self._pid = os.getpid()
         self._runner = AttemptRunner(max_stuck=max_stuck_threads)
         self.connect_probe = ConnectProbe(self._namespaces, probe_policy)
-        self._reopener = Reopener(self._reopen_now)
+        self._reopen_threads = ProcessThreads(REOPEN_THREADS, "servicebus-reopen")
+        self._closed = False  # set by ``close``: no reopen makes a client after it
         refresh_after = settings.retry.link_refresh_after
         self._refresher = (
             None
@@ -208,33 +205,32 @@ class NamespacePool:
             return
         with self._lock:
             self._forget_parent_clients()
-            client = self._clients.get(role)
-            if client is None:
-                try:
-                    client = self._open(role)
-                except NamespaceError:
-                    return
+            try:
+                client = self._clients.get(role) or self._open(role)
+            except NamespaceError:
+                return
         open_standby(client, entity)
 
     def reopen(self, role: Role, entity: str) -> None:
         """Have ``role``'s sender of ``entity`` opened now in the background, holding the path's lock, unless
-        this client has it or tried it (``standby.Reopener``): a shard's next batch there finds its link
-        made. Never raises or waits."""
+        this client has it or tried it (``bridge.servicebus.standby``): a shard's next batch there finds
+        its link made. Never raises or waits; does nothing once the pool is closed."""
         if self._namespaces.get(role) is not None:
-            self._reopener.submit(role, entity)
+            self._reopen_threads.submit(partial(self._reopen_now, role, entity))
 
     def _reopen_now(self, role: Role, entity: str) -> None:
-        """(On a ``Reopener`` thread.) Open the sender under the deadline, as a send would."""
+        """(On a reopen thread.) Open the sender under the deadline, as a send would."""
         try:
-            client = self._acquire(role)
+            with self._lock:
+                if self._closed:  # closed since the reopen was asked for: a client now would outlive it
+                    return
+                client = self._take(role)
         except NamespaceError:
             return
         try:
             lock = client.locks.setdefault(f"send:{entity}", threading.Lock())
-            with client.senders_lock:
-                if client.retired or entity in client.senders or entity in client.reopened:
-                    return
-                client.reopened.add(entity)
+            if not reopen_wanted(client, entity):
+                return
             if not lock.acquire(blocking=False):
                 return  # a send has the path: it opens the link itself
             started = time.monotonic()
@@ -379,6 +375,7 @@ class NamespacePool:
     def close(self) -> None:
         """Close both roles' clients (on background threads) and stop the coupling timer."""
         with self._lock:
+            self._closed = True
             clients = list(self._clients.values())
             self._clients.clear()
             self._coupling = CouplingState()
@@ -387,7 +384,7 @@ class NamespacePool:
                 self._timer = None
         if self._refresher is not None:
             self._refresher.stop()
-        self._reopener.shutdown()
+        self._reopen_threads.shutdown()
         for client in clients:
             client.retired = True
             self._discard(client, force=client.users == 0)
@@ -452,12 +449,14 @@ class NamespacePool:
 
     def _acquire(self, role: Role) -> RoleClient:
         with self._lock:
-            self._forget_parent_clients()
-            client = self._clients.get(role)
-            if client is None:
-                client = self._open(role)
-            client.users += 1
-            return client
+            return self._take(role)
+
+    def _take(self, role: Role) -> RoleClient:
+        """(Under ``_lock``.) ``role``'s client, opened if there is none, counted as in use."""
+        self._forget_parent_clients()
+        client = self._clients.get(role) or self._open(role)
+        client.users += 1
+        return client
 
     def _open(self, role: Role) -> RoleClient:
         namespace = self._namespaces[role]

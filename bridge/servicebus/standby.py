@@ -14,30 +14,27 @@ open that hangs (a blackholed backup accepts TCP and never answers) holds its on
 client is closed; no further standby open starts on that client meanwhile. A failed open is logged at
 DEBUG only.
 
-``Reopener``: after an outage both roles' clients were retired (a fault retires a client, and the close
+Reopening: after an outage both roles' clients were retired (a fault retires a client, and the close
 coupling closes its partner), so every link is made again on the first send there. An active shard whose first
 batch after the restore goes to one namespace only (the other had it) made the other's link only when its next
 batch needed it, and then waited for the connection, its token and the attach (1.4 s in the outage benchmark,
 while every other shard reconnected too, ``docs/outages.md``). So when a namespace is seen back, the shard
 pool asks ``NamespacePool.reopen`` for the links of the entities whose shards it wakes
-(``bridge.core.replication.linked_roles``; half of ``workers.max_senders`` at most), and a ``Reopener`` opens
-them on a few threads per process (``REOPEN_THREADS``) *holding the path's lock* as a send does: a batch that
-needs the link meanwhile waits for this open instead of starting a second one. Each client tries each entity
-once (a failure that is an outage retires the client as a failed send would; its successor may try again); a
-path whose lock a send holds is left to that send.
+(``bridge.core.replication.linked_roles``; half of ``workers.max_senders`` at most), and the pool opens
+them on a few threads (``REOPEN_THREADS``, ``bridge.process_threads``) *holding the path's lock* as a send
+does: a batch that needs the link meanwhile waits for this open instead of starting a second one. Each
+client tries each entity once (``reopen_wanted``; a failure that is an outage retires the client as a
+failed send would; its successor may try again); a path whose lock a send holds is left to that send. A
+closed pool opens nothing more: a reopen still queued is dropped, and one that starts after the close
+finds the pool closed and makes no client.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
-
-from bridge.core.roles import Role
 
 if TYPE_CHECKING:
     from bridge.servicebus.clients import RoleClient
@@ -89,34 +86,13 @@ def open_standby(client: RoleClient, entity: str) -> None:
 
 
 REOPEN_THREADS = 4
-"""Links one process opens at once after an outage (``Reopener``)."""
+"""Links one namespace pool opens at once after an outage (``NamespacePool.reopen``)."""
 
 
-class Reopener:
-    """Runs ``open_one(role, entity)`` on a few threads of this process (see the module docstring)."""
-
-    def __init__(self, open_one: Callable[[Role, str], None], threads: int = REOPEN_THREADS) -> None:
-        self._open_one = open_one
-        self._threads = threads
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._pid: int | None = None
-
-    def submit(self, role: Role, entity: str) -> None:
-        """Have ``role``'s link to ``entity`` opened soon; never raises, never waits."""
-        with self._lock:
-            if self._executor is None or self._pid != os.getpid():  # threads do not cross a fork
-                self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="servicebus-reopen")
-                self._pid = os.getpid()
-            executor = self._executor
-        try:
-            executor.submit(self._open_one, role, entity)
-        except RuntimeError:  # shut down: the pool is closing
-            return
-
-    def shutdown(self) -> None:
-        """Stop taking work; opens under way finish on their own (each under the attempt deadline)."""
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+def reopen_wanted(client: RoleClient, entity: str) -> bool:
+    """Whether a reopen of ``entity`` should start on ``client`` (claims it if so: once per client)."""
+    with client.senders_lock:
+        if client.retired or entity in client.senders or entity in client.reopened:
+            return False
+        client.reopened.add(entity)
+        return True

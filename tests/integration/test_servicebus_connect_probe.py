@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from bridge.core.envelope import Envelope
+from bridge.core.roles import Role
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.errors import AttemptDeadlineExceeded, EndpointRefusedError, RefusedMidAttemptError
 from bridge.servicebus.messages import to_message
@@ -47,6 +48,13 @@ def _pool(ns: LocalNamespace, **retry: float) -> NamespacePool:
         retry={**SLOW_SDK, **retry},
     )
     return NamespacePool(settings)
+
+
+def _wait_for_link(pool: NamespacePool, role: Role, timeout: float = 20) -> None:
+    """Wait until ``role``'s sender of the queue is open (made in the background)."""
+    deadline = time.monotonic() + timeout
+    while QUEUE not in pool.sender_paths(role) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _send(pool: NamespacePool, tag: str) -> Exception | None:
@@ -114,9 +122,7 @@ def test_the_backups_sender_is_open_before_a_failover_needs_it(
     try:
         # Given the backup's sender asked for (passive mode does so with every batch)
         pool.warm("secondary", QUEUE)
-        deadline = time.monotonic() + 20
-        while QUEUE not in pool.sender_paths("secondary") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_link(pool, "secondary")
         assert pool.sender_paths("secondary") == [QUEUE]
         generation = pool.generation("secondary")
         pool.warm("secondary", QUEUE)  # already open: nothing more
@@ -153,9 +159,7 @@ def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_t
         pool.reopen("primary", QUEUE)
         pool.reopen("primary", QUEUE)
         # Then it is made in the background without a send, on one new client
-        deadline = time.monotonic() + 20
-        while QUEUE not in pool.sender_paths("primary") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_link(pool, "primary")
         assert pool.sender_paths("primary") == [QUEUE]
         generation = pool.generation("primary")
         # ... and the next send goes over it
@@ -164,3 +168,23 @@ def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_t
         assert pool.sender_paths("primary") == [QUEUE]
     finally:
         pool.close()
+
+
+def test_a_closed_pool_makes_no_link_again(namespace_factory: Callable[..., LocalNamespace]) -> None:
+    primary = namespace_factory("primary", auto_create=True)
+    settings = Settings(
+        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
+        retry=SLOW_SDK,
+    )
+    pool = NamespacePool(settings)
+    # Given a pool that worked, then was closed (a worker process shutting down)
+    env = Envelope(entity=QUEUE, message_id="m", body=b"m", accepted_at=time.time())
+    assert pool.send("primary", QUEUE, [to_message(env)]).accepted == [0]
+    pool.close()
+    assert pool.generation("primary") is None
+    # When a namespace-back news asks it for a link afterwards
+    pool.reopen("primary", QUEUE)
+    _wait_for_link(pool, "primary", timeout=3)
+    # Then no client was opened: nothing outlives the close
+    assert pool.generation("primary") is None
+    assert pool.sender_paths("primary") == []

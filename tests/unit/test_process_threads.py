@@ -1,12 +1,13 @@
-"""The drainers' shared thread pools (bridge.delivery.process_threads): one per process, a new one after a
+"""The drainers' shared thread pools (bridge.process_threads): one per process, a new one after a
 fork (Celery's prefork children), whose threads did not cross it."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
-from bridge.delivery.process_threads import ProcessThreads
+from bridge.process_threads import ProcessThreads
 
 
 def test_one_pool_per_process_and_at_most_its_size_of_threads() -> None:
@@ -41,3 +42,22 @@ def test_a_forked_child_makes_its_own_pool_that_runs_work() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert threads.executor() is parent_pool
+
+
+def test_after_shutdown_queued_work_is_dropped_and_nothing_new_runs() -> None:
+    threads = ProcessThreads(1, "test-shutdown")
+    gate, ran = threading.Event(), list[str]()
+
+    def blocker() -> None:
+        assert gate.wait(10)
+        ran.append("running")
+
+    # Given one thread busy and one piece of work queued behind it
+    assert threads.submit(blocker)
+    assert threads.submit(lambda: ran.append("queued"))
+    # When the pool is shut down, then the work still running finishes, the queued one never runs
+    threads.shutdown()
+    assert threads.submit(lambda: ran.append("after")) is False
+    gate.set()
+    time.sleep(0.2)
+    assert ran == ["running"]
