@@ -107,17 +107,7 @@ class _Channel:
         deadline (``create_message_batch`` opens the link to learn its size); later ones are made here
         with that size (``bridge.servicebus.batches.make_batch``, no I/O, each message encoded once), so
         that a batched send hands one call to an attempt thread, not two."""
-        limits = self.pool._batch_limits
-        with self.pool._limits_lock:
-            limit = limits.get(self.sender)
-        if limit is None:
-            first = self.pool._call(
-                self.client, f"batch for {self.entity}", self.sender.create_message_batch, probe=True
-            )
-            limit = first.max_size_in_bytes
-            with self.pool._limits_lock:
-                limits[self.sender] = limit
-        return make_batch(limit)
+        return make_batch(self.pool._limit_of(self.client, self.sender, self.entity))
 
     def send_batch(self, batch: ServiceBusMessageBatch) -> None:
         send = partial(self.sender.send_messages, batch, timeout=self.pool.sdk_timeout)
@@ -234,9 +224,8 @@ class NamespacePool:
             if not lock.acquire(blocking=False):
                 return  # a send has the path: it opens the link itself
             started = time.monotonic()
-            try:
-                sender = client.sender(entity)
-                self._call(client, f"open the sender of {entity}", sender.__enter__, probe=True)
+            try:  # the SDK's first batch opens the link, and its limit lets the next batch be packed ahead
+                self._limit_of(client, client.sender(entity), entity)
             finally:
                 lock.release()
             logger.info("reopened the %s sender of %s in %.2fs", role, entity, time.monotonic() - started)
@@ -475,6 +464,18 @@ class NamespacePool:
         self._coupling = on_open(self._coupling, role, client.generation)
         logger.debug("opened %s client generation %d", role, client.generation)
         return client
+
+    def _limit_of(self, client: RoleClient, sender: ServiceBusSender, entity: str) -> int:
+        """The batch size limit of ``sender``'s link, learnt once from the SDK's first batch (which opens
+        the link, under the deadline)."""
+        with self._limits_lock:
+            limit = self._batch_limits.get(sender)
+        if limit is None:
+            first = self._call(client, f"batch for {entity}", sender.create_message_batch, probe=True)
+            limit = first.max_size_in_bytes
+            with self._limits_lock:
+                self._batch_limits[sender] = limit
+        return limit
 
     def _release(self, client: RoleClient) -> None:
         with self._lock:

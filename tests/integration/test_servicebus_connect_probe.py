@@ -50,10 +50,16 @@ def _pool(ns: LocalNamespace, **retry: float) -> NamespacePool:
     return NamespacePool(settings)
 
 
-def _wait_for_link(pool: NamespacePool, role: Role, timeout: float = 20) -> None:
-    """Wait until ``role``'s sender of the queue is open (made in the background)."""
+def _wait_for_link(pool: NamespacePool, role: Role, timeout: float = 20, *, limit: bool = False) -> None:
+    """Wait until ``role``'s sender of the queue is cached (made in the background), and with ``limit``
+    until its batch limit is known too (its link open)."""
+
+    def made() -> bool:
+        cached = QUEUE in pool.sender_paths(role)
+        return cached and (not limit or pool.batch_limit(role, QUEUE) is not None)
+
     deadline = time.monotonic() + timeout
-    while QUEUE not in pool.sender_paths(role) and time.monotonic() < deadline:
+    while not made() and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -158,9 +164,11 @@ def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_t
         time.sleep(pool.connect_probe.policy.refusal_stands)
         pool.reopen("primary", QUEUE)
         pool.reopen("primary", QUEUE)
-        # Then it is made in the background without a send, on one new client
-        _wait_for_link(pool, "primary")
+        # Then it is made in the background without a send, on one new client, its batch limit known (so
+        # the next batch can be packed before it is sent)
+        _wait_for_link(pool, "primary", limit=True)
         assert pool.sender_paths("primary") == [QUEUE]
+        assert (pool.batch_limit("primary", QUEUE) or 0) > 0
         generation = pool.generation("primary")
         # ... and the next send goes over it
         assert pool.send("primary", QUEUE, [to_message(env)]).accepted == [0]
