@@ -218,6 +218,15 @@ class RetrySettings(BaseModel):
             " its success wakes every backing-off shard at once. None: backoffs run out."
         ),
     )
+    outbox_door_watch: float | None = Field(
+        default=0.1,
+        gt=0,
+        description=(
+            "Seconds between TCP connects each worker process makes to a namespace's address that refuses"
+            " connections while its shards back off; the first that works has one of them try at once"
+            " instead of at the scout's next turn. None: off."
+        ),
+    )
     transient_failures_to_outage: int = Field(
         default=3, ge=1, description="Transient failures in a row that count as an outage."
     )

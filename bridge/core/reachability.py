@@ -24,6 +24,14 @@ namespace's host on 443 for WebSockets; for AMQP the endpoint's own port when th
 ``UseDevelopmentEmulator=true`` (plain AMQP, the local Service Bus), else 5671. Through an HTTP proxy the
 SDK never connects to the namespace itself, so there is nothing to probe (``None``): the SDK decides.
 
+The way back: an armed address whose probes are refused is *shut*. While it is, and shards back off,
+each worker process connects to it every ``retry.outbox_door_watch`` seconds (``bridge.delivery.
+shard_pool``); the first connect that works again (``reopened``) has one backing-off shard of that process
+try at once, instead of at the next scout's turn up to ``retry.outbox_scout_interval`` later. A connect is
+only a hint that the namespace may be back: that one try is what proves it, and its success wakes every
+shard of the deployment as any accepted send does. An answer other than a refusal or a connect (a
+blackhole's timeout: ``Answer.UNKNOWN``) ends the watch: the watcher must not wait on a silent address.
+
 Pure: times are arguments, nothing here opens a socket (``bridge.servicebus.connect_probe`` does).
 """
 
@@ -114,15 +122,28 @@ class Reading:
 
 @dataclass(frozen=True)
 class AddressState:
-    """What the process knows of one address: whether its refusals count, and the last probe."""
+    """What the process knows of one address: whether its refusals count, the last probe, and whether it
+    is shut (armed, and refusing since: watched for the moment it accepts again)."""
 
     armed: bool = False
     last: Reading | None = None
+    shut: bool = False
 
 
 def after_reading(state: AddressState, reading: Reading) -> AddressState:
-    """The state after a probe; a connect that worked arms the address (its refusals count from then on)."""
-    return replace(state, armed=state.armed or reading.answer is Answer.CONNECTED, last=reading)
+    """The state after a probe; a connect that worked arms the address (its refusals count from then on),
+    a refusal of an armed address shuts it, any other answer opens it (see the module docstring)."""
+    return replace(
+        state,
+        armed=state.armed or reading.answer is Answer.CONNECTED,
+        last=reading,
+        shut=state.armed and reading.answer is Answer.REFUSED,
+    )
+
+
+def reopened(before: AddressState, after: AddressState) -> bool:
+    """Whether the probe that made ``after`` found a shut address accepting connections again."""
+    return before.shut and after.last is not None and after.last.answer is Answer.CONNECTED
 
 
 def refused(state: AddressState, now: float, policy: ProbePolicy) -> bool:

@@ -30,7 +30,9 @@ How (one ``ShardPool`` per ``DrainService``):
   (``NamespacePool.reopen``), all at once instead of each when a batch first needs it. A turn that ends in
   a backoff after such news came during it is woken as it is placed. While some shard backs off, the
   watcher asks once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes
-  one of them: that early try is what sees a namespace back when nobody else sends.
+  one of them: that early try is what sees a namespace back when nobody else sends. While a namespace's
+  address refuses connections, the watcher also connects to it every ``retry.outbox_door_watch`` seconds
+  and has one backing-off shard try the moment it accepts (``bridge.core.reachability``).
 - **Every guarantee is the drainer's, unchanged**: one holder per shard (its lease, renewed by the service's
   ``LeaseKeeper`` whatever the shard is doing), the tenure's state kept between turns (held keys, the
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
@@ -117,6 +119,9 @@ class ShardPool:
         self._back_seen = float("-inf")
         self._last_scout: float | None = None
         self.scout_interval = ctx.settings.retry.outbox_scout_interval
+        self.door_watch = ctx.settings.retry.outbox_door_watch
+        self._last_door: float | None = None
+        self._door_shut = False  # a namespace's address refused connections at the door watch's last look
         self._slots: dict[ShardRef, _Slot] = {}
         self._ready: deque[ShardRef] = deque()
         self._lock = threading.Condition()
@@ -292,6 +297,7 @@ class ShardPool:
         """The hot watcher: the shards that went idle within ``HOT_SECONDS``, poked when one goes idle, the
         shards waiting for a time (on a Cluster: every idle shard, polled), and the namespace-back news."""
         self._scout()
+        self._watch_door()
         if self._back_after is None:
             self._back_after = self.ctx.resume.last_id()
         back = self.ctx.resume.key
@@ -312,6 +318,8 @@ class ShardPool:
             backing = bool(self._backing_off())
             if backing and self.scout_interval is not None:
                 times.append((self._last_scout or now) + self.scout_interval)
+            if backing and self._door_shut and self.door_watch is not None:
+                times.append((self._last_door or now) + self.door_watch)
             wait = max(0.0, min([self.block_ms / 1000, *(at - now for at in times)]))
             self._watching = True
             self._poked.clear()
@@ -382,6 +390,33 @@ class ShardPool:
             slot = self._slots.get(ref)
             if slot is not None and slot.state == "waiting":
                 self._wake(ref, slot)
+
+    def _watch_door(self) -> None:
+        """Every ``door_watch`` seconds while some shard backs off: whether a namespace's address that
+        refused connections accepts one again (``ConnectProbe.accepting_again``, ``bridge.core.
+        reachability``); if so, one of this process's backing-off shards, chosen at random, tries now."""
+        if self.door_watch is None:
+            return
+        with self._lock:
+            now = self.clock()
+            if self._last_door is not None and now - self._last_door < self.door_watch:
+                return
+            self._last_door = now
+            candidates = self._backing_off()
+        if not candidates:
+            self._door_shut = False
+            return
+        probe = self.ctx.pool.connect_probe
+        back = probe.accepting_again()
+        self._door_shut = bool(probe.shut_roles())
+        if not back:
+            return
+        ref = random.choice(candidates)
+        with self._lock:
+            slot = self._slots.get(ref)
+            if slot is None or slot.state != "waiting" or not self._wake(ref, slot):
+                return
+        log.info("the %s address accepts connections again: shard %s tries now", "/".join(back), ref)
 
     def _wake(self, ref: ShardRef, slot: _Slot) -> bool:
         """(Under the lock; ``slot`` is between turns.) End its backoff and holds early; True when it had

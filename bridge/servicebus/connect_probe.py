@@ -2,7 +2,7 @@
 (``bridge.core.reachability`` decides what it proves and when).
 
 One ``ConnectProbe`` per ``NamespacePool`` (so per process), with the address of each namespace role worked
-out once from its settings. The pool asks it three things:
+out once from its settings. The pool and the shard pool ask it these things:
 
 - ``refusing(role)`` before a send: the address refused a probe in the last ``refusal_stands`` seconds,
   so the send fails at once (nothing was sent);
@@ -12,7 +12,12 @@ out once from its settings. The pool asks it three things:
 - ``calibrate(role)`` after a send the namespace accepted, until the address is armed: one connect that
   must succeed before any refusal of that address is believed;
 - ``accepting(role)`` for paired mode: whether the address accepts connections again, so backlog queues
-  that left the rotation because it refused them may be used again at once.
+  that left the rotation because it refused them may be used again at once;
+- ``refused_by_sdk(role)`` after the SDK itself reported a refused connection: taken as a probe's
+  refusal (it is the same evidence), without a connect;
+- ``shut_roles()`` and ``accepting_again()`` for the shard pool's watcher: which addresses refuse
+  connections now, and which of them accepted one again since it last asked (a probe of each shut one,
+  or any other probe that found it open).
 
 A probe opens a TCP connection and closes it at once: no TLS, no AMQP, nothing the namespace could take
 for a client. No secret is involved; the address (host and port) is not one.
@@ -36,6 +41,7 @@ from bridge.core.reachability import (
     dial_address,
     needs_probe,
     refused,
+    reopened,
 )
 from bridge.core.roles import Role
 from bridge.errors import EndpointRefusedError, RefusedMidAttemptError
@@ -84,6 +90,7 @@ class ConnectProbe:
         self._lock = threading.Lock()
         self._probing: dict[Role, threading.Lock] = {role: threading.Lock() for role in self._addresses}
         self.refusals = 0  # attempts ended (or refused before they started) by a refusal: for tests, status
+        self._reopened: set[Role] = set()  # shut addresses seen accepting since ``accepting_again`` asked
 
     def address(self, role: Role) -> tuple[str, int] | None:
         """The probed address of ``role`` (None: not probed)."""
@@ -133,6 +140,29 @@ class ConnectProbe:
         state = self._probe(role, reuse=True)
         return state.last is not None and state.last.answer is Answer.CONNECTED
 
+    def refused_by_sdk(self, role: Role) -> None:
+        """Record that the SDK's own connect to ``role`` was refused (a probe's answer, without a connect):
+        an armed address is then shut and watched for the moment it accepts again."""
+        if self._addresses.get(role) is None:
+            return
+        with self._lock:
+            before = self._states.get(role, AddressState())
+            self._states[role] = after_reading(before, Reading(Answer.REFUSED, self._clock()))
+
+    def shut_roles(self) -> list[Role]:
+        """The roles whose (armed) address refused its last probe."""
+        with self._lock:
+            return [role for role, state in self._states.items() if state.shut]
+
+    def accepting_again(self) -> list[Role]:
+        """Probe each shut address (an answer less than ``every`` old is reused) and return the roles whose
+        address accepted a connection again since the last call, each once."""
+        for role in self.shut_roles():
+            self._probe(role, reuse=True)
+        with self._lock:
+            back, self._reopened = sorted(self._reopened), set()
+        return back
+
     def calibrate(self, role: Role) -> None:
         """After a send ``role`` accepted: arm its address with one connect, once (later calls: no I/O)."""
         if self._addresses.get(role) is None or self.armed(role):
@@ -165,8 +195,11 @@ class ConnectProbe:
             except OSError as exc:
                 answer = answer_of(type(exc))
             with self._lock:
-                state = after_reading(self._states.get(role, AddressState()), Reading(answer, self._clock()))
+                before = self._states.get(role, AddressState())
+                state = after_reading(before, Reading(answer, self._clock()))
                 self._states[role] = state
+                if reopened(before, state):
+                    self._reopened.add(role)
         if answer is not Answer.CONNECTED:
             logger.debug("connect probe of the %s namespace: %s", role, answer.value)
         return state

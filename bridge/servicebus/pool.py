@@ -519,6 +519,8 @@ class NamespacePool:
             error = translate(exc, role, what)
             if classify(error).error_class is ErrorClass.OUTAGE:
                 self._retire(client, CloseCause.FAULT, force=False)
+            if error.address_refused:  # the SDK's own "connection refused" tells what a probe would
+                self.connect_probe.refused_by_sdk(role)
         raise error from None
 
     def _watch(self, role: Role, what: str) -> Watch | None:

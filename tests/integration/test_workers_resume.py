@@ -204,3 +204,61 @@ def test_a_namespace_back_makes_the_links_of_the_shards_it_wakes_before_a_batch_
     finally:
         service.stop()
         client.close()
+
+
+def test_a_backing_off_shard_tries_as_soon_as_the_refusing_address_accepts_again(
+    redis_url: str,
+    namespace_factory: Callable[..., LocalNamespace],
+    contexts: list[DeliveryContext],
+) -> None:
+    """No scout and nothing else that sends: no news announces the namespace back. The worker's watcher
+    connects to the address that refused connections and has the shard try the moment it accepts."""
+    ns = namespace_factory("primary", auto_create=True)
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(ns),
+            "entities": {ENTITY: {"replication": "none"}},
+            "retry": {
+                "attempt_deadline": 3,
+                "retry_total": 0,
+                "outbox_backoff_factor": 40,
+                "outbox_backoff_max": 60,
+                "outbox_scout_interval": None,
+            },
+            "workers": {"lease_ttl": 10},
+        }
+    )
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    retry = RetryStore(client)
+    ctx = DeliveryContext.build(settings)
+    contexts.append(ctx)
+    service = DrainService(ctx, tick=0.1, block_ms=200).start()
+    try:
+        with Producer(settings=settings) as producer:
+            # Given a namespace seen working (so that its refusals are believed) ...
+            producer.send(ENTITY, b"before", application_properties={"i": -1})
+            assert len(receive_all(ns, ENTITY, 1, timeout=30)) == 1
+            # ... then refusing connections while three messages wait and the shard backs off for long
+            ns.control.outage()
+            for i in range(3):
+                producer.send(ENTITY, f"m{i}".encode(), application_properties={"i": i})
+        wait_until(lambda: (retry.backoff_left(ENTITY, 0) or 0) >= LONG_BACKOFF, 150, what="a long backoff")
+        assert ctx.pool.connect_probe.shut_roles() == ["primary"]
+        # When the namespace takes connections again
+        ns.control.restore()
+        restored_at = _redis_now(client)
+        not_before = retry.all_not_before(ENTITY)
+
+        # Then the outbox is empty long before the backoff would have let the shard try
+        def empty() -> bool:
+            return int(client.hget(outbox_keys.stats(ENTITY), "messages") or 0) == 0
+
+        wait_until(empty, LONG_BACKOFF / 2, what="the outbox drained before the backoff's end")
+        assert _redis_now(client) < min(not_before.values()), (restored_at, not_before)
+        assert client.xlen(state_keys.NAMESPACE_BACK) >= 1  # and its success was announced to every worker
+        got = receive_all(ns, ENTITY, 3, timeout=30)
+        assert [int((m.application_properties or {})[b"i"]) for m in got] == [0, 1, 2]
+    finally:
+        service.stop()
+        client.close()

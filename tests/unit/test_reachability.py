@@ -3,6 +3,9 @@ scripted connect (``bridge.servicebus.connect_probe``: the sockets are the integ
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 
 from bridge.core.reachability import (
@@ -15,6 +18,7 @@ from bridge.core.reachability import (
     dial_address,
     needs_probe,
     refused,
+    reopened,
 )
 from bridge.errors import EndpointRefusedError, RefusedMidAttemptError
 from bridge.servicebus.connect_probe import ConnectProbe, address_of
@@ -86,6 +90,46 @@ def test_a_refusal_counts_only_from_an_address_seen_accepting_and_only_while_fre
     assert not refused(down, 9.0, POLICY)  # a reading from the future (another clock) proves nothing
     unknown = after_reading(down, Reading(Answer.UNKNOWN, 11.0))
     assert not refused(unknown, 11.0, POLICY)
+
+
+def test_an_armed_address_that_refuses_is_shut_until_it_accepts_again() -> None:
+    refused_first = after_reading(AddressState(), Reading(Answer.REFUSED, 1.0))
+    assert not refused_first.shut  # never seen accepting: its refusals prove nothing, nothing to watch
+    armed = after_reading(AddressState(), Reading(Answer.CONNECTED, 1.0))
+    shut = after_reading(armed, Reading(Answer.REFUSED, 2.0))
+    still = after_reading(shut, Reading(Answer.REFUSED, 3.0))
+    assert shut.shut and still.shut and not reopened(shut, still)
+    back = after_reading(still, Reading(Answer.CONNECTED, 4.0))
+    assert not back.shut and reopened(still, back)
+    assert not reopened(back, after_reading(back, Reading(Answer.CONNECTED, 5.0)))  # once
+    silent = after_reading(still, Reading(Answer.UNKNOWN, 4.0))
+    assert not silent.shut and not reopened(still, silent)  # a blackhole ends the watch: not "back"
+
+
+def test_the_probe_reports_a_shut_address_that_accepts_again_once() -> None:
+    # A real listening socket stands for the namespace's address; closing it makes connects refused.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    ns = NamespaceSettings(
+        connection_string=f"Endpoint=sb://127.0.0.1:{port};{KEY};UseDevelopmentEmulator=true"
+    )
+    probe = ConnectProbe({"primary": ns}, ProbePolicy(every=0.01))
+    try:
+        # Given an address seen accepting (armed), then refusing: it is shut, and not back
+        probe.calibrate("primary")
+        listener.close()
+        time.sleep(0.02)
+        assert probe.accepting_again() == []
+        assert probe.shut_roles() == []  # only shut roles are probed there: nothing refused yet
+        assert not probe.accepting("primary")
+        assert probe.shut_roles() == ["primary"] and probe.accepting_again() == []
+        # When it listens again, then the next look reports it back, once
+        listener = socket.create_server(("127.0.0.1", port))
+        time.sleep(0.02)
+        assert probe.accepting_again() == ["primary"]
+        assert probe.shut_roles() == [] and probe.accepting_again() == []
+    finally:
+        listener.close()
 
 
 def test_a_fresh_answer_is_reused_and_a_stale_one_is_not() -> None:
