@@ -50,11 +50,12 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from bridge.core.backoff import scout_due
 from bridge.core.replication import links_to_reopen
+from bridge.core.roles import Role
 from bridge.core.shard_assignment import ShardRef
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import ShardDrainer, TurnEnd
@@ -365,11 +366,16 @@ class ShardPool:
             woken = [ref for ref, slot in waiting if self._wake(ref, slot)]
         if woken:
             log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
-        # Their links went with the outage: make them again now, all at once in the background, rather
-        # than each when a batch first needs it (an active shard's first batch may go to one namespace only).
-        modes = {entity: self.ctx.settings.entity(entity).replication for entity, _ in woken}
+        self._reopen_links(woken)
+
+    def _reopen_links(self, refs: list[ShardRef], roles: Collection[Role] | None = None) -> None:
+        """Have the links of ``refs``' entities (to ``roles`` only, if given) made again in the background:
+        they went with the outage, and made all at once now no batch waits for its own (an active shard's
+        first batch may go to one namespace only)."""
+        modes = {entity: self.ctx.settings.entity(entity).replication for entity, _ in refs}
         for role, entity in links_to_reopen(modes, self.ctx.settings.workers.max_senders):
-            self.ctx.pool.reopen(role, entity)
+            if roles is None or role in roles:
+                self.ctx.pool.reopen(role, entity)
 
     def _scout(self) -> None:
         """Once per ``scout_interval`` while some shard backs off: if this process is the deployment's
@@ -414,9 +420,11 @@ class ShardPool:
         ref = random.choice(candidates)
         with self._lock:
             slot = self._slots.get(ref)
-            if slot is None or slot.state != "waiting" or not self._wake(ref, slot):
-                return
-        log.info("the %s address accepts connections again: shard %s tries now", "/".join(back), ref)
+            woken = slot is not None and slot.state == "waiting" and self._wake(ref, slot)
+        if woken:
+            log.info("the %s address accepts connections again: shard %s tries now", "/".join(back), ref)
+        # The others wait for that try's news; their links to what is back are made meanwhile.
+        self._reopen_links(candidates, back)
 
     def _wake(self, ref: ShardRef, slot: _Slot) -> bool:
         """(Under the lock; ``slot`` is between turns.) End its backoff and holds early; True when it had

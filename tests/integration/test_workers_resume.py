@@ -262,3 +262,74 @@ def test_a_backing_off_shard_tries_as_soon_as_the_refusing_address_accepts_again
     finally:
         service.stop()
         client.close()
+
+
+def test_the_door_watch_makes_the_links_of_the_other_backing_off_shards_before_the_news(
+    redis_url: str,
+    namespace_factory: Callable[..., LocalNamespace],
+    contexts: list[DeliveryContext],
+) -> None:
+    """Two entities back off; when the address accepts again one shard tries, and the other's link is made
+    meanwhile rather than after that try's news. The namespace holds every transfer for 4 s after the
+    restore (its stall fault), so the one try cannot succeed — and announce anything — before we look."""
+    ns = namespace_factory("primary", auto_create=True)
+    other = f"{ENTITY}-b"
+    settings = Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(ns),
+            "entities": {ENTITY: {"replication": "none"}, other: {"replication": "none"}},
+            "retry": {
+                "attempt_deadline": 10,
+                "retry_total": 0,
+                "outbox_backoff_factor": 40,
+                "outbox_backoff_max": 60,
+                "outbox_scout_interval": None,
+            },
+            "workers": {"lease_ttl": 15},
+        }
+    )
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    retry = RetryStore(client)
+    ctx = DeliveryContext.build(settings)
+    contexts.append(ctx)
+    service = DrainService(ctx, tick=0.1, block_ms=200).start()
+    entities = [ENTITY, other]
+    try:
+        with Producer(settings=settings) as producer:
+            # Given both entities seen working, then messages waiting for each through an outage
+            for entity in entities:
+                producer.send(entity, b"before")
+            assert all(len(receive_all(ns, entity, 1, timeout=30)) == 1 for entity in entities)
+            ns.control.outage()
+            for entity in entities:
+                producer.send(entity, f"{entity}-held".encode())
+
+        def backing_off() -> bool:
+            return all((retry.backoff_left(entity, 0) or 0) >= LONG_BACKOFF for entity in entities)
+
+        wait_until(backing_off, 150, what="both shards backing off for long")
+        assert ctx.pool.sender_paths("primary") == []
+        # When the address accepts connections again, its transfers held for 4 s
+        ns.control.restore()
+        for entity in entities:
+            ns.control.stall(4.0, entity=entity)
+        # Then both links are made before any news that the namespace is back
+        wait_until(
+            lambda: sorted(ctx.pool.sender_paths("primary")) == sorted(entities), 3, what="both links made"
+        )
+        assert client.xlen(state_keys.NAMESPACE_BACK) == 0
+        # ... and once the transfers go through, both outboxes empty and each message arrives once
+        for entity in entities:
+            ns.control.restore(entity)
+
+        def empty() -> bool:
+            return all(int(client.hget(outbox_keys.stats(e), "messages") or 0) == 0 for e in entities)
+
+        wait_until(empty, 30, what="both outboxes drained")
+        for entity in entities:
+            got = receive_all(ns, entity, 1, timeout=30)
+            assert [b"".join(m.body) for m in got] == [f"{entity}-held".encode()]
+    finally:
+        service.stop()
+        client.close()
