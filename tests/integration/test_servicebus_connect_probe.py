@@ -147,11 +147,7 @@ def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_t
     namespace_factory: Callable[..., LocalNamespace],
 ) -> None:
     primary = namespace_factory("primary", auto_create=True)
-    settings = Settings(
-        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
-        retry=SLOW_SDK,
-    )
-    pool = NamespacePool(settings)
+    pool = _pool(primary)
     env = Envelope(entity=QUEUE, message_id="m", body=b"m", accepted_at=time.time())
     try:
         # Given a link lost to an outage: the failed send retired the client
@@ -180,11 +176,7 @@ def test_a_link_reopened_after_an_outage_is_made_in_the_background_and_used_by_t
 
 def test_a_closed_pool_makes_no_link_again(namespace_factory: Callable[..., LocalNamespace]) -> None:
     primary = namespace_factory("primary", auto_create=True)
-    settings = Settings(
-        primary={"connection_string": primary.connection_string, "certificate": primary.certificate},
-        retry=SLOW_SDK,
-    )
-    pool = NamespacePool(settings)
+    pool = _pool(primary)
     # Given a pool that worked, then was closed (a worker process shutting down)
     env = Envelope(entity=QUEUE, message_id="m", body=b"m", accepted_at=time.time())
     assert pool.send("primary", QUEUE, [to_message(env)]).accepted == [0]

@@ -62,6 +62,36 @@ def _settings(redis_url: str, ns: LocalNamespace) -> Settings:
     )
 
 
+def _no_scout(
+    redis_url: str,
+    entities: dict[str, dict[str, str]],
+    primary: LocalNamespace,
+    secondary: LocalNamespace | None = None,
+    *,
+    attempt_deadline: float = 3,
+    lease_ttl: float = 10,
+) -> Settings:
+    """Long backoffs and no scout: only news of a namespace back (or the door watch) ends a backoff early."""
+    namespaces = {"primary": namespace_settings(primary)}
+    if secondary is not None:
+        namespaces["secondary"] = namespace_settings(secondary)
+    return Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            **namespaces,
+            "entities": entities,
+            "retry": {
+                "attempt_deadline": attempt_deadline,
+                "retry_total": 0,
+                "outbox_backoff_factor": 40,
+                "outbox_backoff_max": 60,
+                "outbox_scout_interval": None,
+            },
+            "workers": {"lease_ttl": lease_ttl},
+        }
+    )
+
+
 def _redis_now(client: redis.Redis) -> float:
     seconds, micros = client.time()
     return float(seconds) + micros / 1e6
@@ -153,22 +183,9 @@ def test_a_namespace_back_makes_the_links_of_the_shards_it_wakes_before_a_batch_
     the primary's faults, is made again as soon as the news wakes the shard, not when a later batch needs
     it."""
     primary, secondary = namespace_pair
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(primary),
-            "secondary": namespace_settings(secondary),
-            "entities": {ENTITY: {"replication": "active", "success_policy": "all"}},
-            # No scout: the only thing that ends the long backoff is the news below.
-            "retry": {
-                "attempt_deadline": 3,
-                "retry_total": 0,
-                "outbox_backoff_factor": 40,
-                "outbox_backoff_max": 60,
-                "outbox_scout_interval": None,
-            },
-            "workers": {"lease_ttl": 10},
-        }
+    # No scout: what ends the long backoff is the news below.
+    settings = _no_scout(
+        redis_url, {ENTITY: {"replication": "active", "success_policy": "all"}}, primary, secondary
     )
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     retry = RetryStore(client)
@@ -214,21 +231,7 @@ def test_a_backing_off_shard_tries_as_soon_as_the_refusing_address_accepts_again
     """No scout and nothing else that sends: no news announces the namespace back. The worker's watcher
     connects to the address that refused connections and has the shard try the moment it accepts."""
     ns = namespace_factory("primary", auto_create=True)
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(ns),
-            "entities": {ENTITY: {"replication": "none"}},
-            "retry": {
-                "attempt_deadline": 3,
-                "retry_total": 0,
-                "outbox_backoff_factor": 40,
-                "outbox_backoff_max": 60,
-                "outbox_scout_interval": None,
-            },
-            "workers": {"lease_ttl": 10},
-        }
-    )
+    settings = _no_scout(redis_url, {ENTITY: {"replication": "none"}}, ns)
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     retry = RetryStore(client)
     ctx = DeliveryContext.build(settings)
@@ -274,21 +277,8 @@ def test_the_door_watch_makes_the_links_of_the_other_backing_off_shards_before_t
     restore (its stall fault), so the one try cannot succeed — and announce anything — before we look."""
     ns = namespace_factory("primary", auto_create=True)
     other = f"{ENTITY}-b"
-    settings = Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(ns),
-            "entities": {ENTITY: {"replication": "none"}, other: {"replication": "none"}},
-            "retry": {
-                "attempt_deadline": 10,
-                "retry_total": 0,
-                "outbox_backoff_factor": 40,
-                "outbox_backoff_max": 60,
-                "outbox_scout_interval": None,
-            },
-            "workers": {"lease_ttl": 15},
-        }
-    )
+    modes = {ENTITY: {"replication": "none"}, other: {"replication": "none"}}
+    settings = _no_scout(redis_url, modes, ns, attempt_deadline=10, lease_ttl=15)
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     retry = RetryStore(client)
     ctx = DeliveryContext.build(settings)
