@@ -28,8 +28,10 @@ Secrets are ``SecretStr`` so they never show in a repr, a log line or an error.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -534,3 +536,43 @@ def load_settings(**overrides: Any) -> Settings:
     except (ValueError, OSError) as exc:  # tomllib.TOMLDecodeError is a ValueError; unreadable file: OSError
         message = f"cannot read {CONFIG_ENV} file {config_file!r}: {exc}"
     raise ConfigurationError(message)
+
+
+OTHER_VARIABLES = frozenset(
+    {
+        CONFIG_ENV,
+        "BRIDGE_EMULATOR_KEY",
+        "BRIDGE_EMULATOR_CONTROL_URL",
+        "BRIDGE_PRIMARY_CONTROL_URL",
+        "BRIDGE_SECONDARY_CONTROL_URL",
+        "BRIDGE_INGRESS_CA_FILE",
+        "BRIDGE_DEMO_KEY",
+        "BRIDGE_API_KEY",
+        "BRIDGE_API_KEY_SHA256",
+        "BRIDGE_TEST_CACHE",
+        "BRIDGE_IMAGE",
+        "BRIDGE_IMAGE_CACHE",
+    }
+)
+"""``BRIDGE_*`` variables that are not settings: the settings file, the local Service Bus's key and control
+URLs, ``bridge up``'s certificate, the compose file's and the tests' own."""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The ``BRIDGE_*`` names in ``environ`` that name no top-level setting, each with the closest one.
+
+    pydantic-settings reads only the variables of known fields, so a misspelled top-level name
+    (``BRIDGE_REDSI_URL``) would be ignored without a word; a misspelled nested name (``BRIDGE_RETRY__X``)
+    is refused by the nested model already. Names are compared upper-cased, as the settings read them.
+    """
+    settings = {f"BRIDGE_{name.upper()}" for name in Settings.model_fields}
+    unknown: list[tuple[str, str | None]] = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("BRIDGE_") or upper in OTHER_VARIABLES:
+            continue
+        if upper.split("__", 1)[0] in settings:
+            continue
+        close = difflib.get_close_matches(upper.split("__", 1)[0], sorted(settings), n=1, cutoff=0.75)
+        unknown.append((name, close[0] if close else None))
+    return unknown

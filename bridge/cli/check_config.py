@@ -1,14 +1,18 @@
 """``bridge check-config``: validate the settings and print them with secrets masked.
 
 Hidden from ``bridge --help`` (the listed commands are the documented surface, ``docs/operations.md``);
-operators and scripts use it to find a bad setting before starting a process.
+operators and scripts use it to find a bad setting before starting a process. A ``BRIDGE_*`` variable that
+names no setting (a typo) is a finding here: after printing, the exit status is 2.
 """
 
 from __future__ import annotations
 
+import os
+
 import typer
 
-from bridge.cli.context import settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.settings import unknown_variables
 
 
 def register(app: typer.Typer) -> None:
@@ -22,3 +26,5 @@ def check_config() -> None:
     """Load the settings like every command does; print them, secrets as ``**********``."""
     settings = settings_or_exit()
     typer.echo(settings.model_dump_json(indent=2))
+    if unknown_variables(os.environ):
+        raise typer.Exit(CONFIGURATION_EXIT_CODE)

@@ -7,18 +7,33 @@ status typer uses for a bad command line.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, NoReturn
 
 import typer
 
-from bridge.errors import ConfigurationError
-from bridge.settings import Settings, load_settings
+from bridge.errors import BridgeError, ConfigurationError, StateStoreUnavailableError
+from bridge.settings import Settings, load_settings, unknown_variables
 
 CONFIGURATION_EXIT_CODE = 2
 
 
+def warn_unknown_variables() -> int:
+    """One stderr line per ``BRIDGE_*`` variable that is no setting (a typo is otherwise silently ignored);
+    the number of them. Only names are printed, never values."""
+    unknown = unknown_variables(os.environ)
+    for name, close in unknown:
+        hint = f" (did you mean {close}?)" if close else ""
+        typer.echo(f"bridge: warning: {name} is not a bridge setting and is ignored{hint}", err=True)
+    return len(unknown)
+
+
 def settings_or_exit(**overrides: Any) -> Settings:
-    """The validated settings, or one ``bridge: configuration error: ...`` line on stderr and exit 2."""
+    """The validated settings, or one ``bridge: configuration error: ...`` line on stderr and exit 2.
+
+    A ``BRIDGE_*`` variable that names no setting is reported on stderr first (a warning: the command runs).
+    """
+    warn_unknown_variables()
     try:
         return load_settings(**overrides)
     except ConfigurationError as exc:
@@ -26,3 +41,19 @@ def settings_or_exit(**overrides: Any) -> Settings:
         message = " ".join(str(exc).split())
         typer.echo(f"bridge: configuration error: {message}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
+
+
+def command_failed(command: str, exc: BridgeError, settings: Settings) -> NoReturn:
+    """One stderr line for a command that failed, then exit 1.
+
+    When Redis could not do what was asked, the line says where the settings point (``host:port``, never
+    the password) and what to check, since the usual cause is a server not running there or a wrong URL.
+    """
+    from bridge.redis.connection import redis_location
+
+    line = f"bridge {command}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, StateStoreUnavailableError):
+        where = redis_location(settings.redis_url.get_secret_value())
+        line += f" at {where}; check that Redis runs there and that redis_url (BRIDGE_REDIS_URL) names it"
+    typer.echo(line, err=True)
+    raise typer.Exit(1)

@@ -8,6 +8,7 @@ code 2, and hands the validated settings to the wiring code.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import typer
@@ -53,13 +54,43 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
 )
 """Every sub-command module, in ``bridge --help`` order. A new command is one import and one entry here."""
 
+DISTRIBUTION = "servicebus-bridge"
+"""The installed distribution whose version ``bridge --version`` prints."""
+
 app = typer.Typer(
     name="bridge",
     help="Service Bus bridge: durable local sends to Azure Service Bus with namespace replication.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: an option's line is its flags and its help, with no ``<bool>`` type column, and it
+    # reads the same piped into a file or a pager as on a terminal.
+    rich_markup_mode=None,
 )
+
+
+def installed_version() -> str:
+    """The bridge's version as installed (``pip install``), or ``unknown`` for a bare source tree."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"bridge {installed_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Service Bus bridge: durable local sends to Azure Service Bus with namespace replication."""
+
 
 for _module in COMMAND_MODULES:
     _module.register(app)

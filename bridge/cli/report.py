@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, settings_or_exit
 from bridge.errors import BridgeError, ConfigurationError
 from bridge.settings import Settings
 
@@ -114,8 +114,7 @@ def report(
         typer.echo(f"bridge: configuration error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
     except BridgeError as exc:
-        typer.echo(f"bridge report: {type(exc).__name__}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        command_failed("report", exc, run.settings)
     if as_json:
         typer.echo(json.dumps(summary, default=str))
     else:

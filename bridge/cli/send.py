@@ -9,7 +9,7 @@ import json
 
 import typer
 
-from bridge.cli.context import settings_or_exit
+from bridge.cli.context import command_failed, settings_or_exit
 from bridge.errors import BridgeError, InvalidMessageError
 
 
@@ -23,11 +23,11 @@ def send(
     body: str = typer.Argument(..., help="Message body (text)."),
     *,
     message_id: str | None = typer.Option(None, help="MessageId; assigned when absent."),
-    session_id: str | None = typer.Option(None),
-    partition_key: str | None = typer.Option(None),
-    content_type: str | None = typer.Option(None),
-    subject: str | None = typer.Option(None),
-    correlation_id: str | None = typer.Option(None),
+    session_id: str | None = typer.Option(None, help="SessionId; also the key that keeps order."),
+    partition_key: str | None = typer.Option(None, help="PartitionKey (equal to --session-id if both)."),
+    content_type: str | None = typer.Option(None, help="ContentType, e.g. application/json."),
+    subject: str | None = typer.Option(None, help="Subject (Label)."),
+    correlation_id: str | None = typer.Option(None, help="CorrelationId."),
     time_to_live: float | None = typer.Option(None, help="Seconds."),
     properties: str | None = typer.Option(None, help="Application properties as a JSON object."),
 ) -> None:
@@ -56,5 +56,4 @@ def send(
         typer.echo(f"bridge send: refused ({exc.code}): {exc.detail}", err=True)
         raise typer.Exit(1) from None
     except BridgeError as exc:
-        typer.echo(f"bridge send: {type(exc).__name__}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        command_failed("send", exc, settings)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, settings_or_exit
 from bridge.errors import BridgeError, ConfigurationError
+
+if TYPE_CHECKING:
+    from bridge.redis.types import SyncRedis
+    from bridge.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +31,12 @@ def register(app: typer.Typer) -> None:
 
 def status(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (one JSON object)."),
-    quarantine: str | None = typer.Option(None, help="List this entity's quarantine stream."),
-    deadletter: str | None = typer.Option(None, help="List this entity's local dead-letter stream."),
+    quarantine: str | None = typer.Option(
+        None, metavar="ENTITY", help="List this entity's quarantine stream (exit 1 for an unknown entity)."
+    ),
+    deadletter: str | None = typer.Option(
+        None, metavar="ENTITY", help="List this entity's local dead-letter stream (exit 1 if unknown)."
+    ),
     count: int = typer.Option(50, help="Entries to list."),
 ) -> None:
     """Print the replication and outbox state."""
@@ -47,18 +55,37 @@ def status(
             if quarantine or deadletter:
                 which = "quarantine" if quarantine else "deadletter"
                 entity = str(quarantine or deadletter)
-                typer.echo(json.dumps(list_problems(client, entity, which, count=count), indent=2))
+                problems = list_problems(client, entity, which, count=count)
+                if not problems:
+                    _exit_if_unknown(settings, client, entity)
+                typer.echo(json.dumps(problems, indent=2))
                 return
             report = collect_status(settings, client)
         finally:
             client.close()
     except BridgeError as exc:
-        typer.echo(f"bridge status: {type(exc).__name__}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        command_failed("status", exc, settings)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
     _print_table(report)
+
+
+def _exit_if_unknown(settings: Settings, client: SyncRedis, entity: str) -> None:
+    """Exit 1 naming the known entities when ``entity`` is neither configured nor in the outbox: an empty
+    list for a misspelled name would read as "nothing quarantined"."""
+    from bridge.outbox.reader import OutboxReader
+
+    known = sorted(set(settings.entities) | set(OutboxReader(client, settings).entities()))
+    if entity in known:
+        return
+    listed = ", ".join(known) if known else "none yet"
+    typer.echo(
+        f"bridge status: unknown entity {entity!r}: not in the settings and never written to the outbox "
+        f"(known entities: {listed})",
+        err=True,
+    )
+    raise typer.Exit(1)
 
 
 def _health(namespace: dict[str, Any]) -> str:

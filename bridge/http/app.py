@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from bridge.errors import ConfigurationError, StateStoreUnavailableError
-from bridge.http import operations, rest_door, v1
+from bridge.http import api_docs, operations, rest_door, v1
 from bridge.http.ingress import Ingress
 from bridge.http.openapi import document
 from bridge.http.problems import http_error, server_error
@@ -141,6 +141,7 @@ def create_app(
         Route("/v1/openapi.json", openapi, methods=["GET"]),
         *v1.routes,
         *operations.routes,
+        *api_docs.routes,
         *rest_door.routes,
     ]
     # Every refusal is JSON with a code, also the router's own 404/405 and an unexpected 500.

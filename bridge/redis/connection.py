@@ -97,6 +97,26 @@ def parse_redis_url(url: str) -> RedisTarget:
     )
 
 
+def redis_location(url: str) -> str:
+    """Where ``url`` points, for an operator's message: ``host:port``, a socket path, a Sentinel service
+    with its Sentinels, or a Cluster's seed nodes; never the user name or the password."""
+    try:
+        target = parse_redis_url(url)
+        if target.kind == "single":
+            parts = urlsplit(url)
+            if parts.scheme == "unix":
+                return f"unix socket {parts.path}"
+            hosts: tuple[tuple[str, int], ...] = ((parts.hostname or "localhost", parts.port or 6379),)
+        else:
+            hosts = target.hosts
+    except (ConfigurationError, ValueError):  # ValueError: urlsplit's port out of range
+        return "(redis_url cannot be parsed)"
+    seeds = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in hosts)
+    if target.kind == "sentinel":
+        return f"Sentinel service {target.service_name!r} via {seeds}"
+    return f"Cluster nodes {seeds}" if target.kind == "cluster" else seeds
+
+
 def _host_port(item: str) -> tuple[str, int]:
     if item.startswith("["):
         host, _, rest = item[1:].partition("]")

@@ -210,9 +210,26 @@ def test_cli_table_and_listing_options(redis_client: redis.Redis, redis_url: str
     assert "orders" in table.stdout and "active" in table.stdout
     assert "[amqp:not-found] gone" in table.stdout  # error text is not taken for markup
 
-    listing = bridge("--deadletter", "orders", redis_url=redis_url, entities={})
+    listing = bridge("--deadletter", "orders", redis_url=redis_url, entities={"orders": {}})
     assert listing.returncode == 0, listing.stderr
     assert json.loads(listing.stdout) == []
+
+
+def test_cli_listing_of_an_unknown_entity_says_so(redis_client: redis.Redis, redis_url: str) -> None:
+    # Given one configured entity and one that only ever reached the outbox
+    with Producer(settings=make_settings(redis_url)) as producer:
+        producer.send("written", "x")
+    for which in ("--quarantine", "--deadletter"):
+        # When a misspelled name is listed: an error naming the known ones, not an empty list
+        typo = bridge(which, "ordres", redis_url=redis_url, entities={"orders": {}})
+        assert typo.returncode == 1, typo.stdout
+        assert typo.stdout == ""
+        assert "unknown entity 'ordres'" in typo.stderr
+        assert "known entities: orders, written" in typo.stderr
+        # Then the entity only the outbox knows is listed (empty), as the configured one is
+        known = bridge(which, "written", redis_url=redis_url, entities={"orders": {}})
+        assert known.returncode == 0, known.stderr
+        assert json.loads(known.stdout) == []
 
 
 def test_cli_redis_down_fails_without_the_password() -> None:
@@ -220,6 +237,10 @@ def test_cli_redis_down_fails_without_the_password() -> None:
     proc = bridge("--json", redis_url=f"redis://:{password}@127.0.0.1:{free_port()}/0", entities={})
     assert proc.returncode == 1
     assert "OutboxUnavailableError" in proc.stderr
+    # The line says where it looked and what to check, never with the password.
+    port = proc.stderr.split("127.0.0.1:", 1)[1].split(";", 1)[0]
+    assert port.isdigit(), proc.stderr
+    assert "check that Redis runs there and that redis_url (BRIDGE_REDIS_URL) names it" in proc.stderr
     assert password not in proc.stdout + proc.stderr
 
 
