@@ -18,14 +18,16 @@ field   attribute            meaning
 ``y``   ``keys``             accepted: the partition key (SessionId, else PartitionKey), if any
 ``n``   ``namespace``        namespace name (sent, send_failed, received, ping, syphon_receive)
 ``r``   ``role``             ``primary`` / ``secondary``: which configured namespace
-``p``   ``path``             sent: ``direct``, ``backup``, ``backlog`` or ``syphon``
+``p``   ``path``             sent: ``direct``, ``backup``, ``backlog`` or ``syphon``; ``barrier`` for a
+                             restore barrier (a control message of paired mode, not the application's)
 ``b``   ``batch``            sent / send_failed: id shared by the events of one batch send
 ``c``   ``error_class``      send_failed, ping: ``ErrorClass`` value
 ``x``   ``reason``           dead_lettered, quarantined, role_swapped, failover: why (secret-free)
 ``w``   ``where``            dead_lettered: ``local`` (the outbox's dead-letter stream) or ``backlog``
 ``q``   ``queue``            backlog queue index (sent via backlog, rotation changes, syphon)
 ``o``   ``result``           ping: ``accepted`` / ``failed``; rotation: ``removed`` / ``readmitted``;
-                             syphon_receive: ``empty`` / ``messages``
+                             syphon_receive: ``empty`` / ``messages``; received: ``ping`` for a copy of
+                             the paired mode's ping (dropped by the receiver, not the application's)
 ``f``   ``from_role``        role_swapped: the previously active role
 ``u``   ``to_role``          role_swapped: the newly active role
 ``g``   ``epoch``            role_swapped: the role state's epoch after the swap
@@ -86,11 +88,26 @@ class EventKind(StrEnum):
 
 _KINDS: dict[str, EventKind] = {kind.value: kind for kind in EventKind}
 
-SendPath = Literal["direct", "backup", "backlog", "syphon"]
+SendPath = Literal["direct", "backup", "backlog", "syphon", "barrier"]
 """How a copy reached Service Bus: the active namespace, the backup after a failure, a backlog queue, or
-the syphon moving it from a backlog queue to its destination."""
+the syphon moving it from a backlog queue to its destination; ``barrier`` is a restore barrier sent to a
+backlog queue (a billable send that carries no application message)."""
 
-PATHS: tuple[SendPath, ...] = ("direct", "backup", "backlog", "syphon")
+PATHS: tuple[SendPath, ...] = ("direct", "backup", "backlog", "syphon", "barrier")
+BARRIER_PATH: SendPath = "barrier"
+"""``path`` of a ``sent`` event for a restore barrier."""
+PING_RESULT = "ping"
+"""``result`` of a ``received`` event for a copy of the paired mode's ping."""
+
+
+def is_control(kind: str, path: str | None, result: str | None) -> bool:
+    """True for the events of the bridge's own control messages (restore barriers, pings): they are billed
+    but are no application message, so the ledger counts no message for them."""
+    return (kind == EventKind.SENT and path == BARRIER_PATH) or (
+        kind == EventKind.RECEIVED and result == PING_RESULT
+    )
+
+
 DOORS = ("http", "rest", "producer", "redis-door")
 
 # attribute -> stream field, in the documented order; ``kind`` and ``at`` are always written.

@@ -7,9 +7,10 @@ Billing follows the operation model of Microsoft's "Paired namespace implementat
 implications" (``docs/references.md``): every copy Service Bus accepts is one send and, when an
 application receives it, one receive; a message that goes through a backlog queue costs four operations
 (send to the backlog, the syphon's receive from the backlog, the syphon's send to the destination, the
-application's receive there); every ping is an operation (two in ``schedule`` mode); and an idle syphon
-still pays for its receive calls (a long poll that returns nothing). The baseline "without replication"
-is two operations (send, receive) per delivered message.
+application's receive there); every ping is an operation (two in ``schedule`` mode), and so is every
+restore barrier sent to a backlog queue; and an idle syphon still pays for its receive calls (a long poll
+that returns nothing). The baseline "without replication" is two operations (send, receive) per delivered
+message.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ OPERATION_KINDS: tuple[str, ...] = (
     "receive",
     "receive_implied",
     "ping",
+    "barrier_send",
     "syphon_poll",
 )
 """Kinds of billable operation in the report, priced separately (``journal.prices``)."""
@@ -113,6 +115,9 @@ def billable_operations(counts: Iterable[EventCount]) -> list[Operations]:
 
     for row in rows:
         if row.kind == "sent":
+            if row.path == "barrier":
+                add(row.entity, row.namespace, "barrier_send", row.events)
+                continue
             if row.path == "backlog":
                 add(row.entity, row.namespace, "backlog_send", row.events)
             elif row.path == "syphon":

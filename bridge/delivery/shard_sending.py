@@ -236,8 +236,9 @@ class ShardSending(ShardState):
                 refused=len(messages) - len(result.accepted),
                 error_type=send_spans.outcome_type(outcome.outcomes), seconds=elapsed,
             )  # fmt: skip
-        backlog = path if operation is Operation.BACKLOG_SEND else None
-        self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog)
+        barrier = operation is Operation.BARRIER
+        backlog = path if operation is Operation.BACKLOG_SEND or barrier else None
+        self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier)
         if outcome.all_ok:
             # "Available" is all it can say: written with the batch's settlement, off the send's path.
             self.health_due.append((role, outcome))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from bridge.core import journal as J
-from bridge.core.journal import EventKind, JournalEvent, SendPath
+from bridge.core.journal import BARRIER_PATH, PING_RESULT, EventKind, JournalEvent, SendPath
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import EngageFailover, MarkAvailable, RemoveFromRotation
 from bridge.core.receiving import EventKind as ReceiverEventKind
@@ -88,8 +88,10 @@ class BatchJournal:
         now: float,
         *,
         backlog_queue: str | None = None,
+        barrier: bool = False,
     ) -> None:
-        """One batched send's copies: ``sent`` for the accepted, ``send_failed`` for the others."""
+        """One batched send's copies: ``sent`` for the accepted, ``send_failed`` for the others; a restore
+        barrier's send is ``sent`` with path ``barrier`` (billed, no application message)."""
         batch = uuid.uuid4().hex[:12]
         namespace = self.namespaces.get(role, role)
         groups: dict[tuple[str, str], tuple[JournalEvent, list[str]]] = {}
@@ -97,7 +99,9 @@ class BatchJournal:
             if message_id is None:
                 continue
             path: SendPath
-            if backlog_queue is not None:
+            if barrier:
+                path = BARRIER_PATH
+            elif backlog_queue is not None:
                 path = "backlog"
             elif message_id in self._tried and not self.dual:
                 path = "backup"
@@ -250,9 +254,11 @@ class ReceiverJournal:
         self.namespaces = namespaces
 
     def batch(self, events: Sequence[ReceiverEvent], now: float) -> JournalBatch:
-        """The journal events for the receiver's ``events``: one template per kind and namespace."""
+        """The journal events for the receiver's ``events``: one template per kind and namespace. A ping's
+        receive is journaled with result ``ping``: billed like any receive, counted as no message."""
         out = JournalBatch()
-        groups: dict[tuple[EventKind, str], tuple[JournalEvent, list[str]]] = {}
+        pings = {e.message_id for e in events if e.kind is ReceiverEventKind.PING_DROPPED}
+        groups: dict[tuple[EventKind, str, bool], tuple[JournalEvent, list[str]]] = {}
         for event in events:
             kind = _RECEIVER_KINDS.get(event.kind)
             if kind is None or event.message_id is None:
@@ -262,12 +268,15 @@ class ReceiverJournal:
                 reason = event.detail or ""
                 out.events.append(J.dead_lettered(event.message_id, now, where="receiver", reason=reason))
                 continue
-            key = (kind, role)
+            ping = kind is EventKind.RECEIVED and event.message_id in pings
+            key = (kind, role, ping)
             if key not in groups:
                 if kind is EventKind.HANDLED:
                     template = JournalEvent(kind, now)
                 else:
-                    template = JournalEvent(kind, now, namespace=self.namespaces.get(role, role), role=role)
+                    namespace = self.namespaces.get(role, role)
+                    result = PING_RESULT if ping else None
+                    template = JournalEvent(kind, now, namespace=namespace, role=role, result=result)
                 groups[key] = (template, [])
             groups[key][1].append(event.message_id)
         out.groups = list(groups.values())

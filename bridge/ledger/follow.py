@@ -37,6 +37,7 @@ from bridge.core.live_tally import (
     QUARANTINED,
     LiveTally,
 )
+from bridge.ledger import tables
 from bridge.ledger.spark import JOURNAL_SCHEMA, uri
 from bridge.settings import Settings
 
@@ -51,7 +52,9 @@ def _bit(kind: str, bit: int) -> Any:
 
 def batch_facts(batch: DataFrame) -> DataFrame:
     """Per (entity, message_id) of one micro-batch: flag bits, acceptance time, copies, suppressed."""
-    rows = batch.where(F.col("message_id").isNotNull() & ~F.col("entity").startswith("~"))
+    rows = batch.where(
+        F.col("message_id").isNotNull() & ~F.col("entity").startswith("~") & ~tables.is_control_event()
+    )
     bits = (
         _bit("accepted", ACCEPTED)
         .bitwiseOR(_bit("sent", DELIVERED))

@@ -23,12 +23,22 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from bridge.core.journal import BARRIER_PATH, PING_RESULT, EventKind
+
 PERCENTILES = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY = 10_000
 """``percentile_approx`` accuracy: exact below this many values per group, 1/10,000 relative rank error
 above."""
 
 TIMELINE_KINDS = ("role_swapped", "failover_engaged", "failover_ended", "backlog_rotation_changed")
+
+
+def is_control_event() -> Column:
+    """The events of the bridge's control messages (``bridge.core.journal.is_control``): restore barriers
+    and pings, billed but no application message."""
+    barrier = _is(EventKind.SENT) & (F.col("path") == BARRIER_PATH)
+    ping = _is(EventKind.RECEIVED) & (F.col("result") == PING_RESULT)
+    return F.coalesce(barrier | ping, F.lit(False))
 
 
 def _is(kind: str) -> Column:
@@ -46,7 +56,9 @@ def _sent(path: str | None = None) -> Column:
 
 def message_facts(events: DataFrame) -> DataFrame:
     """Per (entity, message_id): counts and first times of each kind of event."""
-    with_id = events.where(F.col("message_id").isNotNull() & ~F.col("entity").startswith("~"))
+    with_id = events.where(
+        F.col("message_id").isNotNull() & ~F.col("entity").startswith("~") & ~is_control_event()
+    )
     sent_time = F.when(_sent(), F.col("time"))
     return with_id.groupBy("entity", "message_id").agg(
         _count_if(_is("accepted")).alias("accepted_events"),

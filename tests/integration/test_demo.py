@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -44,6 +45,12 @@ def test_bridge_demo_runs_end_to_end(tmp_path: Path) -> None:
     accepted, handled, ledger_accepted, report, status = found.groups()
     assert int(accepted) > 100 and handled == accepted == ledger_accepted
     assert Path(report).is_file() and status.endswith("/status")
+    # The ledger explains everything it counted: the paired restore's barriers and any ping a receiver got
+    # are billed but are no messages, so nothing is "delivered without an acceptance" and no note is left.
+    summary = json.loads((Path(report).parent / "summary.json").read_text())
+    assert summary["unexpected"] == 0 and summary["notes"] == [], summary["notes"]
+    assert summary["delivered"] == summary["accepted"] == int(ledger_accepted)
+    assert any(op["kind"] == "barrier_send" for op in summary["operations"]), summary["operations"]
     # The story really happened: each mode failed over while the primary was down, both went down.
     assert "orders: active=secondary primary=DOWN secondary=up" in out
     assert "payments: active=secondary primary=DOWN secondary=up" in out

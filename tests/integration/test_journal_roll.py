@@ -278,6 +278,38 @@ def test_a_batch_journals_its_copies_by_path_in_one_grouped_call(
     assert len({e.batch for e in events[:3]}) == 1 and events[3].batch != events[0].batch
 
 
+def test_control_messages_are_journaled_as_such(store: JournalStore, redis_client: redis.Redis) -> None:
+    from bridge.core.outcomes import Outcome
+    from bridge.core.receiving import EventKind as ReceiverKind
+    from bridge.core.receiving import ReceiverEvent
+    from bridge.journal.emit import BatchJournal, ReceiverJournal, namespace_names
+
+    names = namespace_names("east", "west")
+    # Given a shard's restore barrier sent to a backlog queue, and a receiver that got a ping and a message
+    batch = BatchJournal(names)
+    batch.record_send("secondary", ["barrier-1"], [Outcome.success()], 1.0, backlog_queue="q/3", barrier=True)
+    batch.take().write(store, "payments")
+    receiver = ReceiverJournal(store, "payments", names)
+    receiver.record(
+        [
+            ReceiverEvent(ReceiverKind.RECEIVED, "primary", "ping-1"),
+            ReceiverEvent(ReceiverKind.RECEIVED, "primary", "m1"),
+            ReceiverEvent(ReceiverKind.PING_DROPPED, "primary", "ping-1"),
+        ],
+        2.0,
+    )
+
+    # Then the barrier is a send on path "barrier" and the ping's receive has result "ping": billed, and
+    # marked so the ledger counts no message for them; the message's receive is plain
+    events = _journal(redis_client, "payments")
+    assert [(e.kind, e.message_id, e.path, e.result, e.queue) for e in events] == [
+        ("sent", "barrier-1", "barrier", None, "q/3"),
+        ("received", "ping-1", None, "ping", None),
+        ("received", "m1", None, None, None),
+    ]
+    assert [J.is_control(e.kind, e.path, e.result) for e in events] == [True, True, False]
+
+
 def test_active_mode_copies_are_both_direct(store: JournalStore, redis_client: redis.Redis) -> None:
     from bridge.core.outcomes import Outcome
     from bridge.journal.emit import BatchJournal, namespace_names

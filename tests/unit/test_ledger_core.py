@@ -71,6 +71,11 @@ def test_a_message_through_a_backlog_queue_costs_four_operations() -> None:
             ],
             [Operations("~backlog:ns1", "ns2", "syphon_poll", 40)],
         ),
+        # a restore barrier is a billed send of its own kind, never an implied application receive
+        (
+            [_count("e", "sent", "ns2", "barrier", events=2)],
+            [Operations("e", "ns2", "barrier_send", 2)],
+        ),
     ],
 )
 def test_billable_operations_per_kind(counts: list[EventCount], expected: list[Operations]) -> None:
