@@ -249,5 +249,9 @@ class NamespaceRoleMissingError(NamespaceConfigurationError):
         self.right = right
 
 
+class EmptyJournalError(BridgeError):
+    """The journal folder holds no events: a report on it would read as "nothing lost", so none is made."""
+
+
 class EmulatorError(BridgeError):
     """The local Service Bus failed or refused something; the root of ``bridge.emulator.errors``."""

@@ -104,6 +104,7 @@ def report(
         live=not (offline or drained),
         drained=drained,
         prices=prices,
+        priced=frozenset({*settings.journal.prices, *given}),
     )
     try:
         if follow:
@@ -134,6 +135,7 @@ class _Run:
     live: bool
     drained: bool
     prices: dict[str, float]
+    priced: frozenset[str]
 
 
 def _console() -> Any:
@@ -175,7 +177,10 @@ def _batch(run: _Run) -> dict[str, Any]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from bridge.errors import StateStoreUnavailableError
+    from bridge.ledger.job import check_journal
 
+    if not run.live:
+        check_journal(run.journal)  # before the output folder or a Spark session is made
     run.out.mkdir(parents=True, exist_ok=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=_console(), transient=True) as progress:
@@ -196,6 +201,7 @@ def _batch(run: _Run) -> dict[str, Any]:
             except StateStoreUnavailableError as exc:
                 roll_info = {"skipped": f"Redis unavailable: {exc}"}
                 progress.console.print(f"Redis unavailable ({exc}): reporting the journal folder as it is")
+        check_journal(run.journal)  # what the live roll wrote, or the folder as it is
         step("starting Spark")
         from bridge.ledger.job import ReportInputs, run_report
         from bridge.ledger.spark import build_session, master_url, owns_session
@@ -210,6 +216,7 @@ def _batch(run: _Run) -> dict[str, Any]:
                     journal=run.journal,
                     out=run.out,
                     prices=run.prices,
+                    priced=run.priced,
                     currency=run.settings.journal.currency,
                     snapshot=snapshot,
                     drained=run.drained,
@@ -230,25 +237,35 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from bridge.core.ledger import SUMMARY_KEYS
+    from bridge.core.ledger import LABELS, SUMMARY_KEYS
+    from bridge.ledger.html import decimal
 
     table = Table(title="bridge report")
     table.add_column("entity")
     for key in SUMMARY_KEYS:
-        table.add_column(key.replace("_", " "), justify="right")
+        table.add_column(LABELS[key], justify="right")
     for name, record in summary["entities"].items():
-        table.add_row(Text(name), *(Text(str(record.get(key, 0))) for key in SUMMARY_KEYS))
-    table.add_row(Text("all"), *(Text(str(summary.get(key, 0))) for key in SUMMARY_KEYS))
+        table.add_row(Text(name), *(Text(f"{int(record.get(key) or 0):,}") for key in SUMMARY_KEYS))
+    table.add_row(Text("all"), *(Text(f"{int(summary.get(key) or 0):,}") for key in SUMMARY_KEYS))
     console = Console()
+    if not console.is_terminal:
+        # Piped into a file or a pager: no terminal width to fit, so no column is cut to "acce…".
+        console = Console(width=1000)
     console.print(table)
     cost = summary["cost"]
     ratio = cost["resilience_ratio"]
-    estimated = f"{cost['estimated_cost']:.4f} {cost['currency']}"
+    estimated = f"{decimal(cost['estimated_cost'])} {cost['currency']}"
     console.print(
-        f"billable operations: {cost['operations']} (estimated {estimated}); "
+        f"billable operations: {cost['operations']:,} (estimated {estimated}); "
         f"cost of resilience: {'-' if ratio is None else f'{ratio:.3f} x'}",
         markup=False,
     )
+    if cost.get("placeholder_prices"):
+        console.print(
+            f"prices are placeholders for {', '.join(cost['placeholder_prices'])}: the cost is not money "
+            "(set journal.prices or --price KIND=PRICE)",
+            markup=False,
+        )
     for note in summary.get("notes", []):
         console.print(f"note: {note}", markup=False)
     console.print(f"report: {summary['html']}", markup=False)

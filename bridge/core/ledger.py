@@ -47,6 +47,21 @@ SUMMARY_KEYS: tuple[str, ...] = (
 )
 """The counts ``bridge report --json`` always prints, summed over entities and per entity."""
 
+LABELS: dict[str, str] = {
+    "accepted": "accepted",
+    "delivered": "delivered",
+    "pending": "pending",
+    "dead_lettered": "dead-lettered",
+    "quarantined": "quarantined",
+    "handled": "handled",
+    "lost": "lost",
+    "unexpected": "unexpected",
+    "broker_duplicates": "extra copies",
+    "suppressed_duplicates": "suppressed copies",
+    "journal_overflow": "journal overflow",
+}
+"""A person's name for each count: the column headings of the HTML report and the terminal table."""
+
 EXTRA_KEYS: tuple[str, ...] = (
     "pending_outbox",
     "pending_backlog",
@@ -55,6 +70,13 @@ EXTRA_KEYS: tuple[str, ...] = (
     "accepted_events",
 )
 """Further per-entity counts (``unexpected``: delivered or handled with no acceptance in the journal)."""
+
+
+def placeholder_kinds(operations: Iterable[Operations], priced: Iterable[str]) -> list[str]:
+    """The kinds billed in ``operations`` whose price nobody set (``priced``: the kinds the settings or the
+    command line priced): their cost is the placeholder's, not money, and the report says so."""
+    given = set(priced)
+    return sorted({op.kind for op in operations if op.kind not in given})
 
 
 def price_table(overrides: Mapping[str, float] | None = None) -> dict[str, float]:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from bridge.core.ledger import SUMMARY_KEYS
+from bridge.core.ledger import DEFAULT_PRICE_PER_MILLION, LABELS, SUMMARY_KEYS
 from bridge.ledger.svg import Bar, Span, bars, timeline
 
 SECTIONS = ("summary", "reconciliation", "lost", "duplicates", "latency", "failover", "cost", "notes")
@@ -41,12 +41,34 @@ RECONCILIATION_COLUMNS = (
 )
 
 
+def decimal(value: float) -> str:
+    """A number as a person reads it: thousands separated, two decimals, small ones with up to six and
+    never in exponent form (``0.000004``, not ``4e-06``)."""
+    size = abs(value)
+    if value == 0:
+        return "0"
+    if size >= 100:
+        return f"{value:,.0f}"
+    if size >= 0.01:
+        return f"{value:,.2f}"
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text if text.strip("-") != "0" else ("< 0.000001" if value > 0 else "> -0.000001")
+
+
 def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.3g}" if 0 < abs(value) < 0.01 else f"{value:,.2f}"
-    if isinstance(value, int) and not isinstance(value, bool):
+        return decimal(value)
+    if isinstance(value, int):
         return f"{value:,}"
     return escape("" if value is None else str(value))
+
+
+def _namespace(name: str, roles: Mapping[str, str]) -> str:
+    """``primary (contoso-east)``: the role first, as the status page names namespaces."""
+    role = roles.get(name)
+    return f"{role} ({name})" if role else name
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -79,11 +101,11 @@ def render(
         '<section id="summary"><h2>Summary</h2>',
         f"<p>{verdict}; {summary.get('events', 0):,} journal events, {len(entities)} entities"
         f"{', outbox checked' if summary.get('outbox_checked') else ', outbox NOT checked'}.</p>",
-        _table(SUMMARY_KEYS, [[summary.get(key, 0) for key in SUMMARY_KEYS]]),
+        _table([LABELS[key] for key in SUMMARY_KEYS], [[summary.get(key, 0) for key in SUMMARY_KEYS]]),
         "</section>",
         '<section id="reconciliation"><h2>Reconciliation per entity</h2>',
         _table(
-            ["entity", *RECONCILIATION_COLUMNS],
+            ["entity", *(LABELS[c] for c in RECONCILIATION_COLUMNS)],
             [
                 [name, *(record.get(c, 0) for c in RECONCILIATION_COLUMNS)]
                 for name, record in entities.items()
@@ -145,7 +167,7 @@ def _lost(entities: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _latency(rows: Sequence[Mapping[str, Any]]) -> str:
-    headers = ["entity", "measure", "path", "count", "p50", "p95", "p99", "max"]
+    headers = ["entity", "measure", "path", "messages", "p50 (ms)", "p95 (ms)", "p99 (ms)", "max (ms)"]
     table = _table(
         headers,
         [
@@ -190,11 +212,18 @@ def _failover(entities: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[
             ]
         )
     table = _table(
-        ["entity", "role swaps", "paired failovers", "s on secondary", "s in backlog", "rotation changes"],
+        [
+            "entity",
+            "role swaps",
+            "paired failovers",
+            "time on secondary (s)",
+            "time in backlog (s)",
+            "rotation changes",
+        ],
         summary_rows,
     )
     segments = _table(
-        ["entity", "from", "to", "seconds", "active", "backlog"],
+        ["entity", "from", "to", "length (s)", "active namespace", "in backlog"],
         [
             [r["entity"], _when(r["start"]), _when(r["end"]), r["seconds"], r["active"], r["failed_over"]]
             for r in rows
@@ -207,35 +236,58 @@ def _failover(entities: Mapping[str, Mapping[str, Any]], rows: Sequence[Mapping[
     return table + timeline(spans, "Active namespace over time") + segments
 
 
+def _money(value: Any, currency: str) -> str:
+    return f"{decimal(float(value or 0))} {currency}"
+
+
 def _cost(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     cost = summary.get("cost") or {}
-    currency = escape(str(cost.get("currency", "")))
+    roles: Mapping[str, str] = summary.get("namespaces") or {}
+    named = str(cost.get("currency", ""))
+    currency = escape(named)
     ratio = cost.get("resilience_ratio")
     operations = int(cost.get("operations", 0))
     baseline = int(cost.get("baseline_operations", 0))
     shown = "-" if ratio is None else f"{ratio:.3f} times"
+    placeholders = list(cost.get("placeholder_prices") or [])
+    warning = (
+        f'<p class="bad">Prices are placeholders ({decimal(DEFAULT_PRICE_PER_MILLION)} per million '
+        "operations) for "
+        f"{escape(', '.join(placeholders))}: the costs below are not money. Set your tier's prices in "
+        "<code>journal.prices</code> (or <code>--price KIND=PRICE</code>).</p>"
+        if placeholders
+        else ""
+    )
     head = (
-        f"<p>{operations:,} billable operations, estimated {cost.get('estimated_cost', 0):.6g} {currency}; "
-        f"the same messages without replication: {baseline:,} operations, "
-        f"{cost.get('baseline_cost', 0):.6g} {currency}. Cost of resilience: <b>{shown}</b>.</p>"
+        warning + f"<p>{operations:,} billable operations, estimated "
+        f"{_money(cost.get('estimated_cost'), currency)}; the same messages without replication: "
+        f"{baseline:,} operations, {_money(cost.get('baseline_cost'), currency)}. "
+        f"Cost of resilience: <b>{shown}</b>.</p>"
         "<p>Billable operations: a copy sent is one operation and its receive another; a message through a "
-        "backlog queue costs four (backlog send, syphon receive, syphon send, receive); pings and the "
-        "syphon's empty receive calls count too. Prices per million operations: "
+        "backlog queue costs four (backlog send, syphon receive, syphon send, receive); pings, restore "
+        "barriers and the syphon's empty receive calls count too. Prices per million operations: "
         "<code>journal.prices</code>.</p>"
     )
     per_kind: dict[tuple[str, str], int] = {}
     for r in rows:
-        key = (r["namespace"], r["kind"])
+        key = (_namespace(r["namespace"], roles), r["kind"])
         per_kind[key] = per_kind.get(key, 0) + int(r["operations"])
     table = _table(
-        ["entity", "namespace", "kind", "operations", "price / million", "estimated cost"],
+        [
+            "entity",
+            "namespace",
+            "kind",
+            "operations",
+            f"price per million ({named})",
+            f"estimated cost ({named})",
+        ],
         [
             [
                 r["entity"],
-                r["namespace"],
+                _namespace(r["namespace"], roles),
                 r["kind"],
                 r["operations"],
-                r["price_per_million"],
+                ("placeholder " if r.get("placeholder_price") else "") + decimal(r["price_per_million"]),
                 r["estimated_cost"],
             ]
             for r in rows

@@ -30,8 +30,10 @@ from bridge.core.ledger import (
     estimate_cost,
     failover_timeline,
     operation_cost,
+    placeholder_kinds,
     summarize,
 )
+from bridge.errors import EmptyJournalError
 from bridge.journal.keys import is_entity
 from bridge.ledger import html, tables
 from bridge.ledger.spark import empty_snapshot, read_journal, read_rolled, read_snapshot, uri
@@ -52,6 +54,8 @@ class ReportInputs:
     out: Path
     prices: Mapping[str, float]
     currency: str = "USD"
+    priced: frozenset[str] = frozenset()
+    """The operation kinds whose price the settings or the command line set; the others are placeholders."""
     snapshot: tuple[Path, Path] | None = None
     """(outbox ids, watermarks) Parquet files from ``bridge.ledger.live``; None: not checked."""
     drained: bool = False
@@ -84,9 +88,27 @@ def _write_frame(frame: DataFrame, folder: Path) -> None:
     frame.coalesce(1).write.mode("overwrite").parquet(uri(folder))
 
 
+JOURNAL_HINT = (
+    "point --journal (or journal.directory, BRIDGE_JOURNAL__DIRECTORY) at the folder the beat rolls the "
+    "journal into"
+)
+
+
+def check_journal(directory: Path) -> None:
+    """Refuse a folder with no rolled journal in it (``EmptyJournalError``, naming the folder): a report on
+    nothing would say "lost = 0" about messages it never saw."""
+    if not directory.is_dir():
+        raise EmptyJournalError(f"the journal folder {directory} does not exist; {JOURNAL_HINT}")
+    if not any(directory.rglob("*.parquet")):
+        raise EmptyJournalError(f"the journal folder {directory} holds no Parquet files; {JOURNAL_HINT}")
+
+
 def run_report(spark: SparkSession, inputs: ReportInputs, progress: Progress | None = None) -> dict[str, Any]:
-    """Compute every table, write them and the HTML report; return the summary."""
+    """Compute every table, write them and the HTML report; return the summary.
+
+    A journal folder with no events is an ``EmptyJournalError``, and nothing is written."""
     step = progress or (lambda _stage: None)
+    check_journal(inputs.journal)
     out = inputs.out
     table_dir = out / "tables"
     step("reading the journal")
@@ -123,6 +145,8 @@ def _report(
         messages.unpersist()
     step("billable operations")
     count_rows, billing_rows, cost = _billing(events, entities, inputs)
+    if not count_rows:
+        raise EmptyJournalError(f"the journal folder {inputs.journal} holds no events; {JOURNAL_HINT}")
     step("failover timeline")
     timeline_rows, failover_rows = _failover(events, entities)
     for row in latency_rows:
@@ -138,6 +162,7 @@ def _report(
     _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
     _write_rows(timeline_rows, table_dir / "timeline_events")
     summary = _summary(inputs, entities, count_rows, billing_rows, cost)
+    summary["namespaces"] = _roles(events)
     summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
     step("writing the HTML report")
     report_path = inputs.out / "report.html"
@@ -197,6 +222,7 @@ def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tup
     operations = billable_operations(counts)
     delivered_total = sum(int(r.get("delivered") or 0) for r in entities.values())
     cost = estimate_cost(operations, delivered_total, prices, inputs.currency)
+    placeholders = placeholder_kinds(operations, inputs.priced)
     billing_rows = [
         {
             "entity": op.entity,
@@ -205,10 +231,21 @@ def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tup
             "operations": op.operations,
             "price_per_million": prices[op.kind],
             "estimated_cost": operation_cost(op.operations, op.kind, prices),
+            "placeholder_price": op.kind in placeholders,
         }
         for op in operations
     ]
     return count_rows, billing_rows, cost
+
+
+def _roles(events: DataFrame) -> dict[str, str]:
+    """Each namespace's configured role (``primary`` / ``secondary``) as the journal recorded it, so the
+    report names namespaces by role; a namespace seen in both roles (settings changed) keeps the first."""
+    pairs = events.where(F.col("namespace").isNotNull() & F.col("role").isNotNull())
+    roles: dict[str, str] = {}
+    for row in sorted(pairs.select("namespace", "role").distinct().collect(), key=lambda r: r["role"]):
+        roles.setdefault(row["namespace"], row["role"])
+    return roles
 
 
 def _failover(events: DataFrame, entities: Entities) -> tuple[Rows, Rows]:
@@ -265,7 +302,10 @@ def _summary(
     summary["outbox_assumed_drained"] = inputs.drained
     summary["events"] = sum(int(r["events"]) for r in count_rows)
     summary["entities"] = entities
-    summary["cost"] = cost.as_dict()
+    summary["cost"] = {
+        **cost.as_dict(),
+        "placeholder_prices": sorted({r["kind"] for r in billing_rows if r["placeholder_price"]}),
+    }
     summary["operations"] = billing_rows
     summary["notes"] = _notes(summary, inputs)
     summary["roll"] = dict(inputs.roll)
@@ -313,6 +353,7 @@ _BILLING_SCHEMA = pa.schema(
         ("operations", pa.int64()),
         ("price_per_million", pa.float64()),
         ("estimated_cost", pa.float64()),
+        ("placeholder_price", pa.bool_()),
     ]
 )
 _FAILOVER_SCHEMA = pa.schema(

@@ -54,6 +54,7 @@ LEDGER_COLUMNS = (
     "stream_seq",
     "size",
     "namespace",
+    "role",
     "path",
     "result",
     "count",

@@ -172,3 +172,36 @@ def test_summary_sums_every_contract_key() -> None:
     assert totals["accepted"] == 5
     assert totals["lost"] == 1
     assert totals["broker_duplicates"] == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (0.0, "0"),
+        (4e-06, "0.000004"),
+        (2.3e-05, "0.000023"),
+        (1e-09, "< 0.000001"),
+        (-1e-09, "> -0.000001"),
+        (0.012, "0.01"),
+        (1.5, "1.50"),
+        (1234.5, "1,234"),  # no decimals from 100 on: 1,234 (banker's rounding of .5 to even)
+        (-3.25, "-3.25"),
+    ],
+)
+def test_a_report_number_is_never_in_exponent_form(value: float, shown: str) -> None:
+    from bridge.ledger.html import decimal
+
+    assert decimal(value) == shown
+
+
+def test_placeholder_kinds_are_the_billed_kinds_nobody_priced() -> None:
+    from bridge.core.ledger import placeholder_kinds
+
+    billed = [
+        Operations("e", "ns1", "send", 3),
+        Operations("e", "ns1", "ping", 1),
+        Operations("e", "ns2", "send", 1),
+    ]
+    assert placeholder_kinds(billed, ["send", "syphon_poll"]) == ["ping"]
+    assert placeholder_kinds(billed, []) == ["ping", "send"]
+    assert placeholder_kinds([], []) == []

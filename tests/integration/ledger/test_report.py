@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import shutil
 import struct
@@ -22,7 +23,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
+from bridge.cli.main import app
 from bridge.core import journal as J
 from bridge.core.journal_files import to_row
 from bridge.core.ledger import price_table
@@ -345,6 +348,43 @@ def test_the_html_report_opens_in_headless_chromium(scenario: Scenario, tmp_path
     assert dom.stdout.count("<svg") >= 4  # reconciliation, latency, timeline, operations
     assert "m5" in dom.stdout.split('id="lost"')[1].split("</section>")[0]
     assert "http://" not in report.read_text().replace("http://www.w3.org/2000/svg", "")  # self-contained
+
+
+def test_the_report_reads_as_a_person_reads_it(scenario: Scenario, tmp_path: Path) -> None:
+    dom = _chromium(tmp_path, "--dump-dom", (scenario.out / "report.html").as_uri()).stdout
+    body = re.sub(r"<style>.*?</style>", " ", dom, flags=re.S)
+    shown = " ".join(re.sub(r"<[^>]+>", " ", body).split())  # the page's text, as rendered
+
+    # Numbers are never in exponent form (the scenario's costs are millionths) and flags are words
+    assert not re.search(r"\d(\.\d+)?e[-+]?\d", shown), re.findall(r"\S*\de[-+]?\d\S*", shown)
+    assert "True" not in shown and "False" not in shown
+    assert "0.000023 USD" in shown  # 23 operations at the placeholder price, not 2.3e-05
+    # Namespaces by role, readable column names with their units
+    assert "primary (ns1)" in shown and "secondary (ns2)" in shown
+    for heading in ("dead-lettered", "extra copies", "suppressed copies", "p99 (ms)", "length (s)"):
+        assert heading in shown, heading
+    # No price was set, so the report says its costs are placeholders, and for which kinds
+    placeholders = scenario.summary["cost"]["placeholder_prices"]
+    assert placeholders == sorted({kind for (_, _, kind) in EXPECTED_BILLING})
+    assert "Prices are placeholders" in shown
+
+
+def test_a_piped_terminal_summary_keeps_every_column_whole(
+    scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BRIDGE_CONFIG", raising=False)
+    # Given output that is not a terminal (CliRunner captures it, as a pipe would)
+    args = ["report", "--offline", "--journal", str(scenario.journal), "--out", str(tmp_path / "r")]
+    result = CliRunner().invoke(app, [*args, "--price", "send=0.05"])
+    assert result.exit_code == 0, result.output
+    # Then no heading or number is cut to fit 80 columns
+    assert "…" not in result.stdout
+    for heading in ("accepted", "dead-lettered", "quarantined", "extra copies", "suppressed copies"):
+        assert heading in result.stdout, result.stdout
+    # And the unpriced kinds are named, the priced one is not
+    warning = next(line for line in result.stdout.splitlines() if line.startswith("prices are placeholders"))
+    named = warning.removeprefix("prices are placeholders for ").split(":")[0].split(", ")
+    assert "receive" in named and "send" not in named, named
 
 
 def test_summary_json_is_written_next_to_the_report(scenario: Scenario) -> None:

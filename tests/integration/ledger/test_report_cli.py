@@ -84,6 +84,42 @@ def test_report_refuses_an_unknown_price_kind_before_starting_spark(
     assert "unknown operation kind 'sends'" in result.output
 
 
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_a_report_on_no_journal_is_an_error_naming_the_folder(
+    folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a journal folder that is not there, or holds no rolled file (a typo, another host's folder)
+    journal = tmp_path / "journal"
+    if folder == "empty":
+        (journal / "date=2026-01-01").mkdir(parents=True)
+    out = tmp_path / "report"
+
+    # When an offline report is asked of it
+    result = CliRunner().invoke(app, ["report", "--offline", "--journal", str(journal), "--out", str(out)])
+
+    # Then an error naming the folder and what to do, exit 1, before Spark starts, and nothing written
+    assert result.exit_code == 1, result.output
+    assert f"the journal folder {journal} " in result.stderr
+    assert "BRIDGE_JOURNAL__DIRECTORY" in result.stderr and "lost" not in result.stdout
+    assert not out.exists() and journal.exists() == (folder == "empty")
+
+
+def test_a_report_on_a_journal_of_no_events_is_an_error(spark: Any, tmp_path: Path) -> None:
+    # Given a rolled file with no rows in it
+    from bridge.errors import EmptyJournalError
+    from bridge.ledger.spark import JOURNAL_SCHEMA
+
+    journal = tmp_path / "journal" / "date=2026-01-01" / "hour=00"
+    journal.mkdir(parents=True)
+    spark.createDataFrame([], JOURNAL_SCHEMA).drop("date", "hour").write.parquet(str(journal / "empty"))
+    inputs = ReportInputs(journal=tmp_path / "journal", out=tmp_path / "report", prices=price_table())
+
+    # Then the job refuses to report "lost = 0" about messages it never saw
+    with pytest.raises(EmptyJournalError, match="holds no events"):
+        run_report(spark, inputs)
+    assert not (tmp_path / "report" / "report.html").exists()
+
+
 # ---- a standalone cluster on loopback ----------------------------------------------------------------------
 def _spark_class() -> Path:
     import pyspark
