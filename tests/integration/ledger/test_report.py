@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import shutil
 import struct
 import subprocess
