@@ -13,6 +13,9 @@ Deciding the whole batch first is what keeps the order per key, the rule the pla
   ``wait:<token>``, a barrier whose send was not confirmed) gets one, and the batch waits for the syphon
   (a planned ``Retry``, not counted as a failure).
 - **Lost barriers.** One not passed within ``barrier_timeout`` gets a replacement (``bridge.core.barriers``).
+- **Moved keys.** A key another shard's key map still names (``outbox_shards`` changed while the backlog
+  held it) is taken over with its queue (``bridge.core.moved_keys``): it sticks to that queue, and after a
+  restore the shard's own barrier there keeps it from the primary until its older messages are syphoned.
 - **Sticky queues.** Ordered, a keyed message goes to the queue its key sticks to, chosen by rendezvous
   hashing over the queues in rotation the first time; a key whose queue left the rotation is held until the
   queue is readmitted or the failover ends (its messages there must be syphoned first). A keyless message
@@ -36,9 +39,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from bridge.core.barriers import barrier_due
+from bridge.core.barriers import OPEN, barrier_due
 from bridge.core.decisions import PRIMARY, Ack, Change, DeadLetter, Hold, Retry, Settlement, backlog_target
 from bridge.core.error_classes import ErrorClass
+from bridge.core.moved_keys import NO_MOVED_KEYS, MovedKeys
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import (
     BacklogRotation,
@@ -120,6 +124,11 @@ class PairedView:
     backlog: BacklogView | None = None
     barrier_timeout: float = 900.0
     """Seconds after which a barrier the syphon has not passed is declared lost and sent again."""
+    moved: MovedKeys = NO_MOVED_KEYS
+    """Keys of the batch that other shards' key maps name, with older messages maybe in the backlog
+    (ordered mode; ``bridge.core.moved_keys``)."""
+    retired: Mapping[int, Mapping[int, str]] = field(default_factory=dict, hash=False)
+    """Ledgers of retired shards this shard sends barriers for (``retired_ledgers``), by shard."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,10 @@ class PairedPlan:
     """Backlog queues to mark ``open`` in the shard's ledger before the sends (ordered mode)."""
     assign: Mapping[str, int] = field(default_factory=dict, hash=False)
     """Keys to stick to a backlog queue before their first send there (ordered mode)."""
+    forget: Mapping[int, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    """Other shards' key-map entries to drop after ``assign`` (moved keys taken over, stale entries)."""
+    retired_barriers: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    """Retired shard → backlog queues that get a barrier in its name (nothing waits for them here)."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +219,23 @@ def plan_batch(entries: Sequence[BatchEntry], view: PairedView) -> PairedPlan:
 
 
 def _primary_plan(keys: tuple[str | None, ...], view: PairedView) -> PairedPlan:
-    queues = sorted(view.ledger) if view.ordered else []
+    moved = view.moved if view.ordered else NO_MOVED_KEYS
+    taken = {key: found.queues[0] for key, found in moved.keys.items()}
+    # A moved key's queues join this shard's ledger as ``open``: a barrier sent now lands behind its older
+    # messages there, whatever an earlier barrier of this shard in that queue was sent behind.
+    adopted = tuple(sorted({queue for found in moved.keys.values() for queue in found.queues}))
+    ledger = {**view.ledger, **dict.fromkeys(adopted, OPEN)} if view.ordered else {}
+    queues = sorted(ledger)
+    forget = moved.forget(taken)
+    now, timeout = view.retry.now, view.barrier_timeout
+    retired = {
+        shard: due
+        for shard, statuses in view.retired.items()
+        if (due := tuple(i for i in sorted(statuses) if barrier_due(statuses[i], now, timeout)))
+    }
     if not queues:
-        return PairedPlan("primary", keys, to_primary=tuple(range(len(keys))))
+        everything = tuple(range(len(keys)))
+        return PairedPlan("primary", keys, to_primary=everything, forget=forget, retired_barriers=retired)
     waiting = ", ".join(str(i) for i in queues)
     wait = Retry(
         view.syphon_retry_interval,
@@ -216,9 +243,17 @@ def _primary_plan(keys: tuple[str | None, ...], view: PairedView) -> PairedPlan:
         (PRIMARY,),
         backoff=False,
     )
-    now, timeout = view.retry.now, view.barrier_timeout
-    barriers = tuple(i for i in queues if barrier_due(view.ledger[i], now, timeout))
-    return PairedPlan("primary", keys, decided=dict.fromkeys(range(len(keys)), wait), barriers=barriers)
+    barriers = tuple(i for i in queues if barrier_due(ledger[i], now, timeout))
+    return PairedPlan(
+        "primary",
+        keys,
+        decided=dict.fromkeys(range(len(keys)), wait),
+        barriers=barriers,
+        open=adopted,
+        assign=taken,
+        forget=forget,
+        retired_barriers=retired,
+    )
 
 
 class _Placer:
@@ -237,7 +272,13 @@ class _Placer:
             return Hold(view.policy.ping_primary_interval, f"waits for the primary: {entry.refusal}")
         if view.ordered and entry.key is not None:
             index = self.sticky.get(entry.key)
-            if index is None:
+            moved = view.moved.keys.get(entry.key)
+            if index is None and moved is not None:
+                # Moved from another shard: it keeps the queue its older messages are in.
+                index = self.sticky[entry.key] = moved.queues[0]
+                if index in self.in_rotation:
+                    self.assigned[entry.key] = index
+            elif index is None:
                 index = rendezvous_backlog(entry.key, self.in_rotation)
                 if index is None:
                     raise InvariantError("no backlog queue for a key although the rotation is not empty")
@@ -299,6 +340,9 @@ def _backlog_plan(
         for index in used
     )
     intent = view.ordered and bool(used)
+    assign = placer.assigned if intent else {}
+    # A moved key's other queues (its older messages are in several: rare) need this shard's barrier too.
+    also = {queue for key in assign if key in view.moved.keys for queue in view.moved.keys[key].queues}
     return PairedPlan(
         "backlog",
         keys,
@@ -306,8 +350,9 @@ def _backlog_plan(
         to_backlog=sends,
         decided=decided,
         held=held,
-        open=used if intent else (),
-        assign=placer.assigned if intent else {},
+        open=tuple(sorted(set(used) | also)) if intent else (),
+        assign=assign,
+        forget=view.moved.forget(assign),
     )
 
 

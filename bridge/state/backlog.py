@@ -16,9 +16,14 @@ Order-preserving paired mode (``paired.restore_order = "ordered"``, ``bridge.del
   (``pass_barrier``, a compare-and-delete) and completes the barrier. A newer send to the queue resets the
   field to ``open``, so an old barrier passes nothing; a barrier whose send was never confirmed is sent
   again with a new token. When the last field goes, the key map goes with it (same script).
+- **Moved keys.** ``bridge:{E}:backlog-maps`` names the shards whose key maps may name keys. A shard looks
+  up the keys of its batch that its own map does not name in the others' maps and ledgers
+  (``elsewhere``); a key it takes over (``bridge.core.moved_keys``: ``outbox_shards`` changed while the
+  backlog held it) is written to its own map first and then dropped from the old one (``forget``).
 
-Only the shard's drainer (one lease holder) writes the key map and sets fields; the syphon only deletes a
-field whose token matches. Every key of one entity shares its slot (Cluster-safe scripts).
+Only the shard's drainer (one lease holder) writes its ledger and adds to its key map; the syphon only
+deletes a field whose token matches; another shard's drainer only drops keys that moved to it (or stale
+ones). Every key of one entity shares its slot (Cluster-safe scripts).
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
 ``StateStoreUnavailableError``.
@@ -27,6 +32,7 @@ Connection: any blocking client from ``bridge.redis.connection.sync_client``; dr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.core.barriers import OPEN
@@ -35,21 +41,50 @@ from bridge.redis.errors import driver_errors
 from bridge.redis.scripts import LuaScript, run_script
 from bridge.state import keys
 
-# KEYS: ledger, key map. ARGV: field, expected value, new value ("" deletes). Reply 1 when it matched.
-# Deleting the last field also deletes the key map: every barrier passed, no key sticks to a queue now
-# (the drainer marks a queue ``open`` before it assigns keys to it, so an empty ledger means no new ones).
+# KEYS: ledger, key map, maps set. ARGV: field, expected value, new value ("" deletes), shard. Reply 1
+# when it matched. Deleting the last field also deletes the key map (and its shard from the set): every
+# barrier passed, no key sticks to a queue now (the drainer marks a queue ``open`` before it assigns keys to
+# it, so an empty ledger means no new ones).
 _COMPARE_AND_SET = LuaScript(
     """#!lua
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
-  if redis.call('HLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+  if redis.call('HLEN', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[2])
+    redis.call('SREM', KEYS[3], ARGV[4])
+  end
 else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 end
 return 1
 """
 )
+
+# KEYS: maps set, then the key maps of the shards in ARGV. ARGV: per key map its shard, how many names
+# follow, the names. Drops the names; a map left empty leaves the set.
+_FORGET = LuaScript(
+    """#!lua
+local at = 1
+for i = 2, #KEYS do
+  local shard, count = ARGV[at], tonumber(ARGV[at + 1])
+  redis.call('HDEL', KEYS[i], unpack(ARGV, at + 2, at + 1 + count))
+  if redis.call('EXISTS', KEYS[i]) == 0 then redis.call('SREM', KEYS[1], shard) end
+  at = at + 2 + count
+end
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class ShardBacklog:
+    """One shard's ledger, the queues its map names for some keys, and the entity's other shards with a
+    key map: read together (``BacklogLedger.read``)."""
+
+    ledger: dict[int, str]
+    sticky: dict[str, int]
+    others: tuple[int, ...]
 
 
 class BacklogLedger:
@@ -62,8 +97,7 @@ class BacklogLedger:
     def queues(self, entity: str, shard: int) -> dict[int, str]:
         """Backlog queue index → ``open`` / ``wait:<token>`` / ``sent:<token>`` for the shard."""
         with driver_errors():
-            data = decode_fields(self.client.hgetall(keys.backlog_ledger(entity, shard)))
-        return {int(k): v for k, v in data.items() if k.isdigit()}
+            return _ledger(self.client.hgetall(keys.backlog_ledger(entity, shard)))
 
     def open(self, entity: str, shard: int, indexes: Iterable[int]) -> None:
         """The shard is about to send to these backlog queues (any barrier sent to them is void now)."""
@@ -81,22 +115,65 @@ class BacklogLedger:
         """The barrier ``token`` was accepted by its queue: ``wait:`` → ``sent:`` (if still current)."""
         return self._cas(entity, shard, index, f"wait:{token}", f"sent:{token}")
 
-    def keys_of(self, entity: str, shard: int, names: Iterable[str]) -> dict[str, int]:
-        """The backlog queue each of ``names`` sticks to (only those that have one)."""
-        wanted = sorted(set(names))
-        if not wanted:
-            return {}
-        with driver_errors():
-            found = self.client.hmget(keys.backlog_keys(entity, shard), wanted)
-        return {name: int(value) for name, value in zip(wanted, found, strict=True) if value is not None}
-
     def assign(self, entity: str, shard: int, mapping: Mapping[str, int]) -> None:
         """Stick keys to backlog queues (before their first send there)."""
         if mapping:
             with driver_errors():
-                self.client.hset(
-                    keys.backlog_keys(entity, shard), mapping={k: str(v) for k, v in mapping.items()}
-                )
+                pipe = self.client.pipeline(transaction=True)
+                pipe.hset(keys.backlog_keys(entity, shard), mapping={k: str(v) for k, v in mapping.items()})
+                pipe.sadd(keys.backlog_maps(entity), str(shard))
+                pipe.execute()
+
+    def read(self, entity: str, shard: int, names: Iterable[str]) -> ShardBacklog:
+        """The shard's ledger, the queues its map names for ``names``, and which other shards have a map."""
+        wanted = sorted(set(names))
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(keys.backlog_ledger(entity, shard))
+            if wanted:
+                pipe.hmget(keys.backlog_keys(entity, shard), wanted)
+            pipe.smembers(keys.backlog_maps(entity))
+            replies = pipe.execute()
+        ledger = _ledger(replies[0])
+        found = replies[1] if wanted else []
+        sticky = {name: int(value) for name, value in zip(wanted, found, strict=False) if value is not None}
+        others = sorted(int(s) for s in (_text(m) for m in replies[-1]) if s.isdigit() and int(s) != shard)
+        return ShardBacklog(ledger, sticky, tuple(others))
+
+    def elsewhere(
+        self, entity: str, shards: Iterable[int], names: Iterable[str]
+    ) -> tuple[dict[int, dict[str, int]], dict[int, dict[int, str]]]:
+        """What the key maps of ``shards`` name for ``names``, and those shards' ledgers (one snapshot)."""
+        wanted, order = sorted(set(names)), sorted(set(shards))
+        if not order:
+            return {}, {}
+        with driver_errors():
+            pipe = self.client.pipeline(transaction=True)
+            for shard in order:
+                pipe.hgetall(keys.backlog_ledger(entity, shard))
+                if wanted:
+                    pipe.hmget(keys.backlog_keys(entity, shard), wanted)
+            replies = iter(pipe.execute())
+        maps: dict[int, dict[str, int]] = {}
+        ledgers: dict[int, dict[int, str]] = {}
+        for shard in order:
+            ledgers[shard] = _ledger(next(replies))
+            found = next(replies) if wanted else []
+            maps[shard] = {k: int(v) for k, v in zip(wanted, found, strict=False) if v is not None}
+        return maps, ledgers
+
+    def forget(self, entity: str, mapping: Mapping[int, Iterable[str]]) -> None:
+        """Drop keys from other shards' key maps (they moved to the caller's shard, or are stale)."""
+        args: list[str] = []
+        maps: list[str] = []
+        for shard, names in sorted(mapping.items()):
+            dropped = sorted(set(names))
+            if dropped:
+                maps.append(keys.backlog_keys(entity, shard))
+                args += [str(shard), str(len(dropped)), *dropped]
+        if maps:
+            with driver_errors():
+                run_script(self.client, _FORGET, [keys.backlog_maps(entity), *maps], args)
 
     # ---- the syphon's side -----------------------------------------------------------------------
     def pass_barrier(self, entity: str, shard: int, index: int, token: str) -> bool:
@@ -110,7 +187,20 @@ class BacklogLedger:
             reply = run_script(
                 self.client,
                 _COMPARE_AND_SET,
-                [keys.backlog_ledger(entity, shard), keys.backlog_keys(entity, shard)],
-                [str(index), expected, new],
+                [
+                    keys.backlog_ledger(entity, shard),
+                    keys.backlog_keys(entity, shard),
+                    keys.backlog_maps(entity),
+                ],
+                [str(index), expected, new, str(shard)],
             )
         return int(reply) == 1
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _ledger(fields: Any) -> dict[int, str]:
+    data = decode_fields(fields)
+    return {int(k): v for k, v in data.items() if k.isdigit()}

@@ -45,6 +45,8 @@ key                                        holds
                                            and the restore barrier it waits for (``bridge.state.backlog``)
 ``bridge:{E}:backlog-keys:<i>``            hash key -> backlog queue index: the queue each key of shard i
                                            sticks to while failed over
+``bridge:{E}:backlog-maps``                set of the shards i of E whose ``backlog-keys:<i>`` may name
+                                           keys (where a shard looks for keys that moved to it)
 ``bridge:{aside:<Q>}:destinations``        set of destinations with messages the syphon set aside in
                                            backlog queue Q (``bridge.state.aside``)
 ``bridge:{aside:<Q>}:d:<E>``               sorted set: sequence numbers of E's set-aside messages in Q
@@ -168,3 +170,8 @@ def backlog_ledger(entity: str, shard: int) -> str:
 def backlog_keys(entity: str, shard: int) -> str:
     """The backlog queue each key of shard ``shard`` of ``entity`` sticks to while failed over."""
     return f"{_tag(entity)}backlog-keys:{shard}"
+
+
+def backlog_maps(entity: str) -> str:
+    """The shards of ``entity`` whose key maps (``backlog_keys``) may name keys."""
+    return f"{_tag(entity)}backlog-maps"

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bridge.core.barriers import OPEN, WAITING_PREFIX, next_barrier_token, read_barrier
 from bridge.core.cost import Operation
 from bridge.core.decisions import Settlement
+from bridge.core.moved_keys import NO_MOVED_KEYS, MovedKeys, moved_keys, retired_ledgers
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import backlog_queue_path, route
 from bridge.core.paired_plan import (
@@ -58,9 +59,10 @@ from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.delivery.modes.base import SendPort, send_entries
 from bridge.delivery.shard_sending import BatchSend
 from bridge.errors import ConfigurationError, InvariantError
+from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry
 from bridge.servicebus.messages import BacklogMessage, barrier_message, to_backlog_message
-from bridge.state.backlog import BacklogLedger
+from bridge.state.backlog import BacklogLedger, ShardBacklog
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class PairedSender:
         plan = plan_batch(batch.entries, batch.view)
         ledger = BacklogLedger(port.ctx.redis)
         _record_intent(port, ledger, plan)
-        _send_barriers(port, ledger, batch.view, plan.barriers)
+        _send_barriers(port, ledger, batch.view, plan)
         outcomes = _send(port, entries, batch, plan)
         settled = settle_batch(plan, batch.view, outcomes)
         if plan.route == "backlog":
@@ -120,12 +122,19 @@ def _gather(port: SendPort, entries: Sequence[OutboxEntry]) -> _Batch:
         envelopes.append(entry.envelope)
     keys = [partition_key(envelope, dedup) for envelope in envelopes]
     where, _ = route(view.state, view.retry.now, view.policy)  # what to read depends on where it goes
-    if where == "primary":
-        queues = BacklogLedger(ctx.redis).queues(port.entity, port.shard) if ordered else {}
-        return _Batch(replace(view, ledger=queues), tuple(BatchEntry(key) for key in keys))
-    rotation = ctx.paired.rotation(view.namespace, options.backlog_queue_count)
     named = [key for key in keys if key is not None]
-    sticky = BacklogLedger(ctx.redis).keys_of(port.entity, port.shard, named) if ordered else {}
+    sticky: dict[str, int] = {}
+    if ordered:
+        ledger = BacklogLedger(ctx.redis)
+        mine = ledger.read(port.entity, port.shard, named)
+        sticky = mine.sticky
+        moved, retired = _elsewhere(ledger, port, named, mine, where == "primary")
+        view = replace(view, moved=moved)
+        if where == "primary":
+            view = replace(view, ledger=mine.ledger, retired=retired)
+    if where == "primary":
+        return _Batch(view, tuple(BatchEntry(key) for key in keys))
+    rotation = ctx.paired.rotation(view.namespace, options.backlog_queue_count)
     # Queues that left because the secondary's address refused connections are back once it accepts.
     accepting = rotation.refused_out(view.retry.now, view.readmit_after) and ctx.pool.connect_probe.accepting(
         "secondary"
@@ -143,41 +152,80 @@ def _gather(port: SendPort, entries: Sequence[OutboxEntry]) -> _Batch:
     return _Batch(replace(view, backlog=backlog), planned, aliased)
 
 
+def _elsewhere(
+    ledger: BacklogLedger, port: SendPort, named: Sequence[str], mine: ShardBacklog, primary: bool
+) -> tuple[MovedKeys, dict[int, Mapping[int, str]]]:
+    """The batch's keys that other shards' key maps name, and (bound for the primary) the retired ledgers
+    this shard looks after (``bridge.core.moved_keys``): read only while another shard has a key map, so
+    in the steady state it costs nothing."""
+    if not mine.others:
+        return NO_MOVED_KEYS, {}
+    others = [key for key in named if key not in mine.sticky]
+    maps, ledgers = ledger.elsewhere(port.entity, mine.others, others)
+    moved = moved_keys(port.shard, others, mine.sticky, maps, ledgers)
+    if not primary:
+        return moved, {}
+    layout = LayoutStore(port.ctx.redis).get(port.entity)
+    shards = None if layout is None or layout.migrating else layout.shards
+    return moved, retired_ledgers(port.shard, shards, ledgers)
+
+
 def _record_intent(port: SendPort, ledger: BacklogLedger, plan: PairedPlan) -> None:
-    """Intent first: the ledger before the key map, both before the send (``bridge.state.backlog``)."""
+    """Intent first: the ledger before the key map, both before the send (``bridge.state.backlog``); a
+    moved key leaves its old shard's map only once this shard's names it."""
     if plan.open:
         ledger.open(port.entity, port.shard, plan.open)
         ledger.assign(port.entity, port.shard, plan.assign)
+    if plan.forget:
+        ledger.forget(port.entity, plan.forget)
 
 
-def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, indexes: Sequence[int]) -> None:
-    """Send a new restore barrier to each of ``indexes``: recorded as waiting first, confirmed once sent.
-    A barrier not passed within ``barrier_timeout`` is replaced (``bridge.core.barriers``)."""
-    entity, shard, now, timeout = port.entity, port.shard, view.retry.now, view.barrier_timeout
-    sends: list[tuple[int, str, BatchSend]] = []
-    for index in indexes:
-        status = view.ledger.get(index, OPEN)
-        current = read_barrier(status, now, timeout)
-        if current.overdue:
-            log.warning(
-                "restore barrier of %s shard %d in backlog queue %d not passed for %s s (lost): sending "
-                "another (resend %d)",
-                entity,
-                shard,
-                index,
-                "?" if current.sent_at is None else f"{now - current.sent_at:.0f}",
-                current.resends + 1,
-            )
-        token = next_barrier_token(status, uuid.uuid4().hex[:12], now, timeout)
-        ledger.set_barrier(entity, shard, index, f"{WAITING_PREFIX}{token}")
-        path = backlog_queue_path(view.namespace, index)
-        barrier = [barrier_message(entity, shard, token)]
-        sends.append((index, token, BatchSend("secondary", path, barrier, Operation.BARRIER)))
-    # Each to a queue (and a link) of its own, all at once: after a restore every link opens afresh.
-    results = port.send_each([send for _, _, send in sends]) if sends else []
-    for (index, token, _), result in zip(sends, results, strict=True):
-        if result.outcomes and result.outcomes[0].ok:
-            ledger.confirm_barrier(entity, shard, index, token)
+def _send_barriers(port: SendPort, ledger: BacklogLedger, view: PairedView, plan: PairedPlan) -> None:
+    """Send a new restore barrier for each of the plan's ``barriers`` (and its retired shards'): recorded
+    as waiting first, confirmed once sent. A barrier not passed within ``barrier_timeout`` is replaced
+    (``bridge.core.barriers``)."""
+    due = [(port.shard, i, OPEN if i in plan.open else view.ledger.get(i, OPEN)) for i in plan.barriers]
+    for shard, indexes in plan.retired_barriers.items():
+        due += [(shard, i, view.retired[shard].get(i, OPEN)) for i in indexes]
+    by_queue: dict[int, list[tuple[int, str]]] = {}
+    for shard, index, status in due:
+        token = _barrier_token(port.entity, shard, index, status, view)
+        ledger.set_barrier(port.entity, shard, index, f"{WAITING_PREFIX}{token}")
+        by_queue.setdefault(index, []).append((shard, token))
+    # Each queue's barriers in a send (and a link) of its own, all at once: after a restore every link
+    # opens afresh.
+    queues = sorted(by_queue)
+    sends = [
+        BatchSend(
+            "secondary",
+            backlog_queue_path(view.namespace, index),
+            [barrier_message(port.entity, shard, token) for shard, token in by_queue[index]],
+            Operation.BARRIER,
+        )
+        for index in queues
+    ]
+    results = port.send_each(sends) if sends else []
+    for index, result in zip(queues, results, strict=True):
+        for (shard, token), outcome in zip(by_queue[index], result.outcomes, strict=False):
+            if outcome.ok:
+                ledger.confirm_barrier(port.entity, shard, index, token)
+
+
+def _barrier_token(entity: str, shard: int, index: int, status: str, view: PairedView) -> str:
+    """The token of the barrier to send for a ledger field ``status`` (a lost one logged at WARNING)."""
+    now, timeout = view.retry.now, view.barrier_timeout
+    current = read_barrier(status, now, timeout)
+    if current.overdue:
+        log.warning(
+            "restore barrier of %s shard %d in backlog queue %d not passed for %s s (lost): sending "
+            "another (resend %d)",
+            entity,
+            shard,
+            index,
+            "?" if current.sent_at is None else f"{now - current.sent_at:.0f}",
+            current.resends + 1,
+        )
+    return next_barrier_token(status, uuid.uuid4().hex[:12], now, timeout)
 
 
 def _send(
