@@ -18,6 +18,7 @@ from bridge.redis.connection import sync_client
 from bridge.state import keys
 from tests.integration.order_checker import check_namespaces
 from tests.integration.paired_support import (
+    PAIRED_SETTINGS,
     cost,
     create_backlog_queues,
     create_entities,
@@ -29,15 +30,7 @@ from tests.integration.worker_support import count_in, make_stack, outbox_depth,
 __all__ = ["make_stack"]
 pytestmark = pytest.mark.timeout(240)
 
-SETTINGS = {
-    "BRIDGE_PAIRED__BACKLOG_QUEUE_COUNT": "2",
-    "BRIDGE_PAIRED__FAILOVER_INTERVAL": "0",
-    "BRIDGE_PAIRED__PING_PRIMARY_INTERVAL": "1",
-    "BRIDGE_PAIRED__SYPHON_RETRY_INTERVAL": "0.5",
-    "BRIDGE_PAIRED__SYPHON_RECEIVE_WAIT": "1",
-    "BRIDGE_PAIRED__SYPHON_RUN_BUDGET": "3",
-    "BRIDGE_PAIRED__SYPHON_LEASE_TTL": "3",
-}
+SETTINGS = {**PAIRED_SETTINGS, "BRIDGE_PAIRED__FAILOVER_INTERVAL": "0"}
 KEYS = [f"k{n}" for n in range(12)]
 
 
