@@ -94,18 +94,6 @@ the syphon moving it from a backlog queue to its destination; ``barrier`` is a r
 backlog queue (a billable send that carries no application message)."""
 
 PATHS: tuple[SendPath, ...] = ("direct", "backup", "backlog", "syphon", "barrier")
-BARRIER_PATH: SendPath = "barrier"
-"""``path`` of a ``sent`` event for a restore barrier."""
-PING_RESULT = "ping"
-"""``result`` of a ``received`` event for a copy of the paired mode's ping."""
-
-
-def is_control(kind: str, path: str | None, result: str | None) -> bool:
-    """True for the events of the bridge's own control messages (restore barriers, pings): they are billed
-    but are no application message, so the ledger counts no message for them."""
-    return (kind == EventKind.SENT and path == BARRIER_PATH) or (
-        kind == EventKind.RECEIVED and result == PING_RESULT
-    )
 
 
 DOORS = ("http", "rest", "producer", "redis-door")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from bridge.core import journal as J
-from bridge.core.journal import BARRIER_PATH, PING_RESULT, EventKind, JournalEvent, SendPath
+from bridge.core.control_events import BARRIER_PATH, PING_RESULT
+from bridge.core.journal import EventKind, JournalEvent, SendPath
 from bridge.core.outcomes import Outcome
 from bridge.core.paired import EngageFailover, MarkAvailable, RemoveFromRotation
 from bridge.core.receiving import EventKind as ReceiverEventKind

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no scripts, nothing fetched).
 
-Sections, each an element with a stable ``id`` so tools and tests can find it: ``summary``,
+Sections, each an element with a stable ``id`` so tools and tests can find it: ``summary``, ``over-time``,
 ``reconciliation``, ``lost``, ``duplicates``, ``latency``, ``failover``, ``cost``, ``notes``.
 """
 
@@ -9,12 +9,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.core.ledger import DEFAULT_PRICE_PER_MILLION, LABELS, SUMMARY_KEYS
-from bridge.ledger.svg import Bar, Span, bars, timeline
+from bridge.ledger.svg import Bar, Line, Shade, Span, bars, series_chart, timeline
 
-SECTIONS = ("summary", "reconciliation", "lost", "duplicates", "latency", "failover", "cost", "notes")
+if TYPE_CHECKING:
+    from bridge.ledger.over_time import OverTime
+
+SECTIONS = (
+    "summary",
+    "over-time",
+    "reconciliation",
+    "lost",
+    "duplicates",
+    "latency",
+    "failover",
+    "cost",
+    "notes",
+)
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
@@ -88,6 +101,7 @@ def render(
     latency_rows: Sequence[Mapping[str, Any]],
     billing_rows: Sequence[Mapping[str, Any]],
     failover_rows: Sequence[Mapping[str, Any]],
+    over: OverTime | None = None,
 ) -> str:
     """The whole report as one HTML document."""
     entities: Mapping[str, Mapping[str, Any]] = summary["entities"]
@@ -102,6 +116,9 @@ def render(
         f"<p>{verdict}; {summary.get('events', 0):,} journal events, {len(entities)} entities"
         f"{', outbox checked' if summary.get('outbox_checked') else ', outbox NOT checked'}.</p>",
         _table([LABELS[key] for key in SUMMARY_KEYS], [[summary.get(key, 0) for key in SUMMARY_KEYS]]),
+        "</section>",
+        '<section id="over-time"><h2>Over time</h2>',
+        _over_time(over),
         "</section>",
         '<section id="reconciliation"><h2>Reconciliation per entity</h2>',
         _table(
@@ -157,6 +174,32 @@ def render(
         "</section></body></html>",
     ]
     return "\n".join(parts)
+
+
+def _over_time(over: OverTime | None) -> str:
+    """Per entity: messages per second, open messages and time to Service Bus, on one time axis, with the
+    namespaces' outages (red) and the entity's failovers (blue) shaded behind."""
+    if over is None or not over.entities:
+        return '<p class="empty">No events with a time: nothing to draw.</p>'
+    times = over.times()
+    outages = [Shade(b.kind, b.label, b.start, b.end) for b in over.outages]
+    parts = [
+        f'<p>One point per {over.step} s. Shaded: <span style="color:#e15759">a namespace failing</span> '
+        "(from a failed send or ping it did not take to the next one it took) and "
+        '<span style="color:#4e79a7">the entity failed over</span> (on its secondary, or to the backlog '
+        "queues). Times are UTC.</p>"
+    ]
+    for name, lines in over.entities.items():
+        shades = outages + [Shade(b.kind, b.label, b.start, b.end) for b in over.failovers.get(name, [])]
+        charts = (
+            ("Messages per second", [Line("accepted", lines.accepted), Line("delivered", lines.delivered)]),
+            ("Open messages (accepted, not yet delivered)", [Line("open", [float(n) for n in lines.open])]),
+            ("Acceptance to Service Bus (ms)", [Line("p50", lines.p50_ms), Line("p99", lines.p99_ms)]),
+        )
+        parts.append(f'<div class="entity-series" data-entity="{escape(name)}"><h3>{escape(name)}</h3>')
+        parts += [series_chart(title, times, over.step, chart, shades) for title, chart in charts]
+        parts.append("</div>")
+    return "".join(parts)
 
 
 def _lost(entities: Mapping[str, Mapping[str, Any]]) -> str:

@@ -35,7 +35,7 @@ from bridge.core.ledger import (
 )
 from bridge.errors import EmptyJournalError
 from bridge.journal.keys import is_entity
-from bridge.ledger import html, tables
+from bridge.ledger import html, over_time, tables
 from bridge.ledger.spark import empty_snapshot, read_journal, read_rolled, read_snapshot, uri
 
 LOST_IDS_IN_JSON = 1000
@@ -141,6 +141,12 @@ def _report(
         latency_rows = _in_order(
             [row.asDict() for row in tables.latency(messages).collect()], "entity", "measure", "path"
         )
+        step("time series")
+        roles = _roles(events)
+        span = _span(rec_rows)
+        series = None
+        if span is not None:
+            series = over_time.compute(messages, events, [n for n in entities if is_entity(n)], span, roles)
     finally:
         messages.unpersist()
     step("billable operations")
@@ -149,6 +155,8 @@ def _report(
         raise EmptyJournalError(f"the journal folder {inputs.journal} holds no events; {JOURNAL_HINT}")
     step("failover timeline")
     timeline_rows, failover_rows = _failover(events, entities)
+    if series is not None:
+        over_time.add_failovers(series, failover_rows)
     for row in latency_rows:
         if row["entity"] in entities:
             entities[row["entity"]].setdefault("latency", []).append(
@@ -161,12 +169,13 @@ def _report(
     _write_rows(billing_rows, table_dir / "billing", _BILLING_SCHEMA)
     _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
     _write_rows(timeline_rows, table_dir / "timeline_events")
+    _write_rows(series.rows() if series else [], table_dir / "series", _SERIES_SCHEMA)
     summary = _summary(inputs, entities, count_rows, billing_rows, cost)
-    summary["namespaces"] = _roles(events)
+    summary["namespaces"] = roles
     summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
     step("writing the HTML report")
     report_path = inputs.out / "report.html"
-    report_path.write_text(html.render(summary, latency_rows, billing_rows, failover_rows))
+    report_path.write_text(html.render(summary, latency_rows, billing_rows, failover_rows, series))
     summary["html"] = str(report_path)
     (inputs.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
@@ -236,6 +245,13 @@ def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tup
         for op in operations
     ]
     return count_rows, billing_rows, cost
+
+
+def _span(rec_rows: Rows) -> tuple[float, float] | None:
+    """The journal's first and last event time over every entity (None when it has none)."""
+    firsts = [r["first_event_at"] for r in rec_rows if r.get("first_event_at") is not None]
+    lasts = [r["last_event_at"] for r in rec_rows if r.get("last_event_at") is not None]
+    return (min(firsts), max(lasts)) if firsts and lasts else None
 
 
 def _roles(events: DataFrame) -> dict[str, str]:
@@ -364,5 +380,17 @@ _FAILOVER_SCHEMA = pa.schema(
         ("seconds", pa.float64()),
         ("active", pa.string()),
         ("failed_over", pa.bool_()),
+    ]
+)
+_SERIES_SCHEMA = pa.schema(
+    [
+        ("entity", pa.string()),
+        ("start", pa.float64()),
+        ("seconds", pa.int64()),
+        ("accepted_per_s", pa.float64()),
+        ("delivered_per_s", pa.float64()),
+        ("open_messages", pa.int64()),
+        ("p50_ms", pa.float64()),
+        ("p99_ms", pa.float64()),
     ]
 )

@@ -1,4 +1,4 @@
-"""Inline SVG charts for the HTML report: horizontal bars and a timeline, no plotting library.
+"""Inline SVG charts for the HTML report: horizontal bars, a timeline and time series, no plotting library.
 
 The report must be one self-contained file that opens anywhere (no scripts, no network), so charts are
 plain SVG text. Every label is escaped; sizes are in CSS pixels.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from html import escape
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
@@ -128,3 +129,107 @@ def timeline(spans: Sequence[Span], title: str) -> str:
         legend_x += 16 + 7 * len(state) + 12
     out.append("</svg>")
     return "".join(out)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a time-series chart: a value per bucket, None where there is none (the line breaks)."""
+
+    name: str
+    values: Sequence[float | None]
+
+
+@dataclass(frozen=True)
+class Shade:
+    """A band behind a time-series chart: ``kind`` (``outage`` / ``failover``), label, start and end."""
+
+    kind: str
+    label: str
+    start: float
+    end: float
+
+
+SERIES_WIDTH = 760
+SERIES_HEIGHT = 150
+_PLOT = (56, 24, SERIES_WIDTH - 12, SERIES_HEIGHT - 28)  # left, top, right, bottom
+BAND_COLOURS = {"outage": "#e15759", "failover": "#4e79a7"}
+
+
+def series_chart(
+    title: str, times: Sequence[float], step: float, lines: Sequence[Line], shades: Sequence[Shade]
+) -> str:
+    """A line chart over time with shaded bands behind it. Each line and band carries its data
+    (``data-values``: ``time:value`` pairs; ``data-start``/``data-end``: epoch seconds) so a reader or a
+    test finds what is drawn where without measuring pixels."""
+    left, top, right, bottom = _PLOT
+    t0, t1 = (times[0], times[-1] + step) if times else (0.0, 1.0)
+    span = max(t1 - t0, 1e-9)
+    values = [v for line in lines for v in line.values if v is not None]
+    peak = max(values, default=0.0) or 1.0
+
+    def x(at: float) -> float:
+        return left + (right - left) * (min(max(at, t0), t1) - t0) / span
+
+    def y(value: float) -> float:
+        return bottom - (bottom - top) * value / peak
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" class="series" width="{SERIES_WIDTH}" '
+        f'height="{SERIES_HEIGHT}" aria-label="{escape(title)}" data-start="{t0:.3f}" data-end="{t1:.3f}">',
+        f'<text x="0" y="14" font-weight="bold" font-size="13">{escape(title)}</text>',
+    ]
+    for shade in shades:
+        x0, x1 = x(shade.start), x(shade.end)
+        out.append(
+            f'<rect class="band {escape(shade.kind)}" x="{x0:.1f}" y="{top}" width="{max(1.0, x1 - x0):.1f}" '
+            f'height="{bottom - top}" fill="{BAND_COLOURS.get(shade.kind, "#999999")}" fill-opacity="0.16" '
+            f'data-label="{escape(shade.label)}" data-start="{shade.start:.3f}" data-end="{shade.end:.3f}">'
+            f"<title>{escape(shade.label)}: {shade.end - shade.start:,.0f} s</title></rect>"
+        )
+    for fraction in (0.0, 0.5, 1.0):
+        gy = y(peak * fraction)
+        out.append(f'<line x1="{left}" y1="{gy:.1f}" x2="{right}" y2="{gy:.1f}" stroke="#ddd"/>')
+        out.append(
+            f'<text x="{left - 6}" y="{gy + 4:.1f}" font-size="10" text-anchor="end">'
+            f"{_fmt(peak * fraction)}</text>"
+        )
+    for index in range(5):
+        at = t0 + span * index / 4
+        anchor = "start" if index == 0 else "end" if index == 4 else "middle"
+        out.append(
+            f'<text x="{x(at):.1f}" y="{bottom + 14}" font-size="10" text-anchor="{anchor}">'
+            f"{_clock(at)}</text>"
+        )
+    for index, line in enumerate(lines):
+        colour = PALETTE[index % len(PALETTE)]
+        pairs = [(at + step / 2, v) for at, v in zip(times, line.values, strict=True) if v is not None]
+        data = " ".join(f"{at:.3f}:{v:.6f}" for at, v in pairs)
+        for run in _runs(times, line.values, step):
+            points = " ".join(f"{x(at):.1f},{y(v):.1f}" for at, v in run)
+            out.append(
+                f'<polyline class="line" data-series="{escape(line.name)}" data-values="{data}" '
+                f'points="{points}" fill="none" stroke="{colour}" stroke-width="1.6"/>'
+            )
+        lx = right - (len(lines) - index) * 90  # the legend at the right, clear of the title
+        out.append(f'<rect x="{lx}" y="{top - 14}" width="10" height="3" fill="{colour}"/>')
+        out.append(f'<text x="{lx + 14}" y="{top - 10}" font-size="10">{escape(line.name)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _runs(
+    times: Sequence[float], values: Sequence[float | None], step: float
+) -> list[list[tuple[float, float]]]:
+    """The stretches of consecutive values a polyline joins (a missing value breaks the line)."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for at, value in zip(times, values, strict=True):
+        if value is None:
+            if runs[-1]:
+                runs.append([])
+            continue
+        runs[-1].append((at + step / 2, value))
+    return [run for run in runs if run]
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S")

@@ -8,7 +8,10 @@
 - ``latency``: acceptance to first Service Bus acceptance and to the handler, p50/p95/p99/max in
   milliseconds per entity and path (``direct``, ``backup``, ``backlog+syphon``, ``all``);
 - ``event_counts``: events per entity, kind, namespace, path and result (what billing is computed from);
-- ``timeline_events``: the entity-level events of the failover story (few; collected by the driver).
+- ``timeline_events``: the entity-level events of the failover story (few; collected by the driver);
+- ``series``: per entity and time bucket, messages accepted, delivered and settled, and the latency of
+  those delivered in it; ``namespace_health``: per namespace and bucket, what it took and what it refused
+  (``bridge.core.series`` makes the charts' lines and bands of them).
 
 The tables the driver collects (all but ``lost`` and ``duplicates``) come unsorted: the driver sorts their
 few rows itself (``bridge.ledger.job``), where a Spark ``orderBy`` would cost a sampling job and a shuffle
@@ -23,7 +26,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from bridge.core.journal import BARRIER_PATH, PING_RESULT, EventKind
+from bridge.core.control_events import BARRIER_PATH, PING_RESULT
+from bridge.core.journal import EventKind
 
 PERCENTILES = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY = 10_000
@@ -34,8 +38,8 @@ TIMELINE_KINDS = ("role_swapped", "failover_engaged", "failover_ended", "backlog
 
 
 def is_control_event() -> Column:
-    """The events of the bridge's control messages (``bridge.core.journal.is_control``): restore barriers
-    and pings, billed but no application message."""
+    """The events of the bridge's control messages (``bridge.core.control_events.is_control``): restore
+    barriers and pings, billed but no application message."""
     barrier = _is(EventKind.SENT) & (F.col("path") == BARRIER_PATH)
     ping = _is(EventKind.RECEIVED) & (F.col("result") == PING_RESULT)
     return F.coalesce(barrier | ping, F.lit(False))
@@ -74,6 +78,7 @@ def message_facts(events: DataFrame) -> DataFrame:
         _count_if(_is("dead_lettered")).alias("dead_letters"),
         F.max(F.when(_is("dead_lettered"), F.col("where"))).alias("dead_letter_where"),
         _count_if(_is("quarantined")).alias("quarantines"),
+        F.min(F.when(_is("dead_lettered") | _is("quarantined"), F.col("time"))).alias("closed_at"),
         F.min(F.when(_is("handled"), F.col("time"))).alias("handled_at"),
         _count_if(_is("handled")).alias("handled_events"),
         _count_if(_is("received")).alias("receives"),
@@ -245,4 +250,46 @@ def timeline_events(events: DataFrame) -> DataFrame:
     """The failover story's events (few)."""
     return events.where(F.col("kind").isin(*TIMELINE_KINDS)).select(
         "entity", "time", "kind", "from_role", "to_role", "reason", "queue", "result"
+    )
+
+
+def _bucket(column: Column | str, origin: float, step: int) -> Column:
+    seconds = F.unix_micros(column) / 1_000_000.0
+    return F.floor((seconds - F.lit(origin)) / F.lit(step)).cast("int")
+
+
+def series(messages: DataFrame, origin: float, step: int) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Per (entity, bucket): messages accepted; messages whose first copy Service Bus accepted, with the
+    p50/p99 of their time to it; accepted messages settled (delivered, handled, dead-lettered or
+    quarantined: the outbox no longer holds them)."""
+    accepted = (
+        messages.where(F.col("is_accepted"))
+        .groupBy("entity", _bucket("accepted_at", origin, step).alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
+    quantiles = F.percentile_approx("to_service_bus_ms", [0.5, 0.99], PERCENTILE_ACCURACY)
+    delivered = (
+        messages.where(F.col("first_sent_at").isNotNull())
+        .groupBy("entity", _bucket("first_sent_at", origin, step).alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("n"), quantiles.alias("q"))
+        .select("entity", "bucket", "n", F.col("q")[0].alias("p50_ms"), F.col("q")[1].alias("p99_ms"))
+    )
+    settled_at = F.least("first_sent_at", "handled_at", "closed_at")
+    settled = (
+        messages.where(F.col("is_accepted") & settled_at.isNotNull())
+        .groupBy("entity", _bucket(settled_at, origin, step).alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
+    return accepted, delivered, settled
+
+
+def namespace_health(events: DataFrame, origin: float, step: int) -> DataFrame:
+    """Per (namespace, bucket): operations it accepted (copies sent, pings answered) and refused (failed
+    sends and pings)."""
+    ok = _is("sent") | (_is("ping") & (F.col("result") == "accepted"))
+    failed = _is("send_failed") | (_is("ping") & (F.col("result") == "failed"))
+    return (
+        events.where(F.col("namespace").isNotNull() & (ok | failed))
+        .groupBy("namespace", _bucket("time", origin, step).alias("bucket"))
+        .agg(_count_if(ok).alias("ok"), _count_if(failed).alias("failed"))
     )

@@ -51,6 +51,10 @@ def test_bridge_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert summary["unexpected"] == 0 and summary["notes"] == [], summary["notes"]
     assert summary["delivered"] == summary["accepted"] == int(ledger_accepted)
     assert any(op["kind"] == "barrier_send" for op in summary["operations"]), summary["operations"]
+    # The report's charts mark the story's outages and failovers behind their lines
+    page = Path(report).read_text()
+    assert 'class="band outage"' in page and 'class="band failover"' in page
+    assert page.count('class="series"') == 3 * len(summary["entities"])
     # The story really happened: each mode failed over while the primary was down, both went down.
     assert "orders: active=secondary primary=DOWN secondary=up" in out
     assert "payments: active=secondary primary=DOWN secondary=up" in out

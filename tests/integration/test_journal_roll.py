@@ -307,7 +307,9 @@ def test_control_messages_are_journaled_as_such(store: JournalStore, redis_clien
         ("received", "ping-1", None, "ping", None),
         ("received", "m1", None, None, None),
     ]
-    assert [J.is_control(e.kind, e.path, e.result) for e in events] == [True, True, False]
+    from bridge.core.control_events import is_control
+
+    assert [is_control(e.kind, e.path, e.result) for e in events] == [True, True, False]
 
 
 def test_active_mode_copies_are_both_direct(store: JournalStore, redis_client: redis.Redis) -> None:

@@ -350,6 +350,41 @@ def test_the_html_report_opens_in_headless_chromium(scenario: Scenario, tmp_path
     assert "http://" not in report.read_text().replace("http://www.w3.org/2000/svg", "")  # self-contained
 
 
+def _drawn(section: str, entity: str, series: str) -> list[tuple[float, float]]:
+    """The (seconds after T, value) points of one line of one entity's charts, as rendered."""
+    charts = section.split(f'data-entity="{entity}"')[1].split("data-entity=", maxsplit=1)[0]
+    found = re.search(rf'data-series="{series}" data-values="([^"]*)"', charts)
+    assert found, f"no {series} line for {entity}"
+    pairs = (pair.split(":") for pair in found.group(1).split())
+    return [(float(at) - T, float(value)) for at, value in pairs]
+
+
+def test_the_report_draws_lines_across_the_outage_with_its_bands(scenario: Scenario, tmp_path: Path) -> None:
+    dom = _chromium(tmp_path, "--dump-dom", (scenario.out / "report.html").as_uri()).stdout
+    section = dom.split('id="over-time"')[1].split("</section>")[0]
+    bands = {
+        (kind, label, round(float(start) - T, 3), round(float(end) - T, 3))
+        for kind, label, start, end in re.findall(
+            r'class="band (\w+)"[^>]*data-label="([^"]+)" data-start="([\d.]+)" data-end="([\d.]+)"', section
+        )
+    }
+    # The primary failed from m2's refused send (second 1) until the ping it took (second 30): one band,
+    # named by role; payments sent to the backlog from second 10 to 30, orders sat on the secondary
+    assert ("outage", "primary (ns1)", 1.0, 30.0) in bands
+    assert ("failover", "payments in backlog", 10.0, 30.0) in bands
+    assert any(kind == "failover" and label == "orders on secondary" for kind, label, _, _ in bands)
+    assert not any(label.startswith("secondary") for kind, label, _, _ in bands if kind == "outage")
+    # Payments' messages kept being accepted inside the outage, and its delivered line went on (to the
+    # backlog): the lines move across the band instead of stopping at it
+    accepted = _drawn(section, "payments", "accepted")
+    assert [round(at, 1) for at, n in accepted if 1 <= at <= 30 and n > 0] == [10.5, 11.5, 12.5]
+    assert sum(n for _, n in _drawn(section, "payments", "delivered")) == 4  # p1, p2, p4, p3: 1 s buckets
+    # Orders' open messages end at what is still open: m4 (outbox), m5 (lost) and m8
+    assert _drawn(section, "orders", "open")[-1][1] == 3
+    assert section.count("<svg") == 6  # three charts for each of the two entities
+    assert pq.read_table(scenario.out / "tables" / "series").num_rows == 2 * 41  # seconds 0..40 (p3 at 40)
+
+
 def test_the_report_reads_as_a_person_reads_it(scenario: Scenario, tmp_path: Path) -> None:
     dom = _chromium(tmp_path, "--dump-dom", (scenario.out / "report.html").as_uri()).stdout
     body = re.sub(r"<style>.*?</style>", " ", dom, flags=re.S)
