@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from bridge.core import abandoned
 from bridge.core.cost import Operation
 from bridge.core.decisions import Target
+from bridge.core.expiry import built_ttl_holds
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
+from bridge.delivery.expiry import with_remaining_ttl
 from bridge.delivery.read_ahead import PackedAhead
 from bridge.delivery.shard_state import ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
@@ -126,27 +128,39 @@ class ShardSending(ShardState):
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
 
     def pack_ahead(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
-        """Active mode, on the read's thread: the entries' messages built and packed into batches of the
-        smaller of the two links' limits (``prepack``), so that the batch before them, in flight, overlaps
-        this CPU. None when a link's limit is not known yet (no batch went over it) or a message cannot be
-        built (the batch then builds its own, and meets the error there)."""
+        """Active mode, on the read's thread: the entries' messages built, with the TTL left now
+        (``with_remaining_ttl``), and packed into batches of the smaller of the two links' limits
+        (``prepack``), so that the batch before them, in flight, overlaps this CPU. None when a link's limit
+        is not known yet (no batch went over it), an entry's TTL ran out (the batch dead-letters it and
+        sends the rest) or a message cannot be built (the batch then builds its own, and meets the error
+        there)."""
         limits = [self.ctx.pool.batch_limit(role, self.entity) for role in ("primary", "secondary")]
         known = [limit for limit in limits if limit is not None]
         if not entries or len(known) < len(limits) or any(e.envelope is None for e in entries):
             return None
+        now = self.ctx.clock()
         try:
-            messages = tuple(to_message(e.envelope) for e in entries if e.envelope is not None)
+            live = [with_remaining_ttl(e, now) for e in entries]
+            envelopes = [e.envelope for e in live if isinstance(e, OutboxEntry) and e.envelope is not None]
+            if len(envelopes) < len(entries):
+                return None
+            messages = tuple(to_message(envelope) for envelope in envelopes)
             shared = prepack(messages, min(known))
         except Exception as exc:  # the send path meets it again, in line, and decides
             log.debug("entity %s shard %d: not packed ahead: %s", self.entity, self.shard, exc)
             return None
-        return PackedAhead(tuple(e.entry_id for e in entries), messages, shared)
+        ttls = tuple(envelope.time_to_live for envelope in envelopes)
+        return PackedAhead(tuple(e.entry_id for e in entries), messages, shared, ttls)
 
-    def packed(self, entry_ids: Sequence[str]) -> PackedAhead | None:
-        """The messages packed with this batch's read when the batch is exactly its entries (``SendPort``),
-        for a mode that sends them (counted in the report); taken once per batch."""
+    def packed(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
+        """The messages packed with this batch's read when the batch is exactly its entries and each
+        message's TTL is still the one left of it (``built_ttl_holds``: ``entries`` carry the TTL left
+        now), for a mode that sends them (counted in the report); taken once per batch."""
         packed, self.batch_packed = self.batch_packed, None
-        if packed is None or packed.entry_ids != tuple(entry_ids):
+        if packed is None or packed.entry_ids != tuple(e.entry_id for e in entries):
+            return None
+        left = [None if e.envelope is None else e.envelope.time_to_live for e in entries]
+        if not all(built_ttl_holds(b, t) for b, t in zip(packed.time_to_live, left, strict=True)):
             return None
         self.report.packed_ahead += 1
         return packed
