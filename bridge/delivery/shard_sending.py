@@ -19,7 +19,7 @@ from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.expiry import with_remaining_ttl
 from bridge.delivery.read_ahead import PackedAhead
-from bridge.delivery.shard_state import ShardState
+from bridge.delivery.shard_state import HealthDue, ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.outbox.reader import OutboxEntry
@@ -254,10 +254,11 @@ class ShardSending(ShardState):
         backlog = path if operation is Operation.BACKLOG_SEND or barrier else None
         self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier)
         if outcome.all_ok:
-            # "Available" is all it can say: written with the batch's settlement, off the send's path.
-            self.health_due.append((role, outcome))
+            # "Available" is all it can say: written with the batch's settlement, off the send's path, as
+            # of now (a later attempt's record, written before it, stands).
+            self.health_due.append((role, outcome, now))
         else:
-            self._record_health(role, outcome, span, messages)
+            self._record_health(role, outcome, now, span, messages)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
@@ -317,22 +318,27 @@ class ShardSending(ShardState):
             del self.abandoned[key], self.abandoned_ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
-    def record_due_health(self, due: list[tuple[Role, BatchOutcome]]) -> None:
+    def record_due_health(self, due: list[HealthDue]) -> None:
         """Record the health after sends that every message went through (``ShardState.health_due``)."""
-        for role, outcome in due:
-            self._record_health(role, outcome, None, ())
+        for role, outcome, at in due:
+            self._record_health(role, outcome, at, None, ())
 
     def _record_health(
-        self, role: Role, outcome: BatchOutcome, span: SendSpan | None, messages: Sequence[OutgoingMessage]
+        self,
+        role: Role,
+        outcome: BatchOutcome,
+        at: float,
+        span: SendSpan | None,
+        messages: Sequence[OutgoingMessage],
     ) -> None:
         # The batch's overall verdict: any accepted message proves the namespace up; otherwise the
-        # first failure says how it is doing (a message-permanent failure says nothing about it).
+        # first failure says how it is doing (a message-permanent failure says nothing about it). ``at``:
+        # when the send's outcome came; the record changes only for an attempt newer than its last change.
         verdict = next((o for o in outcome.outcomes if o.ok), None) or outcome.outcomes[0]
         before = self.ctx.roles.health(self.entity, role)
         trace = None if verdict.ok else failure_trace(span, messages[0])
-        after = next_health(before, verdict, self.ctx.clock(), trace)
-        if after is not before:
-            self.ctx.roles.set_health(self.entity, role, after)
+        after = next_health(before, verdict, at, trace)
+        if after is not before and self.ctx.roles.set_health(self.entity, role, after):
             if after.available and not before.available:
                 self.ctx.seen_back(role, self.entity, "a send was accepted")
             if after.available != before.available:
