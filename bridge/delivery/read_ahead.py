@@ -61,7 +61,8 @@ class Ahead:
     layout: Layout | None
     roles: RoleState | None = None
     at: float = 0.0
-    """When the read's reply came (the drainer's clock): how old its roles are when the batch is sent."""
+    """When the read's reply came (the context's ``monotonic`` clock): how old its roles are when the batch
+    is sent."""
     packed: PackedAhead | None = None
     """Active mode: the entries' messages, built and packed with the read (``ShardSending.pack_ahead``)."""
 

@@ -88,7 +88,9 @@ def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int,
 
 
 ROLES_FRESH = 0.05
-"""Seconds the roles read with a batch's entries stand for the roles at its send (``observed_roles``)."""
+"""Seconds the roles read with a batch's entries stand for the roles at its send (``observed_roles``),
+measured on this process's monotonic clock (``DeliveryContext.monotonic``): Redis's clock, the context's
+``clock``, may step back on a failover and would make older roles count as fresh."""
 
 
 class ShardSending(ShardState):
@@ -109,7 +111,7 @@ class ShardSending(ShardState):
         if (
             batch is not None
             and batch[0].epoch >= self.seen_epoch
-            and self.ctx.clock() - batch[1] <= ROLES_FRESH
+            and self.ctx.monotonic() - batch[1] <= ROLES_FRESH
         ):
             return batch[0]
         return self.ctx.roles.get(self.entity)

@@ -129,7 +129,8 @@ class ShardState:
         with the batch's settlement (``ShardSending._record_send``), behind the drainer when it settles
         behind, as of when each send's outcome came."""
         self.batch_roles: tuple[RoleState, float] | None = None
-        """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
+        """The entity's roles read with this batch's entries and when, on the context's ``monotonic`` clock
+        (``ShardSending.observed_roles``)."""
         self.entry_bytes: float | None = None
         """The mean size of the entries of the last read or claim (``read_count``)."""
         self.claim_asked = READ_COUNT

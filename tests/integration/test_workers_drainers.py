@@ -7,6 +7,7 @@ scripts checked against a lease that really passed to another holder.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import zlib
@@ -453,6 +454,39 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     # Three batches, each read with its roles; a batch sent with older roles read them again
     assert reads.by["lua"] >= 3
     assert reads.by["client"] == (0 if fresh else reads.by["lua"])
+
+
+def test_a_wall_clock_that_steps_back_keeps_no_roles_read_with_a_batch_fresh(
+    redis_url: str,
+    shared_namespace: LocalNamespace,
+    unique_name: str,
+    contexts: list[DeliveryContext],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """How old the roles read with a batch's entries are is measured on the process's monotonic clock: the
+    context's clock (Redis's) may step back when Redis fails over to a server whose clock is behind, and
+    must not make roles read long before a send count as read just now."""
+    from bridge.delivery import shard_sending
+
+    # Given roles that are never fresh enough (any time since their read is too long)
+    monkeypatch.setattr(shard_sending, "ROLES_FRESH", -1.0)
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, 1, replication="passive")
+    ctx = _context(contexts, settings, "stepped")
+    # And a context clock that steps ten seconds back every time it is read
+    ticks = itertools.count()
+    ctx.clock = lambda: time.time() - 10.0 * next(ticks)
+    count = 3 * READ_COUNT
+    with Producer(settings=settings) as p:
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
+    # When a drainer sends them
+    with _HashReads(redis_url, state_keys.role(entity)) as reads:
+        report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    assert [m.message_id for m in receive_all(shared_namespace, entity, count, timeout=30)] == ids
+    # Then every batch read its roles again before its send, however far back the clock stepped
+    assert reads.by["lua"] >= 3
+    assert reads.by["client"] == reads.by["lua"]
 
 
 def _active_all(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
