@@ -33,7 +33,7 @@ from bridge.settings import Settings
 from bridge.state import keys as state_keys
 from bridge.state.retry import encode_targets
 from tests.integration.outbox_support import read_new
-from tests.integration.paired_support import namespace_settings
+from tests.integration.paired_support import active_all_settings, namespace_settings
 from tests.integration.worker_support import make_stack, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -489,19 +489,6 @@ def test_a_wall_clock_that_steps_back_keeps_no_roles_read_with_a_batch_fresh(
     assert reads.by["client"] == reads.by["lua"]
 
 
-def _active_all(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
-    """Both namespaces, ``entity`` in active mode with policy ``all``."""
-    return Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(pair[0]),
-            "secondary": namespace_settings(pair[1]),
-            "entities": {entity: {"replication": "active", "success_policy": "all"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
-
-
 def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_entries(
     redis_url: str,
     namespace_pair: tuple[LocalNamespace, LocalNamespace],
@@ -513,7 +500,7 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     its own, and a record found that way is obeyed: the entry goes only where it is missing."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = _active_all(redis_url, namespace_pair, entity)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "delivered")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
@@ -550,7 +537,7 @@ def test_an_active_batch_read_ahead_is_sent_as_packed_with_its_read(
     batches for both namespaces; that batch sends those, and everything arrives once, in order."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = _active_all(redis_url, namespace_pair, entity)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "packed")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:

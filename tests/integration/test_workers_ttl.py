@@ -25,7 +25,13 @@ from bridge.journal.store import JournalStore
 from bridge.outbox.problems import list_problems
 from bridge.producer import Producer
 from bridge.settings import JournalSettings, Settings
-from tests.integration.paired_support import create_backlog_queues, mark_failed_over, namespace_settings, text
+from tests.integration.paired_support import (
+    active_all_settings,
+    create_backlog_queues,
+    mark_failed_over,
+    namespace_settings,
+    text,
+)
 from tests.integration.worker_support import entity_status, make_stack, outbox_depth, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -87,24 +93,27 @@ def test_a_message_that_waited_in_the_outbox_is_sent_with_the_rest_of_its_ttl_an
     _expired_locally(stack, "orders", expired)
 
 
-def _active(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
-    return Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(pair[0]),
-            "secondary": namespace_settings(pair[1]),
-            "entities": {entity: {"replication": "active", "success_policy": "all"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
-
-
 def _drain(drainer: ShardDrainer, sent: int) -> int:
     """One drain run of ``drainer`` until the shard is empty; the batches it sent as packed with their read
     (both counted over the drainer's runs)."""
     report = drainer.run(budget=30, idle_reads=1, block_ms=20)
     assert report.sent == sent
     return report.packed_ahead
+
+
+def _links_known(settings: Settings, entity: str, body: bytes) -> tuple[DeliveryContext, ShardDrainer]:
+    """A delivery context whose links to both namespaces know their batch size (a batch of ``body`` went
+    to both, not packed ahead), and the drainer that sent it."""
+    ctx = DeliveryContext.build(settings)
+    try:
+        with Producer(settings=settings) as p:
+            p.send(entity, body)
+        drainer = ShardDrainer(ctx, entity, 0)
+        assert _drain(drainer, 1) == 0
+    except BaseException:
+        ctx.close()
+        raise
+    return ctx, drainer
 
 
 def _received_with_the_rest_of_its_ttl(
@@ -124,13 +133,10 @@ def test_an_active_batch_packed_with_its_read_carries_the_rest_of_its_ttl(
     redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace], unique_name: str
 ) -> None:
     entity = unique_name
-    settings = _active(redis_url, namespace_pair, entity)
-    ctx = DeliveryContext.build(settings)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
+    # Given links that know their batch size (a batch went to both namespaces)
+    ctx, _ = _links_known(settings, entity, b"first")
     try:
-        # Given links that know their batch size (a batch went to both namespaces)
-        with Producer(settings=settings) as p:
-            p.send(entity, b"first")
-        assert _drain(ShardDrainer(ctx, entity, 0), 1) == 0
         # And a message with 60 s to live that waited in the outbox meanwhile
         with Producer(settings=settings) as p:
             accepted = time.time()
@@ -145,22 +151,18 @@ def test_an_active_batch_packed_with_its_read_carries_the_rest_of_its_ttl(
 
 
 STALL = 1.5
-"""Seconds each send waits for its settlement while the namespaces stall (more than ``PACKED_TTL_SLACK``)."""
+"""Seconds each send waits for its settlement while the namespaces stall (more than ``BUILT_TTL_SLACK``)."""
 
 
 def test_an_active_batch_read_ahead_while_the_one_before_was_slow_carries_the_rest_of_its_ttl(
     redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace], unique_name: str
 ) -> None:
     entity = unique_name
-    settings = _active(redis_url, namespace_pair, entity)
-    ctx = DeliveryContext.build(settings)
-    drainer = ShardDrainer(ctx, entity, 0)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
+    # Given links that know their batch size, and a drainer that reads a few entries at a time (the last
+    # entries it read were large)
+    ctx, drainer = _links_known(settings, entity, b"x" * 150_000)
     try:
-        # Given links that know their batch size, and a drainer that reads a few entries at a time (the
-        # last entries it read were large)
-        with Producer(settings=settings) as p:
-            p.send(entity, b"x" * 150_000)
-        _drain(drainer, 1)
         # And namespaces that take STALL seconds to settle each send
         for ns in namespace_pair:
             ns.control.stall(delay=STALL)
@@ -185,7 +187,7 @@ def test_an_active_copy_resent_after_an_outage_carries_the_rest_of_its_ttl(
 ) -> None:
     entity = unique_name
     primary, secondary = namespace_pair
-    settings = _active(redis_url, namespace_pair, entity)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
     ctx = DeliveryContext.build(settings)
     try:
         # Given a message with 60 s to live sent while the secondary is down: the primary takes it at once
