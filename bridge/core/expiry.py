@@ -16,6 +16,11 @@ Clocks: ``accepted_at`` is the ingress host's clock, ``now`` the send worker's (
 clock, Redis's). The remaining TTL is off by their difference: a message may expire up to that skew early
 or late. The TTL is never lengthened: a ``now`` before ``accepted_at`` (an ingress clock ahead) counts as
 no wait at all. Pure: ``now`` is an argument.
+
+Messages built ahead: active mode builds and packs a batch's messages with its read, while the batch
+before it is in flight (``bridge.delivery.read_ahead``), with the TTL left at that read. They go only while
+that is at most ``BUILT_TTL_SLACK`` above what is left at the send (``built_ttl_holds``); a batch that
+waited longer (the batch before it was slow) builds its messages again.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from bridge.core.aliasing import MIN_REMAINING_TTL, remaining_time_to_live
 
 EXPIRED_BEFORE_DELIVERY = "expired_before_delivery"
 """The local dead-letter code (and reason prefix) of a message whose TTL ran out in the outbox."""
+BUILT_TTL_SLACK = 0.5
+"""Seconds a message built ahead of its send may carry above the TTL left at the send."""
 
 
 @dataclass(frozen=True)
@@ -68,3 +75,11 @@ def delivery_ttl(
         start = accepted_at if scheduled is None else max(accepted_at, scheduled)
         return Expired(expired_at=start + time_to_live, time_to_live=time_to_live)
     return Live(remaining)
+
+
+def built_ttl_holds(built: float | None, left: float | None) -> bool:
+    """A message built with TTL ``built`` may still go when ``left`` is what is left of its TTL now: at
+    most ``BUILT_TTL_SLACK`` longer (None: no TTL)."""
+    if built is None or left is None:
+        return built == left
+    return built - left <= BUILT_TTL_SLACK

@@ -8,7 +8,12 @@ worker observed and the Redis script applies it only if that is still the curren
 one swap, and a worker acting on a stale view cannot swap back.
 
 ``NamespaceHealth`` is what ``bridge status`` shows per namespace: available or not, since when, and the last
-error (already secret-free, see ``outcomes.describe_error``).
+error (already secret-free, see ``outcomes.describe_error``). It follows the attempts in the order they
+happened, not the order their outcomes are written: ``next_health`` takes the time of the attempt, and an
+attempt older than the record's last change (``changed_at``) leaves it as it is. A batch's success written
+behind the drainer (``bridge.delivery.settler``) after the next batch found the namespace down therefore
+never marks it available again; the store writes a record only over an older one
+(``bridge.state.scripts.SET_HEALTH``), so of two writers racing the later attempt wins.
 
 Both records serialise to a small flat Redis hash (``to_fields``/``from_fields``): strings only, absent
 fields for None, so ``HSET key *fields`` and ``HGETALL key`` round-trip and a Lua script can compare
@@ -166,6 +171,13 @@ class NamespaceHealth:
     error_class: ErrorClass | None = None
     last_error_trace_id: str | None = None
 
+    @property
+    def changed_at(self) -> float | None:
+        """When the attempt this record last changed for happened: its availability (``since``) or its
+        error (``last_error_at``); None for a record never changed."""
+        times = [t for t in (self.since, self.last_error_at) if t is not None]
+        return max(times) if times else None
+
     def to_fields(self) -> dict[str, str]:
         """A flat string hash for Redis; None fields are left out."""
         out = {"available": "1" if self.available else "0"}
@@ -195,13 +207,18 @@ class NamespaceHealth:
 def next_health(
     health: NamespaceHealth, outcome: Outcome, now: float, trace_id: str | None = None
 ) -> NamespaceHealth:
-    """The health after one attempt on that namespace.
+    """The health after one attempt on that namespace, made at ``now`` (when its outcome was known, not
+    when it is recorded).
 
     Success makes it available; an outage or configuration error makes it unavailable; a transient error
     records the error but does not change availability; a message-permanent error is the message's fault
-    and leaves the record untouched. The same object comes back when nothing changed, so the adapter can
-    skip the write. ``trace_id`` is the trace that shows the failed attempt (None: none), kept with the error.
+    and leaves the record untouched, and so does an attempt made before the record's last change (it says
+    nothing newer). The same object comes back when nothing changed, so the adapter can skip the write.
+    ``trace_id`` is the trace that shows the failed attempt (None: none), kept with the error.
     """
+    changed_at = health.changed_at
+    if changed_at is not None and now < changed_at:
+        return health
     if outcome.ok:
         if health.available:
             return health

@@ -57,6 +57,9 @@ class DeliveryContext:
     """What this process reads as "now" (epoch seconds). ``build`` makes it Redis's clock
     (``bridge.redis.clock.RedisClock``): times stored for other processes, on other hosts, to compare with
     their own "now" (failover timer, pings, probes, rotation, role swaps) are then on one clock."""
+    monotonic: Any = time.monotonic
+    """This process's monotonic clock, for how long ago this process saw something (``ROLES_FRESH``):
+    ``clock`` follows Redis's, which may step back or forward when Redis fails over to another server."""
 
     @classmethod
     def build(cls, settings: Settings) -> DeliveryContext:

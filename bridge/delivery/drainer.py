@@ -238,12 +238,13 @@ class ShardDrainer(ShardSending, ShardSettling):
             hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
             per_entry=state_keys.delivered(self.entity, self.shard) if self.mode == "active" else None,
         )
+        roles_at = self.ctx.monotonic()  # the reply's time, before the packing below
         if not read.entries:
             return Ahead(read, None)
         self._sized(read.entries)
         layout, roles = read.hashes
         packed = self.pack_ahead(read.entries) if self.mode == "active" else None
-        return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), self.ctx.clock(), packed)
+        return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), roles_at, packed)
 
     def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
         claimed = self.claiming

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from bridge.core.decisions import DeadLetter, Settlement
 from bridge.core.expiry import EXPIRED_BEFORE_DELIVERY, Expired, delivery_ttl
-from bridge.delivery.modes.base import Sender, SendPort
 from bridge.errors import InvariantError
 from bridge.outbox.reader import OutboxEntry
+
+if TYPE_CHECKING:  # the drainer builds messages ahead with ``with_remaining_ttl``: no import cycle
+    from bridge.delivery.modes.base import Sender, SendPort
 
 
 def with_remaining_ttl(entry: OutboxEntry, now: float) -> OutboxEntry | Expired:

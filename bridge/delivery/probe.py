@@ -57,8 +57,7 @@ def probe_namespace(ctx: DeliveryContext, entity: str, role: Role) -> Outcome:
     ProbeStore(ctx.redis).record(entity, role, ProbeRecord(now, outcome.ok, outcome.error))
     before = ctx.roles.health(entity, role)
     after = next_health(before, outcome, now)
-    if after is not before:
-        ctx.roles.set_health(entity, role, after)
+    if after is not before and ctx.roles.set_health(entity, role, after):
         if after.available and not before.available:
             ctx.seen_back(role, entity, "a probe was accepted")
         if after.available != before.available:

@@ -20,7 +20,9 @@ What does not change (``bridge.delivery.drainer``):
   again (they were delivered).
 - In active mode the read also builds the entries' messages and packs them into batches
   (``PackedAhead``): the CPU of the next batch runs while the namespaces work on the current one. A batch
-  sends them only when it is exactly those entries, to both namespaces; otherwise it builds its own.
+  sends them only when it is exactly those entries, to both namespaces, and the TTL each carries (what was
+  left at the read) is still what is left at the send (``bridge.core.expiry.built_ttl_holds``); otherwise
+  it builds its own.
 - The layout is read after the entries, as the drainer always did: an entry written for a new layout was
   written after the change began, so the layout read after it shows the change.
 
@@ -59,7 +61,8 @@ class Ahead:
     layout: Layout | None
     roles: RoleState | None = None
     at: float = 0.0
-    """When the read's reply came (the drainer's clock): how old its roles are when the batch is sent."""
+    """When the read's reply came (the context's ``monotonic`` clock): how old its roles are when the batch
+    is sent."""
     packed: PackedAhead | None = None
     """Active mode: the entries' messages, built and packed with the read (``ShardSending.pack_ahead``)."""
 
@@ -73,6 +76,8 @@ class PackedAhead:
     entry_ids: tuple[str, ...]
     messages: tuple[OutgoingMessage, ...]
     shared: SharedBatches
+    time_to_live: tuple[float | None, ...]
+    """The TTL each message carries: what was left of it at the read (``bridge.core.expiry``)."""
 
 
 class ReadAhead:

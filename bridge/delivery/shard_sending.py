@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from bridge.core import abandoned
 from bridge.core.cost import Operation
 from bridge.core.decisions import Target
+from bridge.core.expiry import built_ttl_holds
 from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
+from bridge.delivery.expiry import with_remaining_ttl
 from bridge.delivery.read_ahead import PackedAhead
-from bridge.delivery.shard_state import ShardState
+from bridge.delivery.shard_state import HealthDue, ShardState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.outbox.reader import OutboxEntry
@@ -86,7 +88,9 @@ def _call_pool(pool: NamespacePool, calls: Mapping[int, BatchSend]) -> dict[int,
 
 
 ROLES_FRESH = 0.05
-"""Seconds the roles read with a batch's entries stand for the roles at its send (``observed_roles``)."""
+"""Seconds the roles read with a batch's entries stand for the roles at its send (``observed_roles``),
+measured on this process's monotonic clock (``DeliveryContext.monotonic``): Redis's clock, the context's
+``clock``, may step back on a failover and would make older roles count as fresh."""
 
 
 class ShardSending(ShardState):
@@ -107,7 +111,7 @@ class ShardSending(ShardState):
         if (
             batch is not None
             and batch[0].epoch >= self.seen_epoch
-            and self.ctx.clock() - batch[1] <= ROLES_FRESH
+            and self.ctx.monotonic() - batch[1] <= ROLES_FRESH
         ):
             return batch[0]
         return self.ctx.roles.get(self.entity)
@@ -126,27 +130,39 @@ class ShardSending(ShardState):
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
 
     def pack_ahead(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
-        """Active mode, on the read's thread: the entries' messages built and packed into batches of the
-        smaller of the two links' limits (``prepack``), so that the batch before them, in flight, overlaps
-        this CPU. None when a link's limit is not known yet (no batch went over it) or a message cannot be
-        built (the batch then builds its own, and meets the error there)."""
+        """Active mode, on the read's thread: the entries' messages built, with the TTL left now
+        (``with_remaining_ttl``), and packed into batches of the smaller of the two links' limits
+        (``prepack``), so that the batch before them, in flight, overlaps this CPU. None when a link's limit
+        is not known yet (no batch went over it), an entry's TTL ran out (the batch dead-letters it and
+        sends the rest) or a message cannot be built (the batch then builds its own, and meets the error
+        there)."""
         limits = [self.ctx.pool.batch_limit(role, self.entity) for role in ("primary", "secondary")]
         known = [limit for limit in limits if limit is not None]
         if not entries or len(known) < len(limits) or any(e.envelope is None for e in entries):
             return None
+        now = self.ctx.clock()
         try:
-            messages = tuple(to_message(e.envelope) for e in entries if e.envelope is not None)
+            live = [with_remaining_ttl(e, now) for e in entries]
+            envelopes = [e.envelope for e in live if isinstance(e, OutboxEntry) and e.envelope is not None]
+            if len(envelopes) < len(entries):
+                return None
+            messages = tuple(to_message(envelope) for envelope in envelopes)
             shared = prepack(messages, min(known))
         except Exception as exc:  # the send path meets it again, in line, and decides
             log.debug("entity %s shard %d: not packed ahead: %s", self.entity, self.shard, exc)
             return None
-        return PackedAhead(tuple(e.entry_id for e in entries), messages, shared)
+        ttls = tuple(envelope.time_to_live for envelope in envelopes)
+        return PackedAhead(tuple(e.entry_id for e in entries), messages, shared, ttls)
 
-    def packed(self, entry_ids: Sequence[str]) -> PackedAhead | None:
-        """The messages packed with this batch's read when the batch is exactly its entries (``SendPort``),
-        for a mode that sends them (counted in the report); taken once per batch."""
+    def packed(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
+        """The messages packed with this batch's read when the batch is exactly its entries and each
+        message's TTL is still the one left of it (``built_ttl_holds``: ``entries`` carry the TTL left
+        now), for a mode that sends them (counted in the report); taken once per batch."""
         packed, self.batch_packed = self.batch_packed, None
-        if packed is None or packed.entry_ids != tuple(entry_ids):
+        if packed is None or packed.entry_ids != tuple(e.entry_id for e in entries):
+            return None
+        left = [None if e.envelope is None else e.envelope.time_to_live for e in entries]
+        if not all(built_ttl_holds(b, t) for b, t in zip(packed.time_to_live, left, strict=True)):
             return None
         self.report.packed_ahead += 1
         return packed
@@ -240,10 +256,11 @@ class ShardSending(ShardState):
         backlog = path if operation is Operation.BACKLOG_SEND or barrier else None
         self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier)
         if outcome.all_ok:
-            # "Available" is all it can say: written with the batch's settlement, off the send's path.
-            self.health_due.append((role, outcome))
+            # "Available" is all it can say: written with the batch's settlement, off the send's path, as
+            # of now (a later attempt's record, written before it, stands).
+            self.health_due.append((role, outcome, now))
         else:
-            self._record_health(role, outcome, span, messages)
+            self._record_health(role, outcome, now, span, messages)
         if self.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
@@ -303,22 +320,27 @@ class ShardSending(ShardState):
             del self.abandoned[key], self.abandoned_ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
-    def record_due_health(self, due: list[tuple[Role, BatchOutcome]]) -> None:
+    def record_due_health(self, due: list[HealthDue]) -> None:
         """Record the health after sends that every message went through (``ShardState.health_due``)."""
-        for role, outcome in due:
-            self._record_health(role, outcome, None, ())
+        for role, outcome, at in due:
+            self._record_health(role, outcome, at, None, ())
 
     def _record_health(
-        self, role: Role, outcome: BatchOutcome, span: SendSpan | None, messages: Sequence[OutgoingMessage]
+        self,
+        role: Role,
+        outcome: BatchOutcome,
+        at: float,
+        span: SendSpan | None,
+        messages: Sequence[OutgoingMessage],
     ) -> None:
         # The batch's overall verdict: any accepted message proves the namespace up; otherwise the
-        # first failure says how it is doing (a message-permanent failure says nothing about it).
+        # first failure says how it is doing (a message-permanent failure says nothing about it). ``at``:
+        # when the send's outcome came; the record changes only for an attempt newer than its last change.
         verdict = next((o for o in outcome.outcomes if o.ok), None) or outcome.outcomes[0]
         before = self.ctx.roles.health(self.entity, role)
         trace = None if verdict.ok else failure_trace(span, messages[0])
-        after = next_health(before, verdict, self.ctx.clock(), trace)
-        if after is not before:
-            self.ctx.roles.set_health(self.entity, role, after)
+        after = next_health(before, verdict, at, trace)
+        if after is not before and self.ctx.roles.set_health(self.entity, role, after):
             if after.available and not before.available:
                 self.ctx.seen_back(role, self.entity, "a send was accepted")
             if after.available != before.available:

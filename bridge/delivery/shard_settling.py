@@ -12,7 +12,7 @@ from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
 from bridge.core.partitioning import partition_key
-from bridge.core.roles import Role, Swap
+from bridge.core.roles import Swap
 from bridge.core.settle import (
     Acknowledge,
     DeadLetterEntry,
@@ -22,8 +22,7 @@ from bridge.core.settle import (
     Stop,
     plan_settlement,
 )
-from bridge.delivery.attempts import BatchOutcome
-from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, ShardState, message_id_of
+from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, ShardState, message_id_of
 from bridge.errors import ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
@@ -143,13 +142,12 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(
-        self, batch: JournalBatch, entries: list[OutboxEntry], due: list[tuple[Role, BatchOutcome]]
-    ) -> None:
+    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry], due: list[HealthDue]) -> None:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
         batch.write(self.ctx.journal, self.entity)
         self._ack(entries)
-        # A namespace that was down is announced back from here (a few milliseconds after its send).
+        # A namespace that was down is announced back from here (a few milliseconds after its send), unless
+        # a later attempt found it down meanwhile (``bridge.core.roles.next_health``).
         self.record_due_health(due)
 
     def _count(self, cost: CostTally) -> None:

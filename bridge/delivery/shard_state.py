@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from bridge.core.cost import CostTally
 from bridge.core.roles import Role, RoleState
@@ -33,6 +34,8 @@ far fewer."""
 READ_BYTES = 1024 * 1024
 """About how many bytes of entries one read takes (``read_count``): large messages are read fewer at a
 time, so a batch and the one read ahead of it stay about this size in the worker's memory."""
+HealthDue: TypeAlias = tuple[Role, BatchOutcome, float]
+"""A send every message of went through: its namespace, its outcome and when that came (the clock's)."""
 LAYOUT_WAIT = 0.5
 """Seconds a new-layout entry waits before the drainer looks again whether the old layout is drained."""
 PROBLEM_FULL_WAIT = 5.0
@@ -121,12 +124,13 @@ class ShardState:
             dual=self.mode == "active",
         )
         """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
-        self.health_due: list[tuple[Role, BatchOutcome]] = []
+        self.health_due: list[HealthDue] = []
         """This batch's sends that every message of went through: their namespaces' health is recorded
         with the batch's settlement (``ShardSending._record_send``), behind the drainer when it settles
-        behind."""
+        behind, as of when each send's outcome came."""
         self.batch_roles: tuple[RoleState, float] | None = None
-        """The entity's roles read with this batch's entries and when (``ShardSending.observed_roles``)."""
+        """The entity's roles read with this batch's entries and when, on the context's ``monotonic`` clock
+        (``ShardSending.observed_roles``)."""
         self.entry_bytes: float | None = None
         """The mean size of the entries of the last read or claim (``read_count``)."""
         self.claim_asked = READ_COUNT
@@ -149,11 +153,11 @@ class ShardState:
         of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
         one that died between a send and its count always did)."""
 
-    def record_due_health(self, due: list[tuple[Role, BatchOutcome]]) -> None:
+    def record_due_health(self, due: list[HealthDue]) -> None:
         """Record the health of the namespaces of ``due`` (``health_due``; ``ShardSending`` does it)."""
         raise NotImplementedError
 
-    def take_health_due(self) -> list[tuple[Role, BatchOutcome]]:
+    def take_health_due(self) -> list[HealthDue]:
         """The health records this batch owes (and forget them)."""
         due, self.health_due = self.health_due, []
         return due

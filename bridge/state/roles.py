@@ -4,7 +4,9 @@
 compare-and-swap: it applies only while the stored epoch and active role are still those the
 worker observed, so of two workers that saw the active namespace fail only one swaps, and a worker acting
 on a stale epoch can never swap back. Health is a plain hash per namespace, replaced as a whole (absent
-fields mean None); skipping a write when ``next_health`` returned the same object is the caller's job.
+fields mean None), and only over a record that changed for an older attempt (``scripts.SET_HEALTH``):
+a success recorded late never overrides a later failure. Skipping a write when ``next_health`` returned
+the same object is the caller's job.
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client`` (single, Sentinel, Cluster:
 every key here carries the entity's hash tag). Driver errors leave as
@@ -14,8 +16,6 @@ every key here carries the entity's hash tag). Driver errors leave as
 from __future__ import annotations
 
 import logging
-
-from redis.typing import EncodableT, FieldT
 
 from bridge.core.roles import ROLES, NamespaceHealth, Role, RoleState, Swap
 from bridge.redis.errors import driver_errors
@@ -75,13 +75,13 @@ class RoleStore:
             replies = pipe.execute()
         return {role: NamespaceHealth.from_fields(reply) for role, reply in zip(ROLES, replies, strict=True)}
 
-    def set_health(self, entity: str, role: Role, health: NamespaceHealth) -> None:
-        """Replace the namespace's health record (``DEL`` + ``HSET`` in one transaction)."""
-        key = keys.health(entity, role)
+    def set_health(self, entity: str, role: Role, health: NamespaceHealth) -> bool:
+        """Replace the namespace's health record, unless it changed for a later attempt than ``health``
+        did (``scripts.SET_HEALTH``, one key: atomic); True when written."""
+        changed_at = health.changed_at
+        args: list[str] = ["" if changed_at is None else repr(changed_at)]
+        for name, value in health.to_fields().items():
+            args += [name, value]
         with driver_errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.delete(key)
-            # redis-py types the mapping with an invariant key type: widen it.
-            fields: dict[FieldT, EncodableT] = {k: v for k, v in health.to_fields().items()}
-            pipe.hset(key, mapping=fields)
-            pipe.execute()
+            reply = run_script(self.client, scripts.SET_HEALTH, [keys.health(entity, role)], args)
+        return int(reply) == 1

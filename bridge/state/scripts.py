@@ -36,6 +36,27 @@ return out
 """
 )
 
+# KEYS: health hash. ARGV: the new record's changed_at ('' for none), then its field/value pairs.
+# Reply: 1 when written, 0 when the stored record changed for a later attempt (bridge.core.roles.next_health:
+# an older attempt never replaces a newer one; changed_at is the later of since and last_error_at).
+SET_HEALTH = LuaScript(
+    """#!lua
+local key = KEYS[1]
+if ARGV[1] ~= '' then
+  local at = tonumber(ARGV[1])
+  local cur = redis.call('HMGET', key, 'since', 'last_error_at')
+  for _, stored in ipairs(cur) do
+    if stored and tonumber(stored) > at then
+      return 0
+    end
+  end
+end
+redis.call('DEL', key)
+redis.call('HSET', key, unpack(ARGV, 2))
+return 1
+"""
+)
+
 # KEYS: paired hash, failed-over set (only on a single server, with ARGV[1] == '1').
 # ARGV: use_set, entity, then ops:
 #   start <at> | engage <at> | available | error <at> <text> | ping <at>

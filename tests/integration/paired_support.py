@@ -50,6 +50,19 @@ def namespace_settings(ns: LocalNamespace) -> NamespaceSettings:
     )
 
 
+def active_all_settings(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
+    """Both namespaces of ``pair``, ``entity`` in active mode with policy ``all``, short deadlines."""
+    return Settings.model_validate(
+        {
+            "redis_url": redis_url,
+            "primary": namespace_settings(pair[0]),
+            "secondary": namespace_settings(pair[1]),
+            "entities": {entity: {"replication": "active", "success_policy": "all"}},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
+        }
+    )
+
+
 def full_settings(stack: LocalStack) -> Settings:
     """What a bridge process of ``stack`` sees: Redis, both namespaces, the entities, short deadlines."""
     return Settings.model_validate(

@@ -16,7 +16,7 @@ import redis
 from bridge.core.cost import CostTally, Operation
 from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
 from bridge.core.receiving import Claim, Renewal
-from bridge.core.roles import RoleState, Swap
+from bridge.core.roles import NamespaceHealth, RoleState, Swap
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
 from bridge.receiving.keys import ReceiverKeys
@@ -73,6 +73,9 @@ def test_role_swap_and_health(client: object) -> None:
     assert applied and state == store.get("orders") == RoleState("secondary", 1, 1.0, "outage")
     assert not store.swap("orders", Swap("primary", "secondary", 0, 1, 2.0, "stale"))[0]
     assert store.healths("orders")["primary"].available
+    assert store.set_health("orders", "primary", NamespaceHealth(False, 5.0, "refused", 5.0))
+    assert not store.set_health("orders", "primary", NamespaceHealth(True, 4.0))
+    assert not store.health("orders", "primary").available
 
 
 def test_paired_apply_keeps_the_failed_over_set(client: object) -> None:

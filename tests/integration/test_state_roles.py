@@ -156,6 +156,23 @@ def test_health_round_trips_and_is_replaced_whole(redis_client: redis.Redis, rol
     assert store.healths("orders") == {role: NamespaceHealth(True, 20.0), partner(role): NamespaceHealth()}
 
 
+def test_a_health_record_is_never_replaced_by_one_of_an_older_attempt(redis_client: redis.Redis) -> None:
+    store = RoleStore(redis_client)
+    entity = f"e-{uuid.uuid4().hex}"
+    down = NamespaceHealth(False, 20.0, "ServiceBusConnectionError: refused", 20.0, ErrorClass.OUTAGE)
+    assert store.set_health(entity, "primary", down)
+    # Given the namespace found down at 20, when a writer that read the record before that writes the
+    # success it saw at 15 (two writers racing), then the newer failure stands
+    assert not store.set_health(entity, "primary", NamespaceHealth(True, 15.0))
+    assert store.health(entity, "primary") == down
+    # And a success seen after it replaces it, and a record with no time at all is always written
+    back = NamespaceHealth(True, 21.0, down.last_error, 20.0, ErrorClass.OUTAGE)
+    assert store.set_health(entity, "primary", back)
+    assert store.health(entity, "primary") == back
+    assert store.set_health(entity, "primary", NamespaceHealth())
+    assert store.health(entity, "primary") == NamespaceHealth()
+
+
 def test_redis_down_is_a_bridge_error_without_the_password(redis_server: object) -> None:
     from bridge.embedded.ports import free_port
 

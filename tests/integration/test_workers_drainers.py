@@ -7,6 +7,7 @@ scripts checked against a lease that really passed to another holder.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import zlib
@@ -32,7 +33,7 @@ from bridge.settings import Settings
 from bridge.state import keys as state_keys
 from bridge.state.retry import encode_targets
 from tests.integration.outbox_support import read_new
-from tests.integration.paired_support import namespace_settings
+from tests.integration.paired_support import active_all_settings, namespace_settings
 from tests.integration.worker_support import make_stack, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -455,17 +456,37 @@ def test_a_passive_batch_takes_its_roles_from_the_read_of_its_entries(
     assert reads.by["client"] == (0 if fresh else reads.by["lua"])
 
 
-def _active_all(redis_url: str, pair: tuple[LocalNamespace, LocalNamespace], entity: str) -> Settings:
-    """Both namespaces, ``entity`` in active mode with policy ``all``."""
-    return Settings.model_validate(
-        {
-            "redis_url": redis_url,
-            "primary": namespace_settings(pair[0]),
-            "secondary": namespace_settings(pair[1]),
-            "entities": {entity: {"replication": "active", "success_policy": "all"}},
-            "retry": {"attempt_deadline": 10, "retry_total": 0},
-        }
-    )
+def test_a_wall_clock_that_steps_back_keeps_no_roles_read_with_a_batch_fresh(
+    redis_url: str,
+    shared_namespace: LocalNamespace,
+    unique_name: str,
+    contexts: list[DeliveryContext],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """How old the roles read with a batch's entries are is measured on the process's monotonic clock: the
+    context's clock (Redis's) may step back when Redis fails over to a server whose clock is behind, and
+    must not make roles read long before a send count as read just now."""
+    from bridge.delivery import shard_sending
+
+    # Given roles that are never fresh enough (any time since their read is too long)
+    monkeypatch.setattr(shard_sending, "ROLES_FRESH", -1.0)
+    entity = unique_name
+    settings = _settings(redis_url, shared_namespace, entity, 1, replication="passive")
+    ctx = _context(contexts, settings, "stepped")
+    # And a context clock that steps ten seconds back every time it is read
+    ticks = itertools.count()
+    ctx.clock = lambda: time.time() - 10.0 * next(ticks)
+    count = 10
+    with Producer(settings=settings) as p:
+        ids = _send_many(p, entity, [f"m{i}".encode() for i in range(count)])
+    # When a drainer sends them
+    with _HashReads(redis_url, state_keys.role(entity)) as reads:
+        report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == count
+    assert [m.message_id for m in receive_all(shared_namespace, entity, count, timeout=30)] == ids
+    # Then every batch read its roles again before its send, however far back the clock stepped
+    assert reads.by["lua"] >= 1
+    assert reads.by["client"] == reads.by["lua"]
 
 
 def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_entries(
@@ -479,7 +500,7 @@ def test_an_active_batch_takes_where_its_entries_landed_from_the_read_of_its_ent
     its own, and a record found that way is obeyed: the entry goes only where it is missing."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = _active_all(redis_url, namespace_pair, entity)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "delivered")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:
@@ -516,7 +537,7 @@ def test_an_active_batch_read_ahead_is_sent_as_packed_with_its_read(
     batches for both namespaces; that batch sends those, and everything arrives once, in order."""
     primary, secondary = namespace_pair
     entity = unique_name
-    settings = _active_all(redis_url, namespace_pair, entity)
+    settings = active_all_settings(redis_url, namespace_pair, entity)
     ctx = _context(contexts, settings, "packed")
     count = 3 * READ_COUNT
     with Producer(settings=settings) as p:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,7 +25,13 @@ from bridge.journal.store import JournalStore
 from bridge.outbox.problems import list_problems
 from bridge.producer import Producer
 from bridge.settings import JournalSettings, Settings
-from tests.integration.paired_support import create_backlog_queues, mark_failed_over, namespace_settings, text
+from tests.integration.paired_support import (
+    active_all_settings,
+    create_backlog_queues,
+    mark_failed_over,
+    namespace_settings,
+    text,
+)
 from tests.integration.worker_support import entity_status, make_stack, outbox_depth, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -84,6 +91,123 @@ def test_a_message_that_waited_in_the_outbox_is_sent_with_the_rest_of_its_ttl_an
         assert TTL - waited - 1.0 <= ttl <= TTL - WAIT + 0.5, (ttl, waited)
     # And the expired one never reached a namespace: it is in the local dead-letter stream with its reason
     _expired_locally(stack, "orders", expired)
+
+
+def _drain(drainer: ShardDrainer, sent: int) -> int:
+    """One drain run of ``drainer`` until the shard is empty; the batches it sent as packed with their read
+    (both counted over the drainer's runs)."""
+    report = drainer.run(budget=30, idle_reads=1, block_ms=20)
+    assert report.sent == sent
+    return report.packed_ahead
+
+
+def _links_known(settings: Settings, entity: str, body: bytes) -> tuple[DeliveryContext, ShardDrainer]:
+    """A delivery context whose links to both namespaces know their batch size (a batch of ``body`` went
+    to both, not packed ahead), and the drainer that sent it."""
+    ctx = DeliveryContext.build(settings)
+    try:
+        with Producer(settings=settings) as p:
+            p.send(entity, body)
+        drainer = ShardDrainer(ctx, entity, 0)
+        assert _drain(drainer, 1) == 0
+    except BaseException:
+        ctx.close()
+        raise
+    return ctx, drainer
+
+
+def _received_with_the_rest_of_its_ttl(
+    namespaces: Sequence[LocalNamespace], entity: str, count: int, live: str, accepted: float, wait: float
+) -> None:
+    """Each namespace holds ``live`` (of ``count`` messages) with what was left of ``TTL`` when it was sent
+    (at least ``wait`` after ``accepted``, and before now)."""
+    for ns in namespaces:
+        got = {m.message_id: m for m in receive_all(ns, entity, count)}
+        assert len(got) == count
+        waited = time.time() - accepted
+        ttl = _ttl_seconds(got[live].time_to_live)
+        assert TTL - waited - 1.0 <= ttl <= TTL - wait + 0.5, (ttl, waited)
+
+
+def test_an_active_batch_packed_with_its_read_carries_the_rest_of_its_ttl(
+    redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace], unique_name: str
+) -> None:
+    entity = unique_name
+    settings = active_all_settings(redis_url, namespace_pair, entity)
+    # Given links that know their batch size (a batch went to both namespaces)
+    ctx, _ = _links_known(settings, entity, b"first")
+    try:
+        # And a message with 60 s to live that waited in the outbox meanwhile
+        with Producer(settings=settings) as p:
+            accepted = time.time()
+            live = p.send(entity, b"live", time_to_live=TTL)
+        time.sleep(WAIT)
+        # When a new drainer reads it, its message built and packed with the read, and sends it
+        assert _drain(ShardDrainer(ctx, entity, 0), 1) == 1
+    finally:
+        ctx.close()
+    # Then both namespaces got it with what was left of its TTL, not the TTL it was accepted with
+    _received_with_the_rest_of_its_ttl(namespace_pair, entity, 2, live, accepted, WAIT)
+
+
+STALL = 1.5
+"""Seconds each send waits for its settlement while the namespaces stall (more than ``BUILT_TTL_SLACK``)."""
+
+
+def test_an_active_batch_read_ahead_while_the_one_before_was_slow_carries_the_rest_of_its_ttl(
+    redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace], unique_name: str
+) -> None:
+    entity = unique_name
+    settings = active_all_settings(redis_url, namespace_pair, entity)
+    # Given links that know their batch size, and a drainer that reads a few entries at a time (the last
+    # entries it read were large)
+    ctx, drainer = _links_known(settings, entity, b"x" * 150_000)
+    try:
+        # And namespaces that take STALL seconds to settle each send
+        for ns in namespace_pair:
+            ns.control.stall(delay=STALL)
+        # When a first batch is sent while the next one, with a message with 60 s to live, is read ahead
+        # and packed; the first batch's send takes STALL seconds
+        with Producer(settings=settings) as p:
+            for i in range(20):
+                p.send(entity, f"m{i}".encode())
+            accepted = time.time()
+            live = p.send(entity, b"live", time_to_live=TTL)
+        _drain(drainer, 22)
+    finally:
+        for ns in namespace_pair:
+            ns.control.restore()
+        ctx.close()
+    # Then the message went with what was left of its TTL when it was sent, not when it was packed
+    _received_with_the_rest_of_its_ttl(namespace_pair, entity, 22, live, accepted, STALL)
+
+
+def test_an_active_copy_resent_after_an_outage_carries_the_rest_of_its_ttl(
+    redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace], unique_name: str
+) -> None:
+    entity = unique_name
+    primary, secondary = namespace_pair
+    settings = active_all_settings(redis_url, namespace_pair, entity)
+    ctx = DeliveryContext.build(settings)
+    try:
+        # Given a message with 60 s to live sent while the secondary is down: the primary takes it at once
+        secondary.control.outage()
+        with Producer(settings=settings) as p:
+            accepted = time.time()
+            live = p.send(entity, b"live", time_to_live=TTL)
+        report = ShardDrainer(ctx, entity, 0).run(budget=30, idle_reads=1, block_ms=20)
+        assert report.sent == 0 and report.retry_after is not None
+        # When the secondary is back after WAIT seconds and the copy it misses is sent again
+        time.sleep(max(WAIT, report.retry_after))
+        secondary.control.restore()
+        assert _drain(ShardDrainer(ctx, entity, 0), 1) == 0
+    finally:
+        secondary.control.restore()
+        ctx.close()
+    # Then the primary's copy has (nearly) the whole TTL, the secondary's what was left when it was resent
+    (first,) = receive_all(primary, entity, 1)
+    assert TTL - (time.time() - accepted) - 1.0 <= _ttl_seconds(first.time_to_live) <= TTL
+    _received_with_the_rest_of_its_ttl([secondary], entity, 1, live, accepted, WAIT)
 
 
 def test_a_paired_entity_aliases_the_rest_of_the_ttl_into_the_backlog_queue(make_stack: Any) -> None:

@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 import pytest
 
 from bridge.core.decisions import DeadLetter
-from bridge.core.expiry import EXPIRED_BEFORE_DELIVERY, Expired, Live, delivery_ttl
+from bridge.core.expiry import (
+    BUILT_TTL_SLACK,
+    EXPIRED_BEFORE_DELIVERY,
+    Expired,
+    Live,
+    built_ttl_holds,
+    delivery_ttl,
+)
 from bridge.core.settle import DeadLetterEntry, plan_settlement
 
 ACCEPTED = 1_000_000.0
@@ -52,6 +59,30 @@ def test_the_ttl_a_send_carries_counts_from_acceptance_or_the_later_scheduled_ti
         assert got.time_to_live == pytest.approx(expected.time_to_live)
     else:
         assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("built", "left", "holds"),
+    [
+        # no TTL then, none now
+        (None, None, True),
+        # built just before the send: what it carries is what is left
+        (40.0, 40.0, True),
+        (40.0, 40.0 - BUILT_TTL_SLACK, True),
+        # built while the batch before took longer: the message would outlive its TTL, build it again
+        (40.0, 40.0 - BUILT_TTL_SLACK - 0.001, False),
+        (60.0, 45.0, False),
+        # a TTL that came out shorter is never a longer life
+        (39.0, 40.0, True),
+        # not the same message's TTL
+        (None, 40.0, False),
+        (40.0, None, False),
+    ],
+)
+def test_a_message_built_ahead_goes_only_while_its_ttl_is_still_what_is_left(
+    built: float | None, left: float | None, holds: bool
+) -> None:
+    assert built_ttl_holds(built, left) is holds
 
 
 def test_the_expiry_reason_names_the_code_the_ttl_and_when_it_ended() -> None:

@@ -170,6 +170,44 @@ def test_the_last_error_keeps_the_trace_of_the_attempt_that_failed(
     assert next_health(before, outcome, NOW, trace) == after
 
 
+# Down since 10 with a later error at 20; up again at 30 after errors until 25.
+STILL_DOWN = NamespaceHealth(False, 10.0, "refused", 20.0, ErrorClass.OUTAGE)
+BACK_UP = NamespaceHealth(True, 30.0, "refused", 25.0, ErrorClass.OUTAGE)
+
+
+@pytest.mark.parametrize(
+    ("before", "outcome", "at", "after"),
+    [
+        # a success made before the failure that took the namespace down: it stays down
+        (DOWN, OK, 9.5, DOWN),
+        # made after the namespace went down but before its latest error: still down
+        (STILL_DOWN, OK, 15.0, STILL_DOWN),
+        # made after the latest error: up again
+        (STILL_DOWN, OK, 21.0, NamespaceHealth(True, 21.0, "refused", 20.0, ErrorClass.OUTAGE)),
+        # at the same time as the last change: applied
+        (STILL_DOWN, OK, 20.0, NamespaceHealth(True, 20.0, "refused", 20.0, ErrorClass.OUTAGE)),
+        # a failure made before the success that brought it back: it stays up
+        (BACK_UP, OUTAGE, 28.0, BACK_UP),
+        (BACK_UP, TRANSIENT, 28.0, BACK_UP),
+        (BACK_UP, OUTAGE, 31.0, NamespaceHealth(False, 31.0, OUTAGE.error, 31.0, ErrorClass.OUTAGE)),
+        # a record never changed has no order yet
+        (UP, OUTAGE, 1.0, NamespaceHealth(False, 1.0, OUTAGE.error, 1.0, ErrorClass.OUTAGE)),
+    ],
+)
+def test_an_attempt_older_than_the_records_last_change_leaves_it_as_it_is(
+    before: NamespaceHealth, outcome: Outcome, at: float, after: NamespaceHealth
+) -> None:
+    assert next_health(before, outcome, at) == after
+    assert (next_health(before, outcome, at) is before) is (after == before)
+
+
+def test_a_record_changed_at_its_latest_change() -> None:
+    assert UP.changed_at is None
+    assert STILL_DOWN.changed_at == 20.0
+    assert BACK_UP.changed_at == 30.0
+    assert NamespaceHealth(True, None, "busy", 5.0, ErrorClass.TRANSIENT).changed_at == 5.0
+
+
 def test_unchanged_health_is_the_same_object_and_flips_are_reported() -> None:
     assert next_health(UP, OK, NOW) is UP
     assert not next_health(UP, OUTAGE, NOW).available

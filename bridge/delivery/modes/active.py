@@ -5,7 +5,8 @@ With ``success_policy = "all"`` an entry is acknowledged only when both accepted
 batch already landed is remembered (``RetryStore.remember_delivered``, applied by the drainer for *every*
 entry whose decision says so, not only the first that must wait), so a retry sends it only to the
 namespace still missing it. A batch read ahead comes with its messages built and packed
-(``ShardSending.pack_ahead``): both copies send those batches.
+(``ShardSending.pack_ahead``, with the TTL left at the read): both copies send those batches while that TTL
+is still the one left (``ShardSending.packed``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class ActiveSender:
         built: dict[int, OutgoingMessage] = {}
         shared = SharedBatches() if todos[PRIMARY] == todos[SECONDARY] else None
         if shared is not None and len(todos[PRIMARY]) == len(entries):
-            packed = port.packed([e.entry_id for e in entries])
+            packed = port.packed(entries)
             if packed is not None:
                 built, shared = dict(enumerate(packed.messages)), packed.shared
         for target, op in ((PRIMARY, Operation.PRIMARY_SEND), (SECONDARY, Operation.BACKUP_SEND)):

@@ -50,9 +50,9 @@ class SendPort(Protocol):
         could be."""
         ...
 
-    def packed(self, entry_ids: Sequence[str]) -> PackedAhead | None:
+    def packed(self, entries: Sequence[OutboxEntry]) -> PackedAhead | None:
         """The batch's messages built and packed with its read (active mode), when the batch is exactly
-        the entries read."""
+        the entries read and the TTL each message carries is still the one left of it."""
         ...
 
     def retry_context(self) -> RetryContext:
