@@ -64,6 +64,13 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
                 add(m.BILLABLE_OPERATIONS, [name, operation], count)
         for result, count in entity["receiver"].items():
             add(m.RECEIVER_MESSAGES, [name, result], count)
+    server = snapshot.get("redis")
+    if server is not None:
+        add(m.REDIS_AOF_ENABLED, [], 1 if server["aof_enabled"] else 0)
+        add(m.REDIS_AOF_WRITE_OK, [], 1 if server["aof_last_write_ok"] else 0)
+        add(m.REDIS_USED_MEMORY, [], server["used_memory"])
+        add(m.REDIS_MAXMEMORY, [], server["maxmemory"])
+        add(m.REDIS_REPLICAS, [], server["connected_replicas"])
     backlog = snapshot.get("backlog")
     if backlog is not None:
         in_rotation = set(backlog["in_rotation"])

@@ -185,6 +185,17 @@ RECEIVER_MESSAGES = StateMetric(
     ("entity", "counter"),
     kind="counter",
 )
+REDIS_AOF_ENABLED = StateMetric(
+    "bridge_redis_aof_enabled", "1 while the Redis server writes its append-only file (AOF).", ()
+)
+REDIS_AOF_WRITE_OK = StateMetric(
+    "bridge_redis_aof_last_write_ok", "1 when the Redis server's last AOF write succeeded.", ()
+)
+REDIS_USED_MEMORY = StateMetric("bridge_redis_used_memory_bytes", "Memory the Redis server uses.", ())
+REDIS_MAXMEMORY = StateMetric(
+    "bridge_redis_maxmemory_bytes", "The Redis server's maxmemory (0: no limit).", ()
+)
+REDIS_REPLICAS = StateMetric("bridge_redis_connected_replicas", "Replicas connected to the Redis server.", ())
 
 STATE_METRICS: tuple[StateMetric, ...] = (
     STATE_UP,
@@ -203,6 +214,11 @@ STATE_METRICS: tuple[StateMetric, ...] = (
     BACKLOG_IN_ROTATION,
     BILLABLE_OPERATIONS,
     RECEIVER_MESSAGES,
+    REDIS_AOF_ENABLED,
+    REDIS_AOF_WRITE_OK,
+    REDIS_USED_MEMORY,
+    REDIS_MAXMEMORY,
+    REDIS_REPLICAS,
 )
 
 

@@ -10,7 +10,9 @@ backlog rotation) plus what an operator watching a failover wants next to it:
   and, when the ``trace_url`` setting names a trace viewer, ``trace_url``: its page of that trace);
 * ``backlog.depths``: active messages per backlog queue, read from the secondary namespace's management
   endpoint by ``BacklogProbe`` (cached, bounded by a timeout) with when it was measured;
-* ``syphon``: per backlog queue whether a syphon holds its lease now (and which process).
+* ``syphon``: per backlog queue whether a syphon holds its lease now (and which process);
+* ``redis``: the server's role, whether AOF is on and its last write succeeded, memory used and
+  ``maxmemory``, connected replicas (``bridge.redis.server_info``; null on a Cluster).
 
 Everything textual that came from an error has passed ``scrub_secrets``; nothing here reads a setting's
 secret. Reads are blocking (callers in asyncio code run ``collect_snapshot`` in a thread).
@@ -36,6 +38,7 @@ from bridge.receiving.keys import ReceiverKeys
 from bridge.redis.clock import server_time
 from bridge.redis.connection import sync_client
 from bridge.redis.errors import driver_errors
+from bridge.redis.server_info import server_state
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
 from bridge.status import collect_status
@@ -236,6 +239,8 @@ def collect_snapshot(
             for q, d in depths.items()
         }
         out["syphon"] = syphon_state(settings, client, queues)
+    state = server_state(client)
+    out["redis"] = None if state is None else state.as_dict()
     out["generated_at"] = now
     return out
 

@@ -176,7 +176,8 @@ def test_the_test_override_covers_every_service() -> None:
     """The container test runs the base file with the override on top: a service the override missed
     would join a container network the test's engine does not have."""
     override: dict[str, Any] = yaml.safe_load(OVERRIDE.read_text())
-    assert set(override["services"]) == set(compose()["services"])
+    started = {name for name, service in compose()["services"].items() if not service.get("profiles")}
+    assert set(override["services"]) == started
     for name, service in override["services"].items():
         assert service["network_mode"] == "host", name
         for env_name in service.get("environment", {}):
@@ -221,3 +222,20 @@ def test_wheels_another_python_3_11_release_needs_are_found(tmp_path: Path) -> N
     # and once its wheel is in the folder, nothing
     _wheel(tmp_path, "async_timeout")
     assert helper.missing(tmp_path) == []
+
+
+def test_the_compose_prometheus_scrapes_every_bridge_process() -> None:
+    config = yaml.safe_load((ROOT / "docker" / "prometheus" / "prometheus.yml").read_text())
+    scraped = {
+        target.split(":")[0]
+        for job in config["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+    processes = {name for name, service in bridge_services().items() if service["command"][0] != "emulator"}
+    assert scraped == processes  # the ingress and every process with BRIDGE_METRICS_PORT
+    ingress = next(job for job in config["scrape_configs"] if job["job_name"] == "bridge-ingress")
+    assert ingress["authorization"]["credentials_file"] == "/tmp/bridge-api-key"
+    service = compose()["services"]["prometheus"]
+    assert service["profiles"] == ["monitoring"]
+    assert "/tmp/bridge-api-key" in service["command"][0]

@@ -1,0 +1,41 @@
+"""What the Redis server says of its durability and memory, as the status and the metrics show it."""
+
+from __future__ import annotations
+
+import redis
+
+from bridge.observability.collector import families_from_snapshot
+from bridge.redis.server_info import server_state
+
+
+def test_the_server_state_follows_the_servers_aof_setting(redis_client: redis.Redis) -> None:
+    before = redis_client.config_get("appendonly")["appendonly"]
+    try:
+        redis_client.config_set("appendonly", "no")
+        off = server_state(redis_client)
+        assert off is not None and off.aof_enabled is False and off.role == "master"
+        assert off.used_memory > 0 and off.connected_replicas == 0
+        redis_client.config_set("appendonly", "yes")
+        on = server_state(redis_client)
+        assert on is not None and on.aof_enabled is True and on.aof_last_write_ok is True
+    finally:
+        redis_client.config_set("appendonly", before)
+
+
+def test_the_metrics_carry_the_servers_state() -> None:
+    snapshot = {
+        "entities": [],
+        "redis": {
+            "role": "master",
+            "aof_enabled": False,
+            "aof_last_write_ok": True,
+            "used_memory": 1024,
+            "maxmemory": 0,
+            "connected_replicas": 1,
+        },
+    }
+    values = {f.name: [s.value for s in f.samples] for f in families_from_snapshot(snapshot)}
+    assert values["bridge_redis_aof_enabled"] == [0]
+    assert values["bridge_redis_aof_last_write_ok"] == [1]
+    assert values["bridge_redis_used_memory_bytes"] == [1024]
+    assert values["bridge_redis_connected_replicas"] == [1]
