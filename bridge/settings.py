@@ -341,6 +341,14 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds an entity not named in the settings stays watched once its outbox is empty.",
     )
+    idle_sender_close: float | None = Field(
+        default=900.0,
+        gt=0,
+        description=(
+            "Seconds a Service Bus sender may go unused before it is closed (its link, connection and"
+            " keep-alive thread); never while a send uses it. None: kept until evicted (max_senders)."
+        ),
+    )
 
 
 class ReceiverSettings(BaseModel):
