@@ -366,7 +366,10 @@ class ReceiverSettings(BaseModel):
     max_remembered: int = Field(
         default=1_000_000_000,
         gt=0,
-        description="Bound of the window (ids per entity); when full, receiving stops until ids expire.",
+        description=(
+            "Bound of the window (ids per entity); when full, receiving stops until ids expire. The default"
+            " holds 1,446 msgs/s sustained with the 7-day window; above, at least rate * window * 8/7."
+        ),
     )
     prefetch: int = Field(default=0, ge=0, le=10_000, description="The SDK's prefetch_count per receiver.")
     batch_size: int = Field(default=100, ge=1, le=5000, description="Messages asked for per receive call.")
