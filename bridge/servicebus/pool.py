@@ -151,14 +151,7 @@ class NamespacePool:
         self.connect_probe = ConnectProbe(self._namespaces, probe_policy)
         self._reopen_threads = ProcessThreads(REOPEN_THREADS, "servicebus-reopen")
         self._closed = False  # set by ``close``: no reopen makes a client after it
-        refresh_after, close_after = settings.retry.link_refresh_after, settings.workers.idle_sender_close
-        self._refresher = (
-            None
-            if refresh_after is None and close_after is None
-            else LinkRefresher(
-                refresh_after, self._live_clients, self.attempt_deadline, close_after=close_after
-            )
-        )
+        self._refresher = LinkRefresher.of(settings, self._live_clients)
 
     # ---- public operations -----------------------------------------------------------------------------
     def send(

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from bridge.settings import Settings
+
 if TYPE_CHECKING:
     from bridge.servicebus.clients import RoleClient
 
@@ -67,6 +69,15 @@ class LinkRefresher:
         """Senders replaced so far (observation for tests and status)."""
         self.closed = 0
         """Idle senders closed so far."""
+
+    @classmethod
+    def of(cls, settings: Settings, clients: Callable[[], Iterable[RoleClient]]) -> LinkRefresher | None:
+        """The thread ``settings`` ask for (``retry.link_refresh_after``, ``workers.idle_sender_close``;
+        None when both are off), opening links under the attempt deadline."""
+        refresh_after, close_after = settings.retry.link_refresh_after, settings.workers.idle_sender_close
+        if refresh_after is None and close_after is None:
+            return None
+        return cls(refresh_after, clients, settings.retry.attempt_deadline, close_after=close_after)
 
     def ensure_running(self) -> None:
         """Start the thread if it is not running (a pool starts it on first use, after any fork)."""
