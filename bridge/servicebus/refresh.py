@@ -115,6 +115,7 @@ class LinkRefresher:
         """Replace ``client``'s sender of ``entity`` with a newly opened one; never raises."""
         if client.retired or entity not in client.senders:
             client.last_used.pop(entity, None)
+            client.sent_at.pop(entity, None)
             return
         fresh = client.new_sender(entity)
         opened, abandoned = threading.Event(), threading.Event()
@@ -148,6 +149,7 @@ class LinkRefresher:
                 # Evicted meanwhile, retired, or not opened: the next send opens its own sender.
                 client.senders.pop(entity, None)
                 client.last_used.pop(entity, None)
+                client.sent_at.pop(entity, None)
                 abandoned.set()
         _quietly_close(cached)
         if not keep and not opener.is_alive():
