@@ -16,9 +16,10 @@ prometheus_client's multiprocess mode is used:
 4. one HTTP server in the main process (``serve_process_metrics``) serves a ``MultiProcessCollector`` over
    the directory, i.e. the sum over every child that ever ran, plus the state collector;
 5. a metrics file keeps every value it was given, so a pool process cannot remove the label sets of an
-   entity that retired (``metrics.forget_entity`` does in a single process): the served series leave out
-   the entities neither configured nor in the outbox's entity set (``ListedEntitiesOnly``), one
-   ``SMEMBERS`` per scrape. An entity that comes back goes on from its earlier count.
+   entity that retired (a worker's drain service does in a single process, ``metrics.forget_entity``):
+   every endpoint leaves out the series of entities neither configured nor in the outbox's entity set
+   (``ListedEntitiesOnly``), one ``SMEMBERS`` per scrape; the ingress and beat, which never learn of a
+   retirement, too. An entity that comes back goes on from its earlier count.
 
 Beat and receiver are single processes and serve the default registry the same way.
 """
@@ -166,21 +167,17 @@ def listed_entities(reader: StateReader) -> set[str] | None:
 
 def process_registry(reader: StateReader | None) -> Collector:
     """This process's series (summed over the prefork children in multiprocess mode) and, read through
-    ``reader``, the state series (None leaves them out)."""
+    ``reader``, the state series (None leaves them out); with a reader, the series of entities no longer
+    listed are left out (``ListedEntitiesOnly``)."""
 
-    sources: list[Any] = []
+    own: Any = REGISTRY
     directory = multiprocess_dir()
     if directory is not None:
-        merged = CollectorRegistry()
-        MultiProcessCollector(merged, path=str(directory))  # type: ignore[no-untyped-call]
-        sources.append(
-            merged if reader is None else ListedEntitiesOnly(merged, partial(listed_entities, reader))
-        )
-    else:
-        sources.append(REGISTRY)
-    if reader is not None:
-        sources.append(StateCollector(reader))
-    return _Sources(sources)
+        own = CollectorRegistry()
+        MultiProcessCollector(own, path=str(directory))  # type: ignore[no-untyped-call]
+    if reader is None:
+        return _Sources([own])
+    return _Sources([ListedEntitiesOnly(own, partial(listed_entities, reader)), StateCollector(reader)])
 
 
 def render(registry: Collector) -> bytes:
