@@ -341,6 +341,14 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds an entity not named in the settings stays watched once its outbox is empty.",
     )
+    idle_sender_close: float | None = Field(
+        default=900.0,
+        gt=0,
+        description=(
+            "Seconds a Service Bus sender may go unused before it is closed (its link, connection and"
+            " keep-alive thread); never while a send uses it. None: kept until evicted (max_senders)."
+        ),
+    )
 
 
 class ReceiverSettings(BaseModel):
@@ -358,7 +366,10 @@ class ReceiverSettings(BaseModel):
     max_remembered: int = Field(
         default=1_000_000_000,
         gt=0,
-        description="Bound of the window (ids per entity); when full, receiving stops until ids expire.",
+        description=(
+            "Bound of the window (ids per entity); when full, receiving stops until ids expire. The default"
+            " holds 1,446 msgs/s sustained with the 7-day window; above, at least rate * window * 8/7."
+        ),
     )
     prefetch: int = Field(default=0, ge=0, le=10_000, description="The SDK's prefetch_count per receiver.")
     batch_size: int = Field(default=100, ge=1, le=5000, description="Messages asked for per receive call.")

@@ -66,10 +66,12 @@ EXTRA_KEYS: tuple[str, ...] = (
     "pending_outbox",
     "pending_backlog",
     "unexpected",
+    "suppressed_unhandled",
     "journal_overflow",
     "accepted_events",
 )
-"""Further per-entity counts (``unexpected``: delivered or handled with no acceptance in the journal)."""
+"""Further per-entity counts (``unexpected``: delivered or handled with no acceptance in the journal;
+``suppressed_unhandled``: lost, completed by a receiver as a duplicate of an id no receiver handled)."""
 
 
 def placeholder_kinds(operations: Iterable[Operations], priced: Iterable[str]) -> list[str]:

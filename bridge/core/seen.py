@@ -13,6 +13,10 @@ Within a bucket the hashes are the slots of a linear hash table keyed by the fin
 Redis keeps in its compact (listpack) encoding by default. That keeps the cost per id near the bytes of
 the fingerprint itself at 1 msg/s as at 10,000 msgs/s (``docs/receiving.md``, "Window").
 
+Under a sustained rate the live buckets hold up to a window and a span of traffic (``remembered_at``): the
+receivers' ``max_remembered`` must be at least that, or the window fills and receiving stalls once a span
+(``sustained_rate_limit``; 1,446.8 msgs/s for the default bound and window, ``docs/receiving.md``).
+
 A fingerprint is not the id: two different ids may share one, and the second would then be taken for
 handled (completed unhandled: a loss). ``false_positive_bound`` is the chance of that for a number of
 ids; ``docs/receiving.md`` states it for a week at 10,000 msgs/s.
@@ -44,6 +48,19 @@ def fingerprint(message_id: str) -> bytes:
 def span_ms(window_ms: int) -> int:
     """The length of a bucket, in milliseconds, for a window of ``window_ms`` (at least 1)."""
     return max(1, math.ceil(window_ms / BUCKETS_PER_WINDOW))
+
+
+def remembered_at(rate: float, window_s: float) -> float:
+    """The most ids the live buckets hold under a sustained ``rate`` (ids per second): the traffic of one
+    window and one span, since an id stays until its bucket expires, one window after the span ends."""
+    return rate * (window_s + span_ms(round(window_s * 1000)) / 1000)
+
+
+def sustained_rate_limit(max_remembered: int, window_s: float) -> float:
+    """The highest sustained rate (ids per second) whose window stays within ``max_remembered``. Above it
+    the window fills before its oldest bucket expires, and the receiver stops receiving (back-pressure)
+    until one does, every span: it keeps up with no more than this rate on average."""
+    return max_remembered / remembered_at(1.0, window_s)
 
 
 def false_positive_bound(new_ids: float, remembered: float, bits: int = FINGERPRINT_BYTES * 8) -> float:

@@ -3,7 +3,8 @@
 A batched send answers per message: the accepted ones, the ones the namespace will never take (too large)
 and, from the first failing batch on, one shared error. ``outcomes`` turns that into ``Outcome``s with the
 *effective* error class: a transient failure that keeps coming for the same entity and namespace is
-escalated to an outage (``error_classes.escalate``), tracked per process in ``Streaks``.
+escalated to an outage (``error_classes.escalate``), tracked per process in ``Streaks``, which holds only
+the streaks in progress: a success ends one and drops its entry, and a retired entity is forgotten.
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ class Streaks:
         key = (entity, role)
         if error is None:
             with self.lock:
-                self.streaks[key] = TransientStreak()
+                self.streaks.pop(key, None)
             return Outcome.success()
         classification = classify(error)
         with self.lock:
-            effective, self.streaks[key] = escalate(
+            effective, streak = escalate(
                 self.streaks.get(key, TransientStreak()), classification.error_class, now, self.policy
             )
+            if streak.count:
+                self.streaks[key] = streak
+            else:
+                self.streaks.pop(key, None)
         if effective is None:  # escalate answers None only for a success, and this was a failure
             raise InvariantError(f"a failed attempt ({type(error).__name__}) was classified as a success")
         return Outcome.failure(
@@ -48,6 +53,12 @@ class Streaks:
             entity_missing=classification.entity_missing,
             address_refused=classification.address_refused,
         )
+
+    def forget(self, entity: str) -> None:
+        """Drop ``entity``'s streaks (it retired: its next attempt starts afresh)."""
+        with self.lock:
+            for key in [key for key in self.streaks if key[0] == entity]:
+                del self.streaks[key]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ How (one ``DrainService`` per worker process, started by ``workers.app`` after t
 - **The entity set shrinks**: an entity whose shard 0 this process owns, idle in the pool and in Redis
   (empty, unwritten) for ``workers.entity_idle`` seconds, is removed from the set
   (``bridge.outbox.entities``, race-free with a concurrent write); its shards are handed over at the next
-  tick, and its next write lists it again.
+  tick, and its next write lists it again. Every process forgets what it kept for an entity that left the
+  set (``forget``: failure streaks, metric label sets, Service Bus senders).
 - **Order per key and the other guarantees are unchanged**: one holder per shard, ack only after a
   namespace accepted, a killed process's entries claimed by the next holder when its lease expires
   (``workers.lease_ttl``), a backoff waited out by the holder and respected by everyone.
@@ -50,6 +51,7 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.lease_keeper import LeaseKeeper
 from bridge.delivery.shard_pool import ShardPool
 from bridge.errors import StateStoreUnavailableError
+from bridge.observability import metrics
 from bridge.outbox.entities import EntitySet
 from bridge.state.drainers import DrainerRegistry
 
@@ -99,6 +101,7 @@ class DrainService:
         self.entity_set = EntitySet(ctx.redis)
         self.entity_idle = workers.entity_idle
         self._next_retire = 0.0
+        self._listed: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_probe = 0.0
@@ -194,10 +197,23 @@ class DrainService:
             log.debug("drainer %s took %s shard %d", self.member, entity, shard)
 
     def known_shards(self) -> list[ShardRef]:
-        """Every shard of every configured entity and of every entity in the set (written to, not retired)."""
-        entities = sorted(set(self.ctx.settings.entities) | set(self.entity_set.members()))
+        """Every shard of every configured entity and of every entity in the set (written to, not retired);
+        what this process kept for an entity that left the set since the last look is forgotten."""
+        listed = set(self.ctx.settings.entities) | set(self.entity_set.members())
+        for entity in sorted(self._listed - listed):
+            self.forget(entity)
+        self._listed = listed
+        entities = sorted(listed)
         counts = self.ctx.reader.shard_counts(entities)
         return [(entity, shard) for entity in entities for shard in range(counts[entity])]
+
+    def forget(self, entity: str) -> None:
+        """Free what this process holds for a retired ``entity``: its failure streaks, its label sets in the
+        per-process metrics and its Service Bus senders (those a send holds go once idle)."""
+        self.ctx.streaks.forget(entity)
+        removed = metrics.forget_entity(entity)
+        self.ctx.pool.forget(entity)
+        log.debug("entity %s retired: forgot its streaks, senders and %d metric label sets", entity, removed)
 
     def retire_idle_entities(self) -> None:
         """Remove from the entity set the entities not named in the settings whose shard 0 this process

@@ -342,6 +342,11 @@ def _notes(summary: Mapping[str, Any], inputs: ReportInputs) -> list[str]:
             f"{summary['journal_overflow']} events found a full journal and are missing: counts may be "
             "short (raise journal.max_length or roll more often)"
         )
+    if summary.get("suppressed_unhandled"):
+        notes.append(
+            f"{summary['suppressed_unhandled']} messages were completed by a receiver as duplicates but "
+            "never handled (their MessageId's fingerprint matched another id's): counted as lost"
+        )
     if summary.get("unexpected"):
         notes.append(
             f"{summary['unexpected']} messages were delivered or handled without an acceptance event"

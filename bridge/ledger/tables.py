@@ -3,7 +3,8 @@
 - ``messages``: one row per (entity, MessageId) with what the journal says happened to it, and its
   class (``bridge.ledger.live`` explains how "pending" and "lost" are told apart);
 - ``reconciliation``: per entity, accepted / delivered / pending / dead-lettered / quarantined / handled /
-  lost / unexpected, duplicates (copies Service Bus accepted, copies receivers suppressed);
+  lost / unexpected, duplicates (copies Service Bus accepted, copies receivers suppressed), and of the lost
+  the ones completed as duplicates that no receiver handled (``suppressed_unhandled``);
 - ``lost`` and ``duplicates``: the MessageIds behind those counts;
 - ``latency``: acceptance to first Service Bus acceptance and to the handler, p50/p95/p99/max in
   milliseconds per entity and path (``direct``, ``backup``, ``backlog+syphon``, ``all``);
@@ -91,6 +92,11 @@ def classify(
 ) -> DataFrame:
     """``message_facts`` plus booleans: accepted, delivered, ..., pending_outbox, pending_backlog, lost.
 
+    A message a receiver completed as a duplicate while no receiver ever handled it (nor dead-lettered it)
+    is lost too (``is_suppressed_unhandled``): a receiver remembers an id as handled in the same script
+    that journals its ``handled`` event, so such a copy matched another id's fingerprint
+    (``bridge.core.seen``) and the application never saw the message.
+
     ``outbox`` (entity, message_id) is the live snapshot and ``watermarks`` (entity, wm_ms, wm_seq) the
     journal position it was taken against; with ``checked`` False there is no snapshot and every open
     message counts as pending. ``drained`` says the outbox is known to be empty (a finished run): every
@@ -123,6 +129,7 @@ def classify(
     else:
         waiting = F.lit(True)
     open_ = accepted & ~terminal
+    suppressed_unhandled = accepted & (F.col("suppressed") > 0) & ~handled & ~dead
     in_backlog = (
         delivered & (F.col("first_path") == "backlog") & (F.col("syphon_events") == 0) & ~handled & ~dead
     )
@@ -140,7 +147,8 @@ def classify(
         handled.alias("is_handled"),
         (open_ & waiting).alias("is_pending_outbox"),
         in_backlog.alias("is_pending_backlog"),
-        (open_ & ~waiting).alias("is_lost"),
+        ((open_ & ~waiting) | suppressed_unhandled).alias("is_lost"),
+        suppressed_unhandled.alias("is_suppressed_unhandled"),
         (~accepted & (delivered | handled)).alias("is_unexpected"),
         path.alias("path"),
         ((F.unix_micros("first_sent_at") - F.unix_micros("accepted_at")) / 1000.0).alias("to_service_bus_ms"),
@@ -169,6 +177,7 @@ def reconciliation(messages: DataFrame, events: DataFrame) -> DataFrame:
         F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("broker_duplicates"),
         _count_if(F.col("copies") > 1).alias("duplicated_messages"),
         F.sum("suppressed").alias("suppressed_duplicates"),
+        total("is_suppressed_unhandled").alias("suppressed_unhandled"),
     )
     entity_level = (
         events.where(~F.col("entity").startswith("~"))

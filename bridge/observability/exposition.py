@@ -14,7 +14,12 @@ prometheus_client's multiprocess mode is used:
 3. when a pool child exits (Celery's ``worker_process_shutdown``), ``mark_process_dead`` removes its
    live-gauge files; its counters stay in the directory, so nothing it counted is lost;
 4. one HTTP server in the main process (``serve_process_metrics``) serves a ``MultiProcessCollector`` over
-   the directory, i.e. the sum over every child that ever ran, plus the state collector.
+   the directory, i.e. the sum over every child that ever ran, plus the state collector;
+5. a metrics file keeps every value it was given, so a pool process cannot remove the label sets of an
+   entity that retired (a worker's drain service does in a single process, ``metrics.forget_entity``):
+   every endpoint leaves out the series of entities neither configured nor in the outbox's entity set
+   (``ListedEntitiesOnly``), one ``SMEMBERS`` per scrape; the ingress and beat, which never learn of a
+   retirement, too. An entity that comes back goes on from its earlier count.
 
 Beat and receiver are single processes and serve the default registry the same way.
 """
@@ -27,7 +32,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +44,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import REGISTRY, Collector
 
+from bridge.errors import BridgeError
 from bridge.observability.collector import StateCollector
 from bridge.observability.snapshot import StateReader
+from bridge.outbox.reader import OutboxReader
 from bridge.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,21 +139,45 @@ class _Sources(Collector):
             yield from source.collect()
 
 
+class ListedEntitiesOnly(Collector):
+    """``source``'s series without the samples of entities ``listed()`` does not name (all of them when it
+    answers None: Redis could not be read)."""
+
+    def __init__(self, source: Any, listed: Callable[[], set[str] | None]) -> None:
+        self.source = source
+        self.listed = listed
+
+    def collect(self) -> Iterator[Metric]:
+        names = self.listed()
+        for metric in self.source.collect():
+            if names is not None:
+                metric.samples = [s for s in metric.samples if s.labels.get("entity", "") in names or
+                                  "entity" not in s.labels]  # fmt: skip
+            yield metric
+
+
+def listed_entities(reader: StateReader) -> set[str] | None:
+    """The configured entities and those in the outbox's entity set; None when Redis cannot be read."""
+    try:
+        return set(reader.settings.entities) | set(OutboxReader(reader.client(), reader.settings).entities())
+    except BridgeError as exc:
+        log.debug("entity set not read for the metrics: %s", exc)
+        return None
+
+
 def process_registry(reader: StateReader | None) -> Collector:
     """This process's series (summed over the prefork children in multiprocess mode) and, read through
-    ``reader``, the state series (None leaves them out)."""
+    ``reader``, the state series (None leaves them out); with a reader, the series of entities no longer
+    listed are left out (``ListedEntitiesOnly``)."""
 
-    sources: list[Any] = []
+    own: Any = REGISTRY
     directory = multiprocess_dir()
     if directory is not None:
-        merged = CollectorRegistry()
-        MultiProcessCollector(merged, path=str(directory))  # type: ignore[no-untyped-call]
-        sources.append(merged)
-    else:
-        sources.append(REGISTRY)
-    if reader is not None:
-        sources.append(StateCollector(reader))
-    return _Sources(sources)
+        own = CollectorRegistry()
+        MultiProcessCollector(own, path=str(directory))  # type: ignore[no-untyped-call]
+    if reader is None:
+        return _Sources([own])
+    return _Sources([ListedEntitiesOnly(own, partial(listed_entities, reader)), StateCollector(reader)])
 
 
 def render(registry: Collector) -> bytes:

@@ -22,6 +22,7 @@ prometheus_client picks the storage of a value (memory or a per-process file) wh
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -242,6 +243,33 @@ PROCESS_METRICS: tuple[Counter | Histogram, ...] = (
 """Every per-process series. Each has labels, so importing this module creates no value yet: a value (in
 memory or in a multiprocess file) is created by the first ``labels(...)`` call, after start-up chose the
 storage (``exposition.prepare_multiprocess``)."""
+
+
+def forget_entity(entity: str) -> int:
+    """Remove ``entity``'s label sets from every per-process series (it retired); how many went.
+
+    In multiprocess mode (a prefork worker's pool process) the values live in the process's metrics file,
+    which keeps every value it was given, so nothing is removed here: the serving process leaves out the
+    series of entities no longer listed (``bridge.observability.exposition``), and a returning entity goes
+    on from its earlier count.
+    """
+    if multiprocess():
+        return 0
+    removed = 0
+    for metric in PROCESS_METRICS:
+        names = list(metric._labelnames)
+        if "entity" not in names:
+            continue
+        at = names.index("entity")
+        for labels in [labels for labels in list(metric._metrics) if labels[at] == entity]:
+            metric.remove(*labels)
+            removed += 1
+    return removed
+
+
+def multiprocess() -> bool:
+    """True when this process keeps its metric values in files (``exposition.prepare_multiprocess``)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 def values_created() -> bool:

@@ -15,7 +15,10 @@ when one is retired; this module only builds and closes them.
 Senders are kept for the ``max_senders`` entity paths used last (``workers.max_senders``): the SDK gives
 every sender a link and a keep-alive thread, so a sender per entity ever sent to made a process's threads
 grow with the number of entities. The least recently used sender whose path no call is using is closed when
-a new one would pass the bound; the next send to that path opens its link again.
+a new one would pass the bound; the next send to that path opens its link again. A sender no send used for
+``workers.idle_sender_close`` seconds is closed too (``close_idle``, from the pool's link thread), with
+everything the client kept for its path, so a process's threads and memory come back down once entities
+fall silent. A sender is only ever closed while its path's lock is free: never under a send in flight.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from azure.servicebus import (
 from bridge.core.roles import Role
 from bridge.errors import NamespaceConfigurationError
 from bridge.servicebus.credentials import service_bus_client, transport_options
+from bridge.servicebus.path_locks import PathLocks
 from bridge.settings import NamespaceSettings, RetrySettings
 
 logger = logging.getLogger(__name__)
@@ -68,9 +72,10 @@ class RoleClient:
         self.sender_socket_timeout = sender_socket_timeout
         self.senders: OrderedDict[str, ServiceBusSender] = OrderedDict()
         self.senders_lock = threading.Lock()
-        self.last_used: dict[str, float] = {}  # entity → monotonic time its sender was last handed out
+        self.last_used: dict[str, float] = {}  # entity → monotonic time its link was last used or refreshed
+        self.sent_at: dict[str, float] = {}  # entity → monotonic time a send last wanted its sender
         self.receivers: dict[str, ServiceBusReceiver] = {}
-        self.locks: dict[str, threading.Lock] = {}
+        self.locks = PathLocks()  # one per handler path while a call holds or waits for it
         self.users = 0
         self.retired = False
         self.closing = False
@@ -117,37 +122,69 @@ class RoleClient:
         holds the path's lock (``locks["send:<path>"]``)."""
         with self.senders_lock:
             sender = self.senders.get(entity)
-            self.last_used[entity] = time.monotonic()
+            self.last_used[entity] = self.sent_at[entity] = time.monotonic()
             if sender is not None:
                 self.senders.move_to_end(entity)
                 return sender
             sender = self.new_sender(entity)
             self.senders[entity] = sender
             evicted = self._evict(keep=entity)
-        for path, old in evicted:
-            try:
-                old.close()
-            except Exception as exc:  # the link is dropped anyway
-                logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
+        self._close_senders(evicted)
         return sender
 
     def adopt(self, entity: str, sender: ServiceBusSender) -> bool:
         """Cache an already opened ``sender`` for ``entity`` unless a send opened one first or the client
         was retired (False: the caller closes it); the LRU bound applies as for ``sender``."""
-        lock = self.locks.setdefault(f"send:{entity}", threading.Lock())
-        with lock, self.senders_lock:
+        with self.locks.held(f"send:{entity}"), self.senders_lock:
             if self.retired or entity in self.senders:
                 return False
             self.senders[entity] = sender
-            self.last_used[entity] = time.monotonic()
+            self.last_used[entity] = self.sent_at[entity] = time.monotonic()
         with self.senders_lock:
             evicted = self._evict(keep=entity)
-        for path, old in evicted:
-            try:
-                old.close()
-            except Exception as exc:  # the link is dropped anyway
-                logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
+        self._close_senders(evicted)
         return True
+
+    def touch(self, entity: str) -> None:
+        """Count ``entity``'s cached sender as used now (its entity carries traffic elsewhere: a passive
+        backup's standby link stays open while the active namespace is sent to)."""
+        with self.senders_lock:
+            if entity in self.senders:
+                self.sent_at[entity] = time.monotonic()
+
+    def close_idle(self, now: float, after: float) -> list[str]:
+        """Close the senders no send wanted for ``after`` seconds, unless a call holds their path; the
+        paths closed. Also drops standby tries older than that (``bridge.servicebus.standby``)."""
+        with self.senders_lock:
+            idle = [path for path, at in self.sent_at.items() if now - at >= after]
+            closed = [pair for pair in (self._take_out(path) for path in idle) if pair is not None]
+            self.standby_tried = {e: at for e, at in self.standby_tried.items() if now - at < after}
+        self._close_senders(closed)
+        return [path for path, _ in closed]
+
+    def forget(self, entity: str) -> bool:
+        """Close ``entity``'s sender now unless a call holds its path (its entity retired); True if gone."""
+        with self.senders_lock:
+            pair = self._take_out(entity)
+            self.standby_tried.pop(entity, None)
+            gone = entity not in self.senders
+        self._close_senders([] if pair is None else [pair])
+        return gone
+
+    def _take_out(self, path: str) -> tuple[str, ServiceBusSender] | None:
+        """(Under the senders lock.) Take ``path``'s sender and what the client kept for it out of the cache,
+        unless a call holds the path (None then, or when there is no sender); closed outside the lock."""
+        key = f"send:{path}"
+        if not self.locks.acquire(key, 0):
+            return None
+        try:
+            sender = self.senders.pop(path, None)
+            self.last_used.pop(path, None)
+            self.sent_at.pop(path, None)
+            self.reopened.discard(path)
+        finally:
+            self.locks.release(key)
+        return None if sender is None else (path, sender)
 
     def _evict(self, keep: str) -> list[tuple[str, ServiceBusSender]]:
         """(Under the senders lock.) Take out the least recently used senders beyond the bound whose path
@@ -156,16 +193,16 @@ class RoleClient:
         for path in list(self.senders):
             if len(self.senders) <= self.max_senders:
                 break
-            lock = self.locks.get(f"send:{path}")
-            if path == keep or (lock is not None and not lock.acquire(blocking=False)):
-                continue
-            try:
-                evicted.append((path, self.senders.pop(path)))
-                self.last_used.pop(path, None)
-            finally:
-                if lock is not None:
-                    lock.release()
+            if path != keep and (pair := self._take_out(path)) is not None:
+                evicted.append(pair)
         return evicted
+
+    def _close_senders(self, senders: list[tuple[str, ServiceBusSender]]) -> None:
+        for path, old in senders:
+            try:
+                old.close()
+            except Exception as exc:  # the link is dropped anyway
+                logger.debug("closing the %s sender of %s failed: %s", self.role, path, type(exc).__name__)
 
     def new_sender(self, entity: str) -> ServiceBusSender:
         """A new, unopened sender for ``entity`` (the cache is the caller's business)."""

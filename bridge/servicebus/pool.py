@@ -21,7 +21,8 @@ One ``ServiceBusClient`` per role ("primary", "secondary"), created lazily; one 
 path) — ``get_queue_sender`` for queues and topics alike, the AMQP link target is just the path — and one
 PEEK_LOCK receiver per (role, queue). A fault of the outage class (lost connection, refused connection,
 deadline overrun) retires the role's whole client: calls in flight finish on it, the next call opens a
-fresh one. An overrun closes the stuck client at once on a background thread.
+fresh one. An overrun closes the stuck client at once on a background thread. Senders idle for
+``workers.idle_sender_close`` are closed, and idle ones younger than that refreshed (``refresh``).
 
 Close/fault coupling (after the .NET paired client; the decision is ``bridge.core.coupling``): when one
 role's client faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the
@@ -150,12 +151,7 @@ class NamespacePool:
         self.connect_probe = ConnectProbe(self._namespaces, probe_policy)
         self._reopen_threads = ProcessThreads(REOPEN_THREADS, "servicebus-reopen")
         self._closed = False  # set by ``close``: no reopen makes a client after it
-        refresh_after = settings.retry.link_refresh_after
-        self._refresher = (
-            None
-            if refresh_after is None
-            else LinkRefresher(refresh_after, self._live_clients, open_deadline=self.attempt_deadline)
-        )
+        self._refresher = LinkRefresher.of(settings, self._live_clients)
 
     # ---- public operations -----------------------------------------------------------------------------
     def send(
@@ -218,21 +214,25 @@ class NamespacePool:
         except NamespaceError:
             return
         try:
-            lock = client.locks.setdefault(f"send:{entity}", threading.Lock())
             if not reopen_wanted(client, entity):
                 return
-            if not lock.acquire(blocking=False):
+            if not client.locks.acquire(f"send:{entity}", 0):
                 return  # a send has the path: it opens the link itself
             started = time.monotonic()
             try:  # the SDK's first batch opens the link, and its limit lets the next batch be packed ahead
                 self._limit_of(client, client.sender(entity), entity)
             finally:
-                lock.release()
+                client.locks.release(f"send:{entity}")
             logger.info("reopened the %s sender of %s in %.2fs", role, entity, time.monotonic() - started)
         except NamespaceError as exc:  # an outage retired the client in ``_call``: the sends will judge it
             logger.info("reopening the %s sender of %s failed: %s", role, entity, type(exc).__name__)
         finally:
             self._release(client)
+
+    def forget(self, entity: str) -> None:
+        """Close ``entity``'s senders now where no call holds them (it retired); the rest go when idle."""
+        for client in self._live_clients():
+            client.forget(entity)
 
     def schedule_and_cancel(self, role: Role, entity: str, message: OutgoingMessage) -> None:
         """Schedule ``message`` at its ScheduledEnqueueTimeUtc and cancel it at once (ping mode "schedule").
@@ -420,10 +420,10 @@ class NamespacePool:
     # ---- clients -----------------------------------------------------------------------------------------
     @contextmanager
     def _using(self, role: Role, handler_key: str) -> Iterator[RoleClient]:
-        client = self._acquire(role)
+        with self._lock:
+            client = self._take(role)
         try:
-            lock = client.locks.setdefault(handler_key, threading.Lock())
-            if not lock.acquire(timeout=self.attempt_deadline):
+            if not client.locks.acquire(handler_key, self.attempt_deadline):
                 # Another thread's call on this handler (e.g. a long receive): says nothing of the namespace.
                 raise TransientNamespaceError(
                     f"{role} {handler_key}: still busy with another call after {self.attempt_deadline:g}s",
@@ -432,13 +432,9 @@ class NamespacePool:
             try:
                 yield client
             finally:
-                lock.release()
+                client.locks.release(handler_key)
         finally:
             self._release(client)
-
-    def _acquire(self, role: Role) -> RoleClient:
-        with self._lock:
-            return self._take(role)
 
     def _take(self, role: Role) -> RoleClient:
         """(Under ``_lock``.) ``role``'s client, opened if there is none, counted as in use."""

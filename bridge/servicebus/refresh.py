@@ -13,6 +13,11 @@ under the sender's lock, and the old one is closed. The next send after an idle 
 link. A refresh that fails only drops the cached sender (the next send opens one itself, as before) and
 is logged at DEBUG: the namespace's health is judged by real sends, not by this housekeeping.
 
+A sender no send wanted for ``workers.idle_sender_close`` seconds (default 900) is closed instead, on the
+same thread (``RoleClient.close_idle``): its link, its connection and the SDK's keep-alive thread go, so a
+process that once sent to many entities comes back down to the threads of those it still sends to. The
+close skips a path whose lock a call holds, so no send is ever cut off; the next send opens a new link.
+
 Pure decision (``due``) and the thread that acts on it (``LinkRefresher``) are kept apart, so the rule is
 tested as a table and the thread against a real namespace.
 """
@@ -24,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
+
+from bridge.settings import Settings
 
 if TYPE_CHECKING:
     from bridge.servicebus.clients import RoleClient
@@ -44,12 +51,15 @@ class LinkRefresher:
 
     def __init__(
         self,
-        refresh_after: float,
+        refresh_after: float | None,
         clients: Callable[[], Iterable[RoleClient]],
         open_deadline: float,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        close_after: float | None = None,
     ) -> None:
         self.refresh_after = refresh_after
+        self.close_after = close_after
         self._clients = clients
         self._open_deadline = open_deadline
         self._clock = clock
@@ -57,6 +67,17 @@ class LinkRefresher:
         self._thread: threading.Thread | None = None
         self.refreshed = 0
         """Senders replaced so far (observation for tests and status)."""
+        self.closed = 0
+        """Idle senders closed so far."""
+
+    @classmethod
+    def of(cls, settings: Settings, clients: Callable[[], Iterable[RoleClient]]) -> LinkRefresher | None:
+        """The thread ``settings`` ask for (``retry.link_refresh_after``, ``workers.idle_sender_close``;
+        None when both are off), opening links under the attempt deadline."""
+        refresh_after, close_after = settings.retry.link_refresh_after, settings.workers.idle_sender_close
+        if refresh_after is None and close_after is None:
+            return None
+        return cls(refresh_after, clients, settings.retry.attempt_deadline, close_after=close_after)
 
     def ensure_running(self) -> None:
         """Start the thread if it is not running (a pool starts it on first use, after any fork)."""
@@ -77,11 +98,16 @@ class LinkRefresher:
         self._thread = None
 
     def _run(self) -> None:
-        interval = max(MIN_INTERVAL, self.refresh_after / 4)
+        periods = [p for p in (self.refresh_after, self.close_after) if p is not None]
+        interval = max(MIN_INTERVAL, min(periods, default=60.0) / 4)
         while not self._stop.wait(interval):
             for client in list(self._clients()):
                 if self._stop.is_set():
                     return
+                if self.close_after is not None:
+                    self.closed += len(client.close_idle(self._clock(), self.close_after))
+                if self.refresh_after is None:
+                    continue
                 for entity in due(client.idle_since(), self._clock(), self.refresh_after):
                     self.refresh(client, entity)
 
@@ -89,6 +115,7 @@ class LinkRefresher:
         """Replace ``client``'s sender of ``entity`` with a newly opened one; never raises."""
         if client.retired or entity not in client.senders:
             client.last_used.pop(entity, None)
+            client.sent_at.pop(entity, None)
             return
         fresh = client.new_sender(entity)
         opened, abandoned = threading.Event(), threading.Event()
@@ -108,8 +135,10 @@ class LinkRefresher:
         opener = threading.Thread(target=open_fresh, name="servicebus-link-open", daemon=True)
         opener.start()
         opener.join(self._open_deadline)
-        lock = client.locks.setdefault(f"send:{entity}", threading.Lock())
-        with lock, client.senders_lock:  # the path's sends, and the cache (its LRU eviction) as a whole
+        with (
+            client.locks.held(f"send:{entity}"),
+            client.senders_lock,
+        ):  # the path's sends, and the cache (its LRU eviction) as a whole
             cached = client.senders.get(entity)
             keep = opened.is_set() and not client.retired and cached is not None
             if keep:
@@ -120,6 +149,7 @@ class LinkRefresher:
                 # Evicted meanwhile, retired, or not opened: the next send opens its own sender.
                 client.senders.pop(entity, None)
                 client.last_used.pop(entity, None)
+                client.sent_at.pop(entity, None)
                 abandoned.set()
         _quietly_close(cached)
         if not keep and not opener.is_alive():

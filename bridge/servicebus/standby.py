@@ -59,7 +59,9 @@ def wanted(client: RoleClient, entity: str, now: float) -> bool:
 
 
 def open_standby(client: RoleClient, entity: str) -> None:
-    """Open ``client``'s sender of ``entity`` on a daemon thread if ``wanted``; never raises, never waits."""
+    """Open ``client``'s sender of ``entity`` on a daemon thread if ``wanted``; never raises, never waits.
+    An open one counts as used: the standby link stays while its entity has traffic (``close_idle``)."""
+    client.touch(entity)
     if not wanted(client, entity, time.monotonic()):
         return
 

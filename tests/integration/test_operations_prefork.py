@@ -91,3 +91,37 @@ def test_counts_survive_recycled_pool_children(tmp_path: Path) -> None:
         assert found.value("bridge_send_messages_total", entity="orders", result="accepted") == MESSAGES
         assert found.value("bridge_delivery_latency_seconds_count", entity="orders") == MESSAGES
         assert worker.running
+
+
+def test_a_retired_entitys_series_leave_the_prefork_workers_metrics(tmp_path: Path) -> None:
+    port = free_port()
+    settings = {"BRIDGE_WORKERS__SWEEP_INTERVAL": "0.3", "BRIDGE_WORKERS__ENTITY_IDLE": "1"}
+    with LocalStack(tmp_path, entities={"orders": {}}, settings=settings) as stack:
+        stack.start_bridge(
+            "worker",
+            "worker",
+            "--concurrency",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            BRIDGE_METRICS_PORT=str(port),
+        )
+        url = start_serve(stack)
+        url_metrics = f"http://127.0.0.1:{port}/metrics"
+
+        def accepted(entity: str) -> float:
+            return scrape(url_metrics).value("bridge_send_messages_total", entity=entity, result="accepted")
+
+        # Given a message to a configured entity and one to an entity nobody configured, both delivered
+        # by the worker's pool processes (whose metric values live in files the main process sums)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            for entity in ("orders", "passing"):
+                answer = http.post(f"/v1/entities/{entity}/messages", json={"body": entity})
+                assert answer.status_code == 202
+        wait_until(lambda: accepted("orders") == accepted("passing") == 1, 60, 0.3, "both delivered")
+        # When the unconfigured one stays empty past workers.entity_idle and retires
+        # Then its series leave the worker's metrics; the configured entity's stay
+        wait_until(
+            lambda: 'entity="passing"' not in scrape(url_metrics).text, 60, 0.3, "passing's series gone"
+        )
+        assert accepted("orders") == 1

@@ -10,6 +10,7 @@ failed send, no exception, no warning logged by the bridge. How long the first s
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -97,4 +98,38 @@ def test_a_receiver_receives_after_its_link_idled_out(
         link.complete(got[0])
     finally:
         link.close()
+    assert bridge_warnings == []
+
+
+def test_senders_closed_for_idleness_never_cut_off_a_send(
+    idling: LocalNamespace, bridge_warnings: list[logging.LogRecord]
+) -> None:
+    settings = settings_for(idling, attempt_deadline=10)
+    workers = settings.workers.model_copy(update={"idle_sender_close": 0.05})
+    pool = NamespacePool(settings.model_copy(update={"workers": workers}))
+    sends = 6
+
+    def send_with_pauses(queue: str) -> None:
+        for index in range(sends):
+            send_one(pool, queue, index)
+            time.sleep(0.15)  # longer than idle_sender_close: the sender is closed before the next send
+
+    try:
+        # Given senders closed as soon as no send wanted them for 50 ms
+        # When two threads send to two queues, pausing between sends, while others send at once
+        threads = [threading.Thread(target=send_with_pauses, args=(q,)) for q in ("q-a", "q-b")]
+        for thread in threads:
+            thread.start()
+        for index in range(sends):
+            send_one(pool, "q-c", index)
+        for thread in threads:
+            thread.join(60)
+        # Then every send was accepted (send_one asserts it), senders were closed in between, and none
+        # is left open once the sends stop
+        eventually(lambda: pool.sender_paths("primary"), lambda paths: paths == [], timeout=10, interval=0.05)
+        assert pool._refresher is not None and pool._refresher.closed >= sends // 2
+    finally:
+        pool.close()
+    for queue in ("q-a", "q-b", "q-c"):
+        assert [m.message_id for m in drain(idling, queue, sends)] == [f"m-{i}" for i in range(sends)]
     assert bridge_warnings == []

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.core.seen import FINGERPRINT_BYTES, false_positive_bound, fingerprint, span_ms
+from bridge.core.seen import (
+    FINGERPRINT_BYTES,
+    false_positive_bound,
+    fingerprint,
+    remembered_at,
+    span_ms,
+    sustained_rate_limit,
+)
+from bridge.settings import ReceiverSettings
 
 WEEK = 7 * 24 * 3600
 
@@ -31,3 +39,14 @@ def test_the_odds_of_a_false_already_handled_over_a_week_at_10000_per_second() -
     assert false_positive_bound(new, remembered) < 1e-14
     # 104 bits would not meet 1e-12: why the fingerprint has 14 bytes
     assert false_positive_bound(new, remembered, bits=104) > 1e-12
+
+
+def test_the_default_bound_holds_a_window_and_a_span_of_up_to_1446_msgs_per_second() -> None:
+    defaults = ReceiverSettings()
+    # A week's window keeps an id up to 8 days: 691,200 s of traffic at most
+    assert remembered_at(1.0, defaults.window) == 691_200
+    assert remembered_at(1000.0, defaults.window) == 691_200_000
+    # 10^9 ids over 8 days: above 1,446.8 msgs/s sustained the default bound fills (docs/receiving.md)
+    assert round(sustained_rate_limit(defaults.max_remembered, defaults.window)) == 1447
+    assert remembered_at(1446.0, defaults.window) < defaults.max_remembered
+    assert remembered_at(1447.0, defaults.window) > defaults.max_remembered

@@ -1,0 +1,77 @@
+"""A message a receiver completed as a duplicate without ever handling it is lost in ``bridge report``.
+
+A receiver remembers a handled MessageId as a 14-byte fingerprint (``bridge.core.seen``) and journals its
+``handled`` event in the same script. Two different ids may share a fingerprint; the second one's copies
+are then completed as duplicates and its handler never runs. Its journal shows it accepted, sent, received
+and suppressed, never handled: delivered, but lost to the application. A real collision of 112 bits cannot
+be made, so the journal here is what a receiver writes for one (the events go the real way: appended to
+a private Redis's journal streams, rolled into Parquet by the roll, then the Spark job).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from bridge.core import journal as J
+from bridge.core.ledger import price_table
+from bridge.embedded.redis_server import RedisServer
+from bridge.journal.store import JournalStore
+from bridge.ledger.job import ReportInputs, run_report
+from bridge.ledger.live import roll_now
+from bridge.redis.connection import sync_client
+from bridge.settings import load_settings
+
+T = 1_790_000_000.0
+P = "ns1"
+
+
+def events() -> list[J.JournalEvent]:
+    """m1 handled; m2 a true duplicate (its second copy suppressed after it was handled); m3 suppressed
+    as a duplicate of m1's fingerprint, never handled."""
+    out: list[J.JournalEvent] = []
+    for n, message_id in enumerate(("m1", "m2", "m3")):
+        at = T + n
+        out += [
+            J.accepted(message_id, at, door="http", size=10),
+            J.sent(message_id, at + 0.01, namespace=P, role="primary", path="direct", batch=f"b{n}"),
+            J.received(message_id, at + 0.02, namespace=P, role="primary"),
+        ]
+    out += [
+        J.handled("m1", T + 0.03),
+        J.handled("m2", T + 1.03),
+        J.received("m2", T + 1.5, namespace=P, role="primary"),
+        J.duplicate_suppressed("m2", T + 1.51, namespace=P, role="primary"),
+        J.duplicate_suppressed("m3", T + 2.03, namespace=P, role="primary"),
+    ]
+    return out
+
+
+def test_a_copy_suppressed_by_another_ids_fingerprint_is_lost(spark: Any, tmp_path: Path) -> None:
+    server = RedisServer(data_dir=tmp_path / "redis")
+    server.start()
+    try:
+        # Given a journal where m3 was completed as a duplicate and never handled
+        client = sync_client(server.url)
+        settings = load_settings(redis_url=server.url)
+        JournalStore(client, settings.journal).append("orders", events())
+        roll_now(client, settings, tmp_path / "journal", ["orders"])
+        client.close()
+    finally:
+        server.close()
+    # When the ledger reconciles it (the outbox known to be empty)
+    inputs = ReportInputs(
+        journal=tmp_path / "journal", out=tmp_path / "report", prices=price_table(), drained=True
+    )
+    summary = run_report(spark, inputs)
+    # Then m3 counts as lost, not as fine: the verdict fails, the lost table names it, a note says why
+    orders = summary["entities"]["orders"]
+    got = {key: orders[key] for key in ("delivered", "handled", "suppressed_duplicates", "lost")}
+    assert got == {"delivered": 3, "handled": 2, "suppressed_duplicates": 2, "lost": 1}
+    assert orders["suppressed_unhandled"] == 1 and orders["lost_ids"] == ["m3"]
+    assert summary["lost"] == 1 and summary["suppressed_unhandled"] == 1
+    lost = pq.read_table(tmp_path / "report" / "tables" / "lost").to_pylist()
+    assert [row["message_id"] for row in lost] == ["m3"]
+    assert any("never handled" in note for note in summary["notes"])
