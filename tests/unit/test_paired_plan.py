@@ -27,12 +27,11 @@ from bridge.core.paired_plan import (
     REROUTE_DELAY,
     BacklogView,
     BatchEntry,
-    CurrentBacklog,
     PairedPlan,
     PairedView,
     plan_batch,
-    settle_batch,
 )
+from bridge.core.paired_settle import CurrentBacklog, settle_batch
 from bridge.core.replication import RetryContext
 from bridge.errors import InvariantError
 

@@ -48,12 +48,11 @@ from bridge.core.paired import backlog_queue_path, route
 from bridge.core.paired_plan import (
     BacklogView,
     BatchEntry,
-    CurrentBacklog,
     PairedPlan,
     PairedView,
     plan_batch,
-    settle_batch,
 )
+from bridge.core.paired_settle import CurrentBacklog, settle_batch
 from bridge.core.partitioning import partition_key
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.delivery.modes.base import SendPort, send_entries
