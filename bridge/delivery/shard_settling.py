@@ -11,6 +11,7 @@ from bridge.core import journal as journal_events
 from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
+from bridge.core.layout import stream_id
 from bridge.core.partitioning import partition_key
 from bridge.core.roles import Swap
 from bridge.core.settle import (
@@ -22,7 +23,7 @@ from bridge.core.settle import (
     Stop,
     plan_settlement,
 )
-from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, ShardState, message_id_of
+from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, HeldFrom, ShardState, message_id_of
 from bridge.errors import ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
@@ -41,9 +42,10 @@ class ShardSettling(ShardState):
         Each entry is settled on its own (an ``Ack`` after a ``Retry`` of another key is still an ack; a
         mode never sends past a ``Retry`` or ``Hold`` of the same key).
         """
+        keys = [self._key(e) for e in entries]
         plan = plan_settlement(
             decisions,
-            [self._key(e) for e in entries],
+            keys,
             held=self.holds.keys(),
             waits=self.abandoned,
             own_waits=self.abandoned_ids.keys(),
@@ -62,7 +64,7 @@ class ShardSettling(ShardState):
         self.settler.flush()
         self.record_due_health(due)
         self._count(self.take_cost())
-        full = self._settle_in_line(entries, plan)
+        full = self._settle_in_line(entries, keys, plan)
         if plan.stop is not None:
             self._stop(plan.stop)
         if full is not None:
@@ -70,7 +72,7 @@ class ShardSettling(ShardState):
         return plan.stop is None and full is None
 
     def _settle_in_line(
-        self, entries: Sequence[OutboxEntry], plan: SettlePlan
+        self, entries: Sequence[OutboxEntry], keys: Sequence[str], plan: SettlePlan
     ) -> ProblemStreamFullError | None:
         """Journal first, then dead-letter moves, holds and what retried entries already reached, then
         the acknowledgements. The dead-letter entries the stream has no room for stay pending (neither
@@ -85,6 +87,10 @@ class ShardSettling(ShardState):
         # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
         self.journal.take().write(self.ctx.journal, self.entity)
         full = self._full("deadletter") if kept else None
+        pending: dict[str, str] = {}  # each key's first entry that stays pending (a hold starts there)
+        for key, (entry, fate) in zip(keys, fates, strict=True):
+            if isinstance(fate, HoldKey | StayPending):
+                pending.setdefault(key, entry.entry_id)
         for entry, fate in fates:
             if isinstance(fate, DeadLetterEntry):
                 if entry.entry_id in kept:
@@ -94,7 +100,7 @@ class ShardSettling(ShardState):
                 except ProblemStreamFullError as exc:  # filled meanwhile by another shard: held as well
                     full = exc
             elif isinstance(fate, HoldKey):
-                self._hold(fate)
+                self._hold(fate, pending.get(fate.key, entry.entry_id))
             elif isinstance(fate, StayPending) and fate.delivered_to:
                 self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
         self._ack([entry for entry, fate in fates if isinstance(fate, Acknowledge)])
@@ -161,8 +167,9 @@ class ShardSettling(ShardState):
         key = partition_key(entry.envelope, self.dedup) if entry.envelope is not None else None
         return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
 
-    def _hold(self, hold: HoldKey) -> None:
+    def _hold(self, hold: HoldKey, first: str) -> None:
         self.holds[hold.key] = hold.until
+        self.held_from[hold.key] = HeldFrom(first, hold.awaits)
         log.info(
             "entity %s shard %d holds a key for %.2fs: %s",
             self.entity,
@@ -182,13 +189,17 @@ class ShardSettling(ShardState):
         return bool(self.holds) and min(self.holds.values()) <= self.ctx.clock()
 
     def _release_due_holds(self) -> None:
-        """Forget the holds that are due; their keys' entries, anywhere in the pending list, are claimed
-        again from the start."""
+        """Forget the holds that are due; the next claim starts at the first pending entry of their keys
+        (the entries before it are settled or belong to keys still held), so they are decided again in
+        order and a long run of another key's held entries before them is not claimed again."""
         now = self.ctx.clock()
-        kept = {key: at for key, at in self.holds.items() if at > now}
-        if len(kept) < len(self.holds):
-            self.claim_from = "0-0"
-        self.holds = kept
+        due = [key for key, at in self.holds.items() if at <= now]
+        if not due:
+            return
+        starts = [self.claim_from, *(self.held_from[key].entry_id for key in due)]
+        self.claim_from = min(starts, key=stream_id)
+        for key in due:
+            del self.holds[key], self.held_from[key]
 
     def _ack(self, entries: list[OutboxEntry]) -> None:
         if entries:
