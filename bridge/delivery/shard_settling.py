@@ -57,9 +57,10 @@ class ShardSettling(ShardState):
         self._apply_changes(plan.changes)
         due = self.take_health_due()
         if plan.behind:
-            # Every entry accepted: journal, acknowledgement and health are written behind us (``settler``).
-            batch, accepted = self.journal.take(), list(entries)
-            self.settler.submit(lambda: self._settle_accepted(batch, accepted, due))
+            # Every entry accepted: journal, send counts, acknowledgement and health are written behind us
+            # (``settler``).
+            batch, accepted, cost = self.journal.take(), list(entries), self.take_cost()
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted, due, cost))
             return True
         self.settler.flush()
         self.record_due_health(due)
@@ -148,16 +149,22 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry], due: list[HealthDue]) -> None:
-        # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
+    def _settle_accepted(
+        self, batch: JournalBatch, entries: list[OutboxEntry], due: list[HealthDue], cost: CostTally
+    ) -> None:
+        # Before the entries are acknowledged: the journal then never lacks what the outbox lost, and the
+        # send counters never lag behind the outbox (an entry gone from it is counted in every namespace
+        # that took it; one counted and not acknowledged when the process dies is sent, and counted, again).
         batch.write(self.ctx.journal, self.entity)
+        self._count(cost)
         self._ack(entries)
         # A namespace that was down is announced back from here (a few milliseconds after its send), unless
         # a later attempt found it down meanwhile (``bridge.core.roles.next_health``).
         self.record_due_health(due)
 
     def _count(self, cost: CostTally) -> None:
-        """Write the send counters (``ShardState.cost``): with an in-line settlement, and once a turn."""
+        """Write the send counters (``ShardState.cost``): with each batch's settlement, before its
+        acknowledgements, and at the end of a turn for sends no settlement took."""
         if cost.total:
             self.ctx.cost.add(self.entity, cost)
 

@@ -161,9 +161,8 @@ class ShardState:
         self.read_ahead = ReadAhead()
         """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
         self.cost = CostTally()
-        """The billable sends not yet counted in Redis: written with a settlement in line and at the end
-        of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
-        one that died between a send and its count always did)."""
+        """The billable sends not yet counted in Redis: written with the batch's settlement, before its
+        acknowledgements, and at a turn's end for sends no settlement took (``ShardSettling._count``)."""
 
     def record_due_health(self, due: list[HealthDue]) -> None:
         """Record the health of the namespaces of ``due`` (``health_due``; ``ShardSending`` does it)."""
