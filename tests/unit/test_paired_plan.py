@@ -473,6 +473,11 @@ def _removed(index: int, outcome: Outcome) -> tuple[RemoveFromRotation, ...]:
     return (RemoveFromRotation(index, NOW, outcome.error or ""),)
 
 
+def _queue_failed(delay: float, error: str, outcome: Outcome) -> Hold:
+    """The hold of a message whose backlog queue 2 failed with ``outcome`` (it waits for the queue)."""
+    return Hold(delay, f"backlog queue 2 failed: {error}", changes=_removed(2, outcome), awaits=QUEUE_AWAITS)
+
+
 @pytest.mark.parametrize(
     ("key", "ordered", "outcome", "expected"),
     [
@@ -482,47 +487,12 @@ def _removed(index: int, outcome: Outcome) -> tuple[RemoveFromRotation, ...]:
         (A, True, TOO_BIG, Hold(PING, "rejected by backlog queue 2: too big")),
         (None, True, TOO_BIG, Hold(PING, "rejected by backlog queue 2: too big")),
         # the queue failed: it leaves the rotation; a key that sticks to it waits for it ...
-        (
-            A,
-            True,
-            DOWN,
-            Hold(READMIT, "backlog queue 2 failed: refused", changes=_removed(2, DOWN), awaits=QUEUE_AWAITS),
-        ),
-        (
-            A,
-            True,
-            BUSY,
-            Hold(READMIT, "backlog queue 2 failed: busy", changes=_removed(2, BUSY), awaits=QUEUE_AWAITS),
-        ),
-        (
-            A,
-            True,
-            AUTH,
-            Hold(READMIT, "backlog queue 2 failed: bad key", changes=_removed(2, AUTH), awaits=QUEUE_AWAITS),
-        ),
+        (A, True, DOWN, _queue_failed(READMIT, "refused", DOWN)),
+        (A, True, BUSY, _queue_failed(READMIT, "busy", BUSY)),
+        (A, True, AUTH, _queue_failed(READMIT, "bad key", AUTH)),
         # ... any other message tries another queue shortly
-        (
-            None,
-            True,
-            DOWN,
-            Hold(
-                REROUTE_DELAY,
-                "backlog queue 2 failed: refused",
-                changes=_removed(2, DOWN),
-                awaits=QUEUE_AWAITS,
-            ),
-        ),
-        (
-            A,
-            False,
-            DOWN,
-            Hold(
-                REROUTE_DELAY,
-                "backlog queue 2 failed: refused",
-                changes=_removed(2, DOWN),
-                awaits=QUEUE_AWAITS,
-            ),
-        ),
+        (None, True, DOWN, _queue_failed(REROUTE_DELAY, "refused", DOWN)),
+        (A, False, DOWN, _queue_failed(REROUTE_DELAY, "refused", DOWN)),
     ],
 )
 def test_backlog_outcome_table(
