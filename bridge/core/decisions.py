@@ -107,6 +107,9 @@ class Hold:
     reason: str
     changes: tuple[Change, ...] = ()
     alerts: tuple[str, ...] = ()
+    awaits: tuple[Role, ...] = ("primary",)
+    """The namespaces whose return, seen for this entity, decides the key again before ``retry_after``
+    (``bridge.core.seen_back``): the primary ends a failover; a backlog queue is in the secondary."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from bridge.core.paired import (
     route,
 )
 from bridge.core.replication import RetryContext
+from bridge.core.roles import Role
 from bridge.errors import InvariantError
 
 REROUTE_DELAY = 0.1
@@ -174,6 +175,10 @@ REFUSED_HOLD = 1.0
 namespace's address refused connections (the next decision probes the address)."""
 
 
+QUEUE_AWAITS: tuple[Role, ...] = ("primary", "secondary")
+"""What a key held for its backlog queue waits for: the failover's end, or the secondary (the queue's)."""
+
+
 def hold_delay(view: PairedView, removed_at: float) -> float:
     """How long a key held for a backlog queue that left the rotation at ``removed_at`` waits before it is
     looked at again: until the queue may be readmitted, at most one ping interval (the earliest the
@@ -265,7 +270,11 @@ class _Placer:
             delay = hold_delay(view, backlog.rotation.removed.get(index, now))
             if index in backlog.rotation.refused:
                 delay = min(delay, REFUSED_HOLD)  # looked at again soon: the address may accept again
-            return Hold(delay, f"its backlog queue {index} left the rotation; its messages there go first")
+            return Hold(
+                delay,
+                f"its backlog queue {index} left the rotation; its messages there go first",
+                awaits=QUEUE_AWAITS,
+            )
         # No order to keep (a keyless message, or fast mode): this worker's current queue, as .NET did.
         index = choose_backlog(
             backlog.rotation,

@@ -24,6 +24,7 @@ from bridge.core.paired import (
     seconds_until_failover,
 )
 from bridge.core.paired_plan import (
+    QUEUE_AWAITS,
     REFUSED_HOLD,
     REROUTE_DELAY,
     BacklogSend,
@@ -123,6 +124,7 @@ def _after_backlog(view: PairedView, send: BacklogSend, key: str | None, outcome
         delay,
         f"backlog queue {send.index} failed: {outcome.error}",
         changes=() if removal is None else (removal,),
+        awaits=QUEUE_AWAITS,
     )
 
 

@@ -56,6 +56,8 @@ class HoldKey:
     until: float
     retry_after: float
     reason: str
+    awaits: tuple[Role, ...] = ("primary",)
+    """The namespaces whose return, seen for the entity, decides the key again sooner (``Hold.awaits``)."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,9 @@ def _fates(
             else:
                 holding.add(key)
                 retry_after = settlement.retry_after
-                fates.append(HoldKey(key, now + retry_after, retry_after, settlement.reason))
+                fates.append(
+                    HoldKey(key, now + retry_after, retry_after, settlement.reason, settlement.awaits)
+                )
         elif isinstance(settlement, Retry):
             fates.append(StayPending(settlement.delivered_to))
         else:

@@ -11,8 +11,8 @@ Keys on hold (``Hold``: their entries stay pending) never make another key's new
 ones: the drainer reads new entries only once it has claimed the whole pending list, ``read_count`` at a
 time, so an older pending entry of a key that is not held (one whose batch was retried) is always sent
 before that key's newer entries. A claim starts after the entries an earlier claim of the tenure found
-settled or held (``claim_from``), so a long run of held entries is not claimed again on every pass; the
-next claim starts from 0 again when a hold ends.
+settled or held (``claim_from``), so a long run of held entries is not claimed again on every pass; when a
+hold ends, the next claim starts at the first pending entry of its key.
 
 A tenure is served in *turns* (``turn``): claim and read until the shard is empty, must wait (a backoff, a
 hold, doubt about the lease) or the turn's budget is spent, then say why it ended (``TurnEnd``) and give
@@ -39,6 +39,7 @@ from bridge.core import journal as journal_events
 from bridge.core.backoff import resume_at
 from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
+from bridge.core.seen_back import SeenBack
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
@@ -292,16 +293,17 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.attempts, self.not_before, self._retry_state = 0, None, False
             self.wake_floor = None
 
-    def wake(self) -> float | None:
-        """A namespace was seen back: end this tenure's backoff early (``bridge.core.backoff.resume_at``),
-        and let its held keys be decided again now (a hold waits for a backlog queue or the primary, which
-        may be what came back; a key still blocked is held again). Seconds still to wait (0: none), or None
-        when the shard waits for neither. Called between turns only (the pool's lock keeps it off a
-        running turn)."""
+    def wake(self, news: SeenBack) -> float | None:
+        """Namespaces were seen back (``news``; ``bridge.core.seen_back``): end this tenure's backoff early
+        (``bridge.core.backoff.resume_at``), and let the held keys that wait for what the news names be
+        decided again now (a key still blocked is held again); the other held keys keep their time. Seconds
+        still to wait (0: none), or None when the shard waits for neither. Called between turns only (the
+        pool's lock keeps it off a running turn)."""
         now = float(self.ctx.clock())
-        held = bool(self.holds)
-        if held:
-            self.holds = {key: min(at, now) for key, at in self.holds.items()}
+        ends = [key for key in self.holds if news.ends_hold(self.entity, self.held_from[key].awaits)]
+        for key in ends:
+            self.holds[key] = min(self.holds[key], now)
+        held = bool(ends)
         if self.wake_floor is None or self.not_before is None:
             return 0.0 if held and (self.not_before is None or self.not_before <= now) else None
         self.not_before = resume_at(self.not_before, self.wake_floor, now)

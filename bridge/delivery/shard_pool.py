@@ -25,14 +25,16 @@ How (one ``ShardPool`` per ``DrainService``):
 - **A namespace seen back ends the backoffs** (``bridge.core.backoff``, ``bridge.state.resume``): the hot
   watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any
   worker's send accepted after failures, a probe, a ping) makes every shard waiting for a backoff try at
-  once — or, if it inherited an abandoned send's wait, when that ends — and every shard with held keys
-  decide them again; the links of their entities are made again in the background
+  once — or, if it inherited an abandoned send's wait, when that ends — and every shard with keys held for
+  the namespace and entity the entry names decide them again (``bridge.core.seen_back``: news about
+  another entity claims none of them); the links of their entities are made again in the background
   (``NamespacePool.reopen``), all at once instead of each when a batch first needs it. A turn that ends in
-  a backoff after such news came during it is woken as it is placed. While some shard backs off, the
-  watcher asks once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it is, wakes
-  one of them: that early try is what sees a namespace back when nobody else sends. While a namespace's
-  address refuses connections, the watcher also connects to it every ``retry.outbox_door_watch`` seconds
-  and has one backing-off shard try the moment it accepts (``bridge.core.reachability``).
+  a backoff or with holds after such news came during it is woken as it is placed. While some shard backs
+  off, the watcher asks once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it
+  is, wakes one of them (its backoff ends, its holds do not): that early try is what sees a namespace
+  back when nobody else sends. While a namespace's address refuses connections, the watcher also connects
+  to it every ``retry.outbox_door_watch`` seconds and has one backing-off shard try the moment it accepts
+  (``bridge.core.reachability``).
 - **Every guarantee is the drainer's, unchanged**: one holder per shard (its lease, renewed by the service's
   ``LeaseKeeper`` whatever the shard is doing), the tenure's state kept between turns (held keys, the
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
@@ -56,6 +58,7 @@ from dataclasses import dataclass
 from bridge.core.backoff import scout_due
 from bridge.core.replication import links_to_reopen
 from bridge.core.roles import Role
+from bridge.core.seen_back import NOTHING, SeenBack
 from bridge.core.shard_assignment import ShardRef
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import ShardDrainer, TurnEnd
@@ -90,9 +93,9 @@ class _Slot:
     handing_over: bool = False
     idle_since: float | None = None
     failures: int = 0
-    turn_started: float = 0.0
-    """When the shard's last turn started (this pool's clock): news of a namespace seen back since then
-    applies to the backoff that turn ends with."""
+    news: SeenBack = NOTHING
+    """News of namespaces seen back that came while the shard was queued (applied as its turn starts) or in
+    a turn (applied to the wait that turn ends with)."""
 
 
 class ShardPool:
@@ -117,7 +120,6 @@ class ShardPool:
         self._wake_after = "0-0"
         self._back_after: str | None = None
         """The namespace-back stream's last id read (None: not read yet; ``ResumeSignals``)."""
-        self._back_seen = float("-inf")
         self._last_scout: float | None = None
         self.scout_interval = ctx.settings.retry.outbox_scout_interval
         self.door_watch = ctx.settings.retry.outbox_door_watch
@@ -218,7 +220,9 @@ class ShardPool:
                 if slot is None or slot.state != "queued":
                     continue
                 slot.state, slot.idle_since = "running", None
-                slot.turn_started = self.clock()
+                news, slot.news = slot.news, NOTHING
+                if news:  # it came while the shard was queued: this turn claims what it ends
+                    slot.drainer.wake(news)
             end = self._turn(slot)
             self._after_turn(ref, slot, end)
 
@@ -263,10 +267,12 @@ class ShardPool:
     def _place(self, ref: ShardRef, slot: _Slot, end: TurnEnd) -> bool:
         """(Under the lock.) Where the shard goes after ``end``; True when the watcher must look again."""
         now = self.clock()
-        if end.backoff and self._back_seen >= slot.turn_started:
-            # A namespace was seen back while this turn failed: its backoff ends as the others' did.
-            woken = slot.drainer.wake()
-            end = end if woken is None else TurnEnd(None, woken, backoff=True)
+        if slot.news and (end.backoff or end.after is not None):
+            # Namespaces were seen back during this turn: the backoff or holds it ends with end as the
+            # others' did (any other end queues the shard soon, and its next turn takes the news).
+            news, slot.news = slot.news, NOTHING
+            woken = slot.drainer.wake(news)
+            end = end if woken is None else TurnEnd(None, woken, backoff=end.backoff)
         slot.at = None if end.wait is None else now + end.wait
         if end.after is not None:
             slot.state, slot.after, slot.idle_since = "idle", end.after, now
@@ -337,8 +343,9 @@ class ShardPool:
             with self._lock:
                 self._watching = False
         if back in woken:
-            self._back_after = woken[back]
-            self._namespace_back()
+            news, self._back_after = self.ctx.resume.news_after(self._back_after)
+            if news:
+                self._namespace_back(news)
         self._queue_ready(ready)
 
     # ---- backoffs that end early ---------------------------------------------------------------------
@@ -352,18 +359,20 @@ class ShardPool:
             and s.drainer.wake_floor <= s.drainer.ctx.clock()
         ]
 
-    def _namespace_back(self) -> None:
-        """A namespace was seen back (by any worker): every shard waiting for a backoff or a held key tries
-        now."""
+    def _namespace_back(self, news: SeenBack) -> None:
+        """Namespaces were seen back (by any worker): every shard waiting for a backoff tries now, and so does
+        every shard with a held key that waits for what ``news`` names (``bridge.core.seen_back``); a shard
+        in a turn or queued for one takes the news with it."""
+        woken: list[ShardRef] = []
         with self._lock:
-            self._back_seen = self.clock()
-            # Waiting (a backoff, maybe) or idle with a time (a held key coming due).
-            waiting = [
-                (ref, slot)
-                for ref, slot in self._slots.items()
-                if slot.state == "waiting" or (slot.state == "idle" and slot.at is not None)
-            ]
-            woken = [ref for ref, slot in waiting if self._wake(ref, slot)]
+            for ref, slot in self._slots.items():
+                if slot.state in ("queued", "running"):
+                    slot.news = slot.news | news
+                    continue
+                # Waiting (a backoff, maybe) or idle with a time (a held key coming due).
+                timed = slot.state == "waiting" or (slot.state == "idle" and slot.at is not None)
+                if timed and self._wake(ref, slot, news):
+                    woken.append(ref)
         if woken:
             log.info("a namespace is back: %d backing-off shard(s) try again now", len(woken))
         self._reopen_links(woken)
@@ -395,7 +404,7 @@ class ShardPool:
         with self._lock:
             slot = self._slots.get(ref)
             if slot is not None and slot.state == "waiting":
-                self._wake(ref, slot)
+                self._wake(ref, slot, NOTHING)
 
     def _watch_door(self) -> None:
         """Every ``door_watch`` seconds while some shard backs off: whether a namespace's address that
@@ -420,16 +429,16 @@ class ShardPool:
         ref = random.choice(candidates)
         with self._lock:
             slot = self._slots.get(ref)
-            woken = slot is not None and slot.state == "waiting" and self._wake(ref, slot)
+            woken = slot is not None and slot.state == "waiting" and self._wake(ref, slot, NOTHING)
         if woken:
             log.info("the %s address accepts connections again: shard %s tries now", "/".join(back), ref)
         # The others wait for that try's news; their links to what is back are made meanwhile.
         self._reopen_links(candidates, back)
 
-    def _wake(self, ref: ShardRef, slot: _Slot) -> bool:
-        """(Under the lock; ``slot`` is between turns.) End its backoff and holds early; True when it had
-        either. It is queued at once, or waits for what the backoff must keep."""
-        wait = slot.drainer.wake()
+    def _wake(self, ref: ShardRef, slot: _Slot, news: SeenBack) -> bool:
+        """(Under the lock; ``slot`` is between turns.) End its backoff, and the holds ``news`` ends, early;
+        True when it had either. It is queued at once, or waits for what the backoff must keep."""
+        wait = slot.drainer.wake(news)
         if wait is None:
             return False
         if wait <= 0:

@@ -11,6 +11,7 @@ from bridge.core import journal as journal_events
 from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
 from bridge.core.journal import JournalEvent
+from bridge.core.layout import stream_id
 from bridge.core.partitioning import partition_key
 from bridge.core.roles import Swap
 from bridge.core.settle import (
@@ -22,7 +23,7 @@ from bridge.core.settle import (
     Stop,
     plan_settlement,
 )
-from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, ShardState, message_id_of
+from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, HeldFrom, ShardState, message_id_of
 from bridge.errors import ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
@@ -41,9 +42,10 @@ class ShardSettling(ShardState):
         Each entry is settled on its own (an ``Ack`` after a ``Retry`` of another key is still an ack; a
         mode never sends past a ``Retry`` or ``Hold`` of the same key).
         """
+        keys = [self._key(e) for e in entries]
         plan = plan_settlement(
             decisions,
-            [self._key(e) for e in entries],
+            keys,
             held=self.holds.keys(),
             waits=self.abandoned,
             own_waits=self.abandoned_ids.keys(),
@@ -55,14 +57,15 @@ class ShardSettling(ShardState):
         self._apply_changes(plan.changes)
         due = self.take_health_due()
         if plan.behind:
-            # Every entry accepted: journal, acknowledgement and health are written behind us (``settler``).
-            batch, accepted = self.journal.take(), list(entries)
-            self.settler.submit(lambda: self._settle_accepted(batch, accepted, due))
+            # Every entry accepted: journal, send counts, acknowledgement and health are written behind us
+            # (``settler``).
+            batch, accepted, cost = self.journal.take(), list(entries), self.take_cost()
+            self.settler.submit(lambda: self._settle_accepted(batch, accepted, due, cost))
             return True
         self.settler.flush()
         self.record_due_health(due)
         self._count(self.take_cost())
-        full = self._settle_in_line(entries, plan)
+        full = self._settle_in_line(entries, keys, plan)
         if plan.stop is not None:
             self._stop(plan.stop)
         if full is not None:
@@ -70,7 +73,7 @@ class ShardSettling(ShardState):
         return plan.stop is None and full is None
 
     def _settle_in_line(
-        self, entries: Sequence[OutboxEntry], plan: SettlePlan
+        self, entries: Sequence[OutboxEntry], keys: Sequence[str], plan: SettlePlan
     ) -> ProblemStreamFullError | None:
         """Journal first, then dead-letter moves, holds and what retried entries already reached, then
         the acknowledgements. The dead-letter entries the stream has no room for stay pending (neither
@@ -85,6 +88,10 @@ class ShardSettling(ShardState):
         # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
         self.journal.take().write(self.ctx.journal, self.entity)
         full = self._full("deadletter") if kept else None
+        pending: dict[str, str] = {}  # each key's first entry that stays pending (a hold starts there)
+        for key, (entry, fate) in zip(keys, fates, strict=True):
+            if isinstance(fate, HoldKey | StayPending):
+                pending.setdefault(key, entry.entry_id)
         for entry, fate in fates:
             if isinstance(fate, DeadLetterEntry):
                 if entry.entry_id in kept:
@@ -94,7 +101,7 @@ class ShardSettling(ShardState):
                 except ProblemStreamFullError as exc:  # filled meanwhile by another shard: held as well
                     full = exc
             elif isinstance(fate, HoldKey):
-                self._hold(fate)
+                self._hold(fate, pending.get(fate.key, entry.entry_id))
             elif isinstance(fate, StayPending) and fate.delivered_to:
                 self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
         self._ack([entry for entry, fate in fates if isinstance(fate, Acknowledge)])
@@ -142,16 +149,22 @@ class ShardSettling(ShardState):
         self.report.retry_after = stop.retry_after
         log.info("entity %s shard %d waits %.2fs: %s", self.entity, self.shard, stop.retry_after, stop.reason)
 
-    def _settle_accepted(self, batch: JournalBatch, entries: list[OutboxEntry], due: list[HealthDue]) -> None:
-        # Before the entries are acknowledged: the journal then never lacks what the outbox lost.
+    def _settle_accepted(
+        self, batch: JournalBatch, entries: list[OutboxEntry], due: list[HealthDue], cost: CostTally
+    ) -> None:
+        # Before the entries are acknowledged: the journal then never lacks what the outbox lost, and the
+        # send counters never lag behind the outbox (an entry gone from it is counted in every namespace
+        # that took it; one counted and not acknowledged when the process dies is sent, and counted, again).
         batch.write(self.ctx.journal, self.entity)
+        self._count(cost)
         self._ack(entries)
         # A namespace that was down is announced back from here (a few milliseconds after its send), unless
         # a later attempt found it down meanwhile (``bridge.core.roles.next_health``).
         self.record_due_health(due)
 
     def _count(self, cost: CostTally) -> None:
-        """Write the send counters (``ShardState.cost``): with an in-line settlement, and once a turn."""
+        """Write the send counters (``ShardState.cost``): with each batch's settlement, before its
+        acknowledgements, and at the end of a turn for sends no settlement took."""
         if cost.total:
             self.ctx.cost.add(self.entity, cost)
 
@@ -161,8 +174,9 @@ class ShardSettling(ShardState):
         key = partition_key(entry.envelope, self.dedup) if entry.envelope is not None else None
         return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
 
-    def _hold(self, hold: HoldKey) -> None:
+    def _hold(self, hold: HoldKey, first: str) -> None:
         self.holds[hold.key] = hold.until
+        self.held_from[hold.key] = HeldFrom(first, hold.awaits)
         log.info(
             "entity %s shard %d holds a key for %.2fs: %s",
             self.entity,
@@ -182,13 +196,17 @@ class ShardSettling(ShardState):
         return bool(self.holds) and min(self.holds.values()) <= self.ctx.clock()
 
     def _release_due_holds(self) -> None:
-        """Forget the holds that are due; their keys' entries, anywhere in the pending list, are claimed
-        again from the start."""
+        """Forget the holds that are due; the next claim starts at the first pending entry of their keys
+        (the entries before it are settled or belong to keys still held), so they are decided again in
+        order and a long run of another key's held entries before them is not claimed again."""
         now = self.ctx.clock()
-        kept = {key: at for key, at in self.holds.items() if at > now}
-        if len(kept) < len(self.holds):
-            self.claim_from = "0-0"
-        self.holds = kept
+        due = [key for key, at in self.holds.items() if at <= now]
+        if not due:
+            return
+        starts = [self.claim_from, *(self.held_from[key].entry_id for key in due)]
+        self.claim_from = min(starts, key=stream_id)
+        for key in due:
+            del self.holds[key], self.held_from[key]
 
     def _ack(self, entries: list[OutboxEntry]) -> None:
         if entries:

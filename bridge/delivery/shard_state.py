@@ -65,6 +65,16 @@ class DrainReport:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class HeldFrom:
+    """A held key's first pending entry (a claim that decides the key again starts there, not at the
+    start of the pending list) and the namespaces whose return, seen for the entity, ends its hold early
+    (``bridge.core.seen_back``)."""
+
+    entry_id: str
+    awaits: tuple[Role, ...]
+
+
 def message_id_of(entry: OutboxEntry) -> str | None:
     """The entry's MessageId, None for an entry that could not be decoded."""
     return entry.envelope.message_id if entry.envelope else None
@@ -108,6 +118,8 @@ class ShardState:
         self.abandoned_wait = ctx.settings.retry.abandoned_wait
         self.holds: dict[str, float] = {}
         """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
+        self.held_from: dict[str, HeldFrom] = {}
+        """Per held key: its first pending entry and what may end its hold early (``HeldFrom``)."""
         self.claim_from = "0-0"
         """Where the next claim starts: every entry still pending before it belongs to a held key."""
         self.claiming = True
@@ -149,9 +161,8 @@ class ShardState:
         self.read_ahead = ReadAhead()
         """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
         self.cost = CostTally()
-        """The billable sends not yet counted in Redis: written with a settlement in line and at the end
-        of every turn, not on every batch's path (a process that dies in between leaves them uncounted, as
-        one that died between a send and its count always did)."""
+        """The billable sends not yet counted in Redis: written with the batch's settlement, before its
+        acknowledgements, and at a turn's end for sends no settlement took (``ShardSettling._count``)."""
 
     def record_due_health(self, due: list[HealthDue]) -> None:
         """Record the health of the namespaces of ``due`` (``health_due``; ``ShardSending`` does it)."""

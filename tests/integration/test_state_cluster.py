@@ -17,6 +17,7 @@ from bridge.core.cost import CostTally, Operation
 from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
 from bridge.core.receiving import Claim, Renewal
 from bridge.core.roles import NamespaceHealth, RoleState, Swap
+from bridge.core.seen_back import SeenBack
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
 from bridge.receiving.keys import ReceiverKeys
@@ -27,7 +28,7 @@ from bridge.settings import Settings
 from bridge.state.cost import CostStore
 from bridge.state.lease import LeaseStore
 from bridge.state.paired import PairedStore
-from bridge.state.resume import ResumeSignals
+from bridge.state.resume import KEEP, ResumeSignals
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
 from bridge.status import collect_status
@@ -110,10 +111,16 @@ def test_cost_leases_and_retry(client: object) -> None:
 def test_the_namespace_back_news_and_the_scout(client: object) -> None:
     resume = ResumeSignals(client)  # type: ignore[arg-type]
     assert resume.last_id() == "0-0"
-    for n in range(20):
+    resume.seen_back("primary", "e0", "a send was accepted")
+    first = resume.last_id()
+    resume.seen_back("secondary", "e1", "a probe was accepted")
+    news, newest = resume.news_after(first)
+    assert news == SeenBack.of([("secondary", "e1")]) and newest == resume.last_id()
+    for n in range(KEEP + 4):
         resume.seen_back("primary", f"e{n}", "a send was accepted")
-    newest = resume.last_id()
-    assert newest != "0-0" and client.xlen(resume.key) == 16  # type: ignore[attr-defined]
+    assert client.xlen(resume.key) == KEEP  # type: ignore[attr-defined]
+    # A reader that fell further behind than the stream keeps takes its news as everything
+    assert resume.news_after(newest)[0].everything
     # One scout per interval across the deployment
     assert resume.claim_scout("worker-a", 0.3) and not resume.claim_scout("worker-b", 0.3)
     time.sleep(0.4)

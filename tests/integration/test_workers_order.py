@@ -1,6 +1,7 @@
 """Order per key end to end, counted by the order checker: the Redis door under backpressure,
 a change of ``outbox_shards`` under traffic, entities the settings do not name, and active replication
-with ``success_policy = "all"`` remembering where every entry landed.
+with ``success_policy = "all"`` remembering where every entry landed (its send counters never behind the
+outbox).
 
 Real processes: redis-server, two local namespaces, ``bridge worker`` and ``bridge beat``; faults are the
 namespaces' fault control and ``kill -9``.
@@ -16,12 +17,16 @@ from typing import Any
 import pytest
 import redis
 
+from bridge.core.cost import CostTally
+from bridge.delivery.context import DeliveryContext
+from bridge.delivery.service import DrainService
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.outbox import keys
 from bridge.outbox.layout import LayoutStore
 from bridge.redis.connection import sync_client
+from bridge.state import keys as state_keys
 from tests.integration.order_checker import check_namespaces
-from tests.integration.paired_support import cost
+from tests.integration.paired_support import cost, full_settings
 from tests.integration.worker_support import make_stack, outbox_depth, producer
 
 __all__ = ["make_stack"]
@@ -139,6 +144,40 @@ def test_active_all_remembers_where_every_entry_of_a_batch_landed(make_stack: An
     for ns in (stack.primary, stack.secondary):
         report = check_namespaces({"all": ids}, {"ns": ns}, "audit", timeout=30)
         assert not report.missing and report.duplicates == 0, report
+
+
+def test_every_send_of_an_active_batch_is_counted_before_its_entries_leave_the_outbox(
+    make_stack: Any,
+) -> None:
+    stack = make_stack({"audit": {"replication": "active", "success_policy": "all"}})
+    count = 2000
+    with producer(stack) as p:
+        for start in range(0, count, 1000):
+            p.send_batch("audit", [f"m{i}".encode() for i in range(start, start + 1000)])
+    client = _client(stack)
+    # Given a drain service draining a few batches, each sent to both namespaces and acknowledged behind
+    # the drain
+    ctx = DeliveryContext.build(full_settings(stack))
+    drains = DrainService(ctx, tick=0.1, block_ms=200).start()
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            # Then whenever entries have left the outbox, the sends that took them are counted already
+            # (both read at once: the counters and the outbox's depth)
+            pipe = client.pipeline(transaction=True)
+            pipe.hget(keys.stats("audit"), "messages")
+            pipe.hgetall(state_keys.cost("audit"))
+            depth, fields = pipe.execute()
+            left, tally = count - int(depth or 0), CostTally.from_fields(fields)
+            assert tally.primary_sends >= left and tally.backup_sends >= left, (left, tally)
+            if left == count:
+                break
+            assert time.monotonic() < deadline, f"{left} of {count} messages left the outbox"
+    finally:
+        drains.stop()
+        ctx.close()
+        client.close()
+    assert cost(stack, "audit").primary_sends == cost(stack, "audit").backup_sends == count
 
 
 def produce_rounds(

@@ -43,9 +43,9 @@ def contexts() -> Iterator[list[DeliveryContext]]:
         ctx.close()
 
 
-def _settings(redis_url: str, ns: LocalNamespace) -> Settings:
+def _settings(redis_url: str, ns: LocalNamespace, **retry: float | None) -> Settings:
     # Backoffs as long as a long outage leaves them (40 s for the first retry, then up to 60 s), a
-    # short attempt deadline; everything else is the default, the scout's interval (1 s) too.
+    # short attempt deadline; everything else is the default (the scout's interval, 1 s, too) or ``retry``.
     return Settings.model_validate(
         {
             "redis_url": redis_url,
@@ -56,6 +56,7 @@ def _settings(redis_url: str, ns: LocalNamespace) -> Settings:
                 "retry_total": 0,
                 "outbox_backoff_factor": 40,
                 "outbox_backoff_max": 60,
+                **retry,
             },
             "workers": {"lease_ttl": 10},
         }
@@ -104,11 +105,14 @@ def test_shards_backing_off_through_an_outage_send_as_soon_as_the_namespace_is_b
 ) -> None:
     ns = namespace_factory("primary", auto_create=True)
     settings = _settings(redis_url, ns)
+    # Worker b neither scouts nor watches the door: only the news that worker a saw the namespace back
+    # ends its shard's backoff before its time.
+    deaf = _settings(redis_url, ns, outbox_scout_interval=None, outbox_door_watch=None)
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     retry = RetryStore(client)
     services = []
-    for name in ("worker-a", "worker-b"):
-        ctx = DeliveryContext.build(settings)
+    for name, own in (("worker-a", settings), ("worker-b", deaf)):
+        ctx = DeliveryContext.build(own)
         ctx.identity = name
         contexts.append(ctx)
         services.append(DrainService(ctx, tick=0.1, block_ms=200).start())
@@ -146,7 +150,7 @@ def test_shards_backing_off_through_an_outage_send_as_soon_as_the_namespace_is_b
         assert min(backoff_ends.values()) - restored_at >= LONG_BACKOFF / 2, backoff_ends
 
         # Then the outbox is empty before either shard's backoff (as recorded when the namespace came back)
-        # would have let it try again: a shard of each worker resumed at once.
+        # would have let it try again: a shard of each worker resumed at once, worker b's on the news.
         def empty() -> bool:
             depth = client.hget(outbox_keys.stats(ENTITY), "messages")
             return int(depth or 0) == 0

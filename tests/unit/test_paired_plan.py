@@ -24,6 +24,7 @@ from bridge.core.paired import (
 )
 from bridge.core.paired_plan import (
     OUT_OF_ROTATION,
+    QUEUE_AWAITS,
     REROUTE_DELAY,
     BacklogView,
     BatchEntry,
@@ -291,28 +292,31 @@ PLACEMENT: list[tuple[str, list[BatchEntry], dict[str, Any], dict[int, tuple[int
         entries(A, B, A),
         {"sticky": {A: 1}, "removed": {1: NOW - 10}},
         {3: (1,)},
-        {0: Hold(20.0, LEFT.format(1)), 2: Hold(20.0, LEFT.format(1))},
+        {
+            0: Hold(20.0, LEFT.format(1), awaits=QUEUE_AWAITS),
+            2: Hold(20.0, LEFT.format(1), awaits=QUEUE_AWAITS),
+        },
     ),
     (
         "ordered: never readmitted, the held key looks again after one ping interval",
         entries(A),
         {"sticky": {A: 1}, "removed": {1: NOW - 10}, "readmit_after": None},
         {},
-        {0: Hold(PING, LEFT.format(1))},
+        {0: Hold(PING, LEFT.format(1), awaits=QUEUE_AWAITS)},
     ),
     (
         "ordered: a queue about to be readmitted is looked at again soon, not at once",
         entries(A),
         {"sticky": {A: 1}, "removed": {1: NOW - 29.95}},
         {},
-        {0: Hold(0.1, LEFT.format(1))},
+        {0: Hold(0.1, LEFT.format(1), awaits=QUEUE_AWAITS)},
     ),
     (
         "ordered: a queue beyond the count (the count was lowered) holds its key like a removed one",
         entries(A),
         {"sticky": {A: 7}},
         {},
-        {0: Hold(READMIT, LEFT.format(7))},
+        {0: Hold(READMIT, LEFT.format(7), awaits=QUEUE_AWAITS)},
     ),
     (
         "keyless: this worker's current queue",
@@ -447,7 +451,7 @@ def test_an_expired_timer_engages_failover_on_every_settlement_of_the_batch() ->
     # Then both settlements carry the engagement, before their own changes
     assert settled.settlements == (
         Ack((backlog_target(path(2)),), changes=(ENGAGE,)),
-        Hold(20.0, LEFT.format(1), changes=(ENGAGE,)),
+        Hold(20.0, LEFT.format(1), changes=(ENGAGE,), awaits=QUEUE_AWAITS),
     )
     # And with nothing in rotation it comes before the recorded error
     empty = view(EXPIRED, removed=dict.fromkeys(range(4), NOW))
@@ -468,6 +472,11 @@ def _removed(index: int, outcome: Outcome) -> tuple[RemoveFromRotation, ...]:
     return (RemoveFromRotation(index, NOW, outcome.error or ""),)
 
 
+def _queue_failed(delay: float, error: str, outcome: Outcome) -> Hold:
+    """The hold of a message whose backlog queue 2 failed with ``outcome`` (it waits for the queue)."""
+    return Hold(delay, f"backlog queue 2 failed: {error}", changes=_removed(2, outcome), awaits=QUEUE_AWAITS)
+
+
 @pytest.mark.parametrize(
     ("key", "ordered", "outcome", "expected"),
     [
@@ -477,12 +486,12 @@ def _removed(index: int, outcome: Outcome) -> tuple[RemoveFromRotation, ...]:
         (A, True, TOO_BIG, Hold(PING, "rejected by backlog queue 2: too big")),
         (None, True, TOO_BIG, Hold(PING, "rejected by backlog queue 2: too big")),
         # the queue failed: it leaves the rotation; a key that sticks to it waits for it ...
-        (A, True, DOWN, Hold(READMIT, "backlog queue 2 failed: refused", changes=_removed(2, DOWN))),
-        (A, True, BUSY, Hold(READMIT, "backlog queue 2 failed: busy", changes=_removed(2, BUSY))),
-        (A, True, AUTH, Hold(READMIT, "backlog queue 2 failed: bad key", changes=_removed(2, AUTH))),
+        (A, True, DOWN, _queue_failed(READMIT, "refused", DOWN)),
+        (A, True, BUSY, _queue_failed(READMIT, "busy", BUSY)),
+        (A, True, AUTH, _queue_failed(READMIT, "bad key", AUTH)),
         # ... any other message tries another queue shortly
-        (None, True, DOWN, Hold(REROUTE_DELAY, "backlog queue 2 failed: refused", changes=_removed(2, DOWN))),
-        (A, False, DOWN, Hold(REROUTE_DELAY, "backlog queue 2 failed: refused", changes=_removed(2, DOWN))),
+        (None, True, DOWN, _queue_failed(REROUTE_DELAY, "refused", DOWN)),
+        (A, False, DOWN, _queue_failed(REROUTE_DELAY, "refused", DOWN)),
     ],
 )
 def test_backlog_outcome_table(
@@ -498,7 +507,7 @@ def test_a_failed_queue_holds_a_sticky_key_one_ping_interval_when_never_readmitt
     v = view(readmit_after=None)
     plan = plan_batch(entries(A), v)
     assert settle_batch(plan, v, {0: DOWN}).settlements == (
-        Hold(PING, "backlog queue 2 failed: refused", changes=_removed(2, DOWN)),
+        Hold(PING, "backlog queue 2 failed: refused", changes=_removed(2, DOWN), awaits=QUEUE_AWAITS),
     )
 
 
