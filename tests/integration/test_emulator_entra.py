@@ -17,7 +17,7 @@ import pytest
 import requests
 from azure.core.credentials import AzureSasCredential
 from azure.core.exceptions import ClientAuthenticationError
-from azure.identity import CertificateCredential, WorkloadIdentityCredential
+from azure.identity import CertificateCredential, EnvironmentCredential, WorkloadIdentityCredential
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
 from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
 from azure.servicebus.management import ServiceBusAdministrationClient
@@ -28,6 +28,7 @@ from bridge.emulator.identity import tokens
 from bridge.emulator.identity.directory import Identity
 from bridge.emulator.identity.keys import ensure_issuer_key
 from tests.integration.entra_support import (
+    SECRETS,
     client_id,
     entra_admin,
     entra_client,
@@ -137,6 +138,25 @@ def test_certificate_and_workload_identity_credentials_sign_in(ns: LocalNamespac
     for credential in (certificate, workload):
         with entra_client(ns, credential) as client, client.get_queue_sender("federated") as sender:
             sender.send_messages(ServiceBusMessage("signed in"))
+
+
+def test_environment_credential_signs_in_with_the_adfs_tenant(
+    ns: LocalNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AZURE_TENANT_ID=adfs``: msal skips instance discovery (no call to Entra ID itself) and reads the
+    issuer's AD FS metadata, so ``EnvironmentCredential`` needs nothing it cannot be given by environment."""
+    endpoints = ns.endpoints
+    assert endpoints is not None and endpoints.authority
+    monkeypatch.setenv("AZURE_TENANT_ID", "adfs")
+    monkeypatch.setenv("AZURE_CLIENT_ID", client_id("sender"))
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", SECRETS["sender"])
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", endpoints.authority)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", ns.certificate)
+    with (
+        entra_client(ns, EnvironmentCredential()) as client,
+        client.get_queue_sender("adfs-tenant") as sender,
+    ):
+        sender.send_messages(ServiceBusMessage("signed in as an AD FS client"))
 
 
 def test_local_auth_disabled_refuses_sas(ns: LocalNamespace) -> None:

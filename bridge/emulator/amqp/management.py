@@ -8,10 +8,10 @@ SDK maps to the same exception it would raise against Azure.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from proton import Array, Message
+from proton import UNDESCRIBED, Array, Data, Message, int32
 
 from bridge.emulator.amqp import rule_requests
 from bridge.emulator.amqp.broker import Broker
@@ -19,10 +19,12 @@ from bridge.emulator.amqp.codec import (
     BrokerStamp,
     MalformedMessageError,
     application_properties,
+    epoch_seconds,
     parse_message,
     split_sections,
     stamp_message,
     ts,
+    with_application_properties,
 )
 from bridge.emulator.errors import ArgumentError, BrokerError, ServerBusyError, SessionLockLostError
 from bridge.emulator.identity.rights import Right
@@ -90,6 +92,13 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     return 200, "OK", result, None
 
 
+def _array(kind: int, values: Iterable[Any]) -> Array:
+    """An AMQP array, as Service Bus types ``sequence-numbers``, ``expirations`` and ``sessions-ids``: the
+    .NET and Java clients read these as ``long[]``, ``DateTime[]``/``Date[]`` and ``string[]``, which an
+    AMQP list would not give them."""
+    return Array(UNDESCRIBED, kind, *values)  # type: ignore[arg-type]  # proton's stub omits UNDESCRIBED
+
+
 def _list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -129,7 +138,7 @@ def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
 
 def _renew_lock(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     now = broker.clock()
-    return {"expirations": [ts(store.renew(token, now)) for token in _tokens(body)]}
+    return {"expirations": _array(Data.TIMESTAMP, [ts(store.renew(token, now)) for token in _tokens(body)])}
 
 
 def _peek(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -161,7 +170,7 @@ def _schedule(broker: Broker, path: str, body: dict[Any, Any]) -> Any:
             )
         )
     seqs = broker.namespace.send(path, incoming, broker.clock())
-    return {"sequence-numbers": [int(s) for s in seqs]}
+    return {"sequence-numbers": _array(Data.LONG, [int(s) for s in seqs])}
 
 
 def _cancel(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -172,7 +181,11 @@ def _cancel(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
 def _disposition(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     status = str(body.get("disposition-status", ""))
     now = broker.clock()
+    changes = body.get("properties-to-modify")
+    updates = {str(k): v for k, v in changes.items()} if isinstance(changes, dict) else {}
     for token in _tokens(body):
+        if updates and status != "completed":
+            store.rewrite(token, now, lambda raw: with_application_properties(raw, updates, set()))
         if status == "completed":
             store.complete(token, now)
         elif status == "abandoned":
@@ -236,7 +249,24 @@ def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any
 def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
-    return {"skip": skip + len(ids[skip : skip + top]), "sessions-ids": ids[skip : skip + top]}
+    page = ids[skip : skip + top]
+    return {"skip": int32(skip + len(page)), "sessions-ids": _array(Data.STRING, page)}
+
+
+MAX_DELETE = 4000
+"""The most messages one batch delete removes: Service Bus's Premium limit (Standard's is 500, what the
+JavaScript SDK's purge asks for); larger requests are refused."""
+
+
+def _delete_batch(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    count = int(body.get("message-count", 0))
+    if not 0 < count <= MAX_DELETE:
+        raise ArgumentError(f"message-count must be between 1 and {MAX_DELETE}.")
+    cutoff = body.get("enqueued-time-utc")
+    before = epoch_seconds(cutoff) or broker.clock()
+    session = body.get("session-id")
+    deleted = store.delete_batch(count, before, str(session) if session else None)
+    return {"message-count": int32(deleted)}
 
 
 _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
@@ -250,4 +280,5 @@ _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
     "com.microsoft:get-session-state": _get_state,
     "com.microsoft:set-session-state": _set_state,
     "com.microsoft:get-message-sessions": _sessions,
+    "com.microsoft:batch-delete-messages": _delete_batch,
 }

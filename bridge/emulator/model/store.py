@@ -191,6 +191,18 @@ class MessageStore:
         self._log("rm", {"s": msg.seq})
         return msg
 
+    def rewrite(self, token: uuid.UUID, now: float, change: Callable[[bytes], bytes]) -> None:
+        """Apply ``change`` to a locked message's encoded bytes (properties modified as it is settled)."""
+        msg = self._locked(token, now)
+        self.replace_raw(msg, change(msg.raw))
+
+    def replace_raw(self, msg: StoredMessage, raw: bytes, journal: bool = True) -> None:
+        """Give a message new encoded bytes; journaled with them unless replaying."""
+        self.size_bytes += len(raw) - msg.size
+        msg.raw = raw
+        if journal:
+            self._log("raw", {"s": msg.seq}, [raw])
+
     def abandon(self, token: uuid.UUID, now: float) -> None:
         """Release the lock; the delivery counts as failed (MaxDeliveryCount may dead-letter it)."""
         msg = self._locked(token, now)
@@ -279,6 +291,26 @@ class MessageStore:
             if msg is not None and msg.state is MessageState.SCHEDULED:
                 self.remove(seq)
                 self._log("rm", {"s": seq})
+
+    def delete_batch(self, count: int, before: float, session_id: str | None = None) -> int:
+        """Delete up to ``count`` messages enqueued before ``before``, oldest first; returns how many.
+
+        Active and deferred messages qualify; locked ones stay, as on Azure (scheduled ones are not
+        enqueued yet). A session id limits the deletion to that session's messages.
+        """
+        deleted = 0
+        for seq in sorted(self.messages):
+            if deleted >= count:
+                break
+            msg = self.messages[seq]
+            if msg.lock_token is not None or msg.state not in (MessageState.ACTIVE, MessageState.DEFERRED):
+                continue
+            if msg.visible_since >= before or (session_id is not None and msg.session_id != session_id):
+                continue
+            self.remove(seq)
+            self._log("rm", {"s": seq})
+            deleted += 1
+        return deleted
 
     def peek(self, from_seq: int, count: int, session_id: str | None = None) -> list[StoredMessage]:
         """Messages from ``from_seq`` on, in order, without locking (locked, deferred, scheduled too)."""
