@@ -84,9 +84,19 @@ def _value(section: bytes) -> Any:
     data.rewind()
     data.next()
     obj = data.get_object()
-    value = obj.value if isinstance(obj, Described) else obj
-    # proton hands binaries out as memoryviews into the Data object's buffer, which dies with ``data``.
-    return bytes(value) if isinstance(value, memoryview) else value
+    return _owned(obj.value if isinstance(obj, Described) else obj)
+
+
+def _owned(value: Any) -> Any:
+    """``value`` with every binary copied out: proton hands binaries out as memoryviews into the Data
+    object's buffer, which dies with it (a binary message-id in the properties list, a binary map value)."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    return value
 
 
 def _encode(code: int, value: Any) -> bytes:
@@ -141,7 +151,11 @@ class ParsedMessage:
 
 
 def parse_message(sections: list[tuple[int, bytes]], with_properties: bool) -> ParsedMessage:
-    """Read ids, TTL, schedule and partition key; ``with_properties`` adds what filters need."""
+    """Read ids, TTL, schedule and partition key; ``with_properties`` adds what filters need.
+
+    A message without a message-id gets one (``with_message_id``), as Service Bus assigns one.
+    """
+    sections = with_message_id(sections)
     header: list[Any] = []
     annotations: Mapping[Any, Any] = {}
     props: list[Any] = []
@@ -170,9 +184,50 @@ def parse_message(sections: list[tuple[int, bytes]], with_properties: bool) -> P
         session_id=_text(props[10]) if len(props) > 10 else None,
         partition_key=_text(partition_key),
         time_to_live=ttl_ms / 1000.0 if ttl_ms else None,
-        scheduled_at=_seconds(scheduled),
+        scheduled_at=epoch_seconds(scheduled),
         properties=filter_props,
     )
+
+
+_LIST0, _LIST8, _LIST32, _NULL = 0x45, 0xC0, 0xD0, 0x40
+
+
+def with_message_id(sections: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """``sections`` with a message-id in the properties where it had none: a GUID as 32 hex digits.
+
+    Only the properties section changes, and only its first field (a null, or a section made for a
+    message that had none): the other fields keep their encoded bytes and types.
+    """
+    index = next((i for i, (code, _) in enumerate(sections) if code == PROPERTIES), None)
+    field = Data()
+    field.put_string(uuid.uuid4().hex)
+    new_id = bytes(field.encode())
+    if index is None:
+        at = next((i for i, (code, _) in enumerate(sections) if code > PROPERTIES), len(sections))
+        return [*sections[:at], (PROPERTIES, _properties(1, new_id)), *sections[at:]]
+    body = sections[index][1][3:]  # after the descriptor 0x00 0x53 0x73
+    if body[0] == _LIST0:
+        count, items = 0, b""
+    elif body[0] == _LIST8:
+        count, items = body[2], body[3 : 2 + body[1]]
+    elif body[0] == _LIST32:
+        count, items = int.from_bytes(body[5:9]), body[9 : 5 + int.from_bytes(body[1:5])]
+    else:
+        raise MalformedMessageError("the properties section is not a list")
+    if count and items[0] != _NULL:
+        return sections
+    items = new_id + items[1:] if count else new_id
+    out = list(sections)
+    out[index] = (PROPERTIES, _properties(max(count, 1), items))
+    return out
+
+
+def _properties(count: int, items: bytes) -> bytes:
+    """A properties section holding ``count`` encoded fields."""
+    if len(items) < 255 and count < 256:
+        return bytes([0x00, 0x53, PROPERTIES, _LIST8, len(items) + 1, count]) + items
+    size = (len(items) + 4).to_bytes(4)
+    return bytes([0x00, 0x53, PROPERTIES, _LIST32]) + size + count.to_bytes(4) + items
 
 
 def _text(value: Any) -> str | None:
@@ -180,8 +235,8 @@ def _text(value: Any) -> str | None:
         return None
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    if isinstance(value, uuid.UUID):
-        return str(value)
+    if isinstance(value, int):  # proton's ulong prints as "ulong(5)"
+        return str(int(value))
     return str(value)
 
 
@@ -193,7 +248,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _seconds(value: Any) -> float | None:
+def epoch_seconds(value: Any) -> float | None:
+    """An AMQP timestamp (milliseconds, or a datetime) as epoch seconds; None stays None."""
     if value is None:
         return None
     if isinstance(value, datetime):

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proton import Collector, Condition, Connection, Delivery, Event, Receiver, Sender, Transport
+from proton import Collector, Condition, Connection, Delivery, Event, Receiver, Transport
 
 from bridge.emulator.amqp import idle, links, requests, sends, settlement
 from bridge.emulator.amqp.broker import Broker, Consumer, PendingSession
 from bridge.emulator.amqp.conditions import error_condition, with_info
+from bridge.emulator.amqp.replies import ReplyLinks
 from bridge.emulator.amqp.sequencing import DeliveryIdFilter
 from bridge.emulator.errors import BrokerError
 from bridge.emulator.faults import FaultKind
@@ -47,7 +48,7 @@ class AmqpConnection(asyncio.Protocol):
         # When the newest Entra ID token put on this connection expires; then the connection is closed
         # unless a fresh token arrived first (Azure does the same; the SDK refreshes ahead of expiry).
         self.token_expiry: float | None = None
-        self.reply_links: dict[str, Sender] = {}  # request-node address → our link answering on it
+        self.reply_links = ReplyLinks()  # our links answering requests to $cbs and $management
         self.wire = DeliveryIdFilter()
         self.last_activity = idle.now()  # the client's last frame other than a heartbeat (``idle``)
         self.closed = False

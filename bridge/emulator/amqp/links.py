@@ -92,6 +92,7 @@ def on_detach(conn: AmqpConnection, link: Link) -> None:
     if consumer is not None:
         broker.remove_consumer(consumer)
     broker.pending_sessions = [p for p in broker.pending_sessions if p.link != link]
+    conn.reply_links.remove(link)
     if not link.state & Link.LOCAL_CLOSED:
         link.close()
 
@@ -194,11 +195,9 @@ def _attach_incoming(conn: AmqpConnection, link: Receiver) -> None:
 
 def _attach_outgoing(conn: AmqpConnection, link: Sender) -> None:
     path = entity_of(link.remote_source.address)
-    reply_to = link.remote_target.address
     broker = conn.broker
     if is_request_node(path):
-        if reply_to:
-            conn.reply_links[reply_to] = link
+        conn.reply_links.add(link, link.remote_target.address)
         link.open()
         return
     try:
@@ -292,8 +291,9 @@ def _check_entity(conn: AmqpConnection, path: str, sending: bool) -> None:
             raise EntityNotFoundError(f"The messaging entity '{base}' could not be found.")
 
 
-def authorize(conn: AmqpConnection, path: str, right: Right) -> None:
-    """Pass if a token the connection put covers ``path`` with ``right``; else the most telling refusal.
+def authorize(conn: AmqpConnection, path: str, right: Right, *, node: str | None = None) -> None:
+    """Pass if a token the connection put covers ``path`` (or the request ``node`` the operation came
+    on, e.g. ``q1/$management``) with ``right``; else the most telling refusal.
 
     A valid token without the right gives Azure's "'Send' claim(s) are required" error, which names what
     to assign; no valid token at all gives the generic refusal.
@@ -301,8 +301,9 @@ def authorize(conn: AmqpConnection, path: str, right: Right) -> None:
     broker = conn.broker
     now = broker.clock()
     lacking: UnauthorizedError | None = None
-    for token, authority in conn.tokens:
-        resource = f"{authority}/{path}"
+    resources = [path] if node is None else [path, node]
+    for (token, authority), where in ((t, r) for t in conn.tokens for r in resources):
+        resource = f"{authority}/{where}"
         try:
             grant = broker.auth.grant(token, resource, now)
         except UnauthorizedError:

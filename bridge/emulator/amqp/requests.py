@@ -1,8 +1,7 @@
 """The request/response nodes of a connection: CBS put-token on ``$cbs`` and ``<entity>/$management``.
 
 A request arrives as a transfer on the client's sender link to the node; we settle it at once and answer
-on the client's receiver link for the same node (the "reply link"). The SDK sets no reply-to: its
-response link's target is the address its request link uses as source, so that address is the reply key.
+on the client's receiver link for the same node (the "reply link", found as ``replies`` says).
 
 A granted put-token (SAS or Entra ID JWT, ``bridge.emulator.identity.grants``) is remembered on the
 connection as ``(token, audience authority)``; attaches and management operations are then authorized
@@ -33,17 +32,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Request:
-    """A decoded request message and the reply-link key of the link it came on."""
+    """A decoded request message, the node it was sent to and the source address of the link it came on."""
 
     message: Message
-    reply_key: str
+    node: str
+    source: str
 
 
 def decode_request(dlv: Delivery, raw: bytes) -> Request:
     """The request carried by one transfer to a request node."""
     message = Message()
     message.decode(raw)
-    return Request(message, dlv.link.remote_source.address or "")
+    link = dlv.link
+    return Request(message, getattr(link, "sb_path", ""), link.remote_source.address or "")
 
 
 def on_cbs(conn: AmqpConnection, dlv: Delivery, raw: bytes) -> None:
@@ -89,7 +90,7 @@ def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) ->
     conn.settle(dlv)
     broker = conn.broker
     try:
-        links.authorize(conn, path, management.right_for(request.message))
+        links.authorize(conn, path, management.right_for(request.message), node=request.node)
     except UnauthorizedError as exc:
         refusal = {"statusCode": 401, "statusDescription": str(exc), "errorCondition": symbol(exc.condition)}
         _reply(conn, request, refusal)
@@ -106,7 +107,7 @@ def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) ->
 
 def _reply(conn: AmqpConnection, request: Request, properties: dict[str, Any], body: Any = None) -> None:
     message = request.message
-    link = conn.reply_links.get(message.reply_to or "") or conn.reply_links.get(request.reply_key)
+    link = conn.reply_links.find(message.reply_to, request.source)
     if link is None:
         log.warning("no reply link for %r", message.reply_to)
         return

@@ -64,6 +64,7 @@ function run(main) {
     () => process.exit(0),
     (err) => {
       console.error(err && err.stack ? err.stack : err);
+      for (const inner of (err && err.errors) || []) console.error(inner.stack || inner);
       process.exit(1);
     },
   );

@@ -1,0 +1,93 @@
+"""Microsoft's JavaScript SDK (``@azure/service-bus`` 7.9.5) judges the local Service Bus, as Python's does.
+
+Each test runs one Node script of ``tests/integration/js`` (one scenario group) against one namespace shared
+by the module, through ``js_sdk_support.run_js``: the script does what an application does with the SDK and
+prints what it saw; the test asserts on that. A script that hangs (an answer that never comes) is killed at
+its bound and fails with its output. ``docs/local-servicebus.md`` has the table of the client forms covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.embedded.namespaces import LocalNamespace
+from tests.integration.entra_support import write_identities
+from tests.integration.js_sdk_support import SCRIPTS, JsSdk, run_js, service_bus_sdk
+
+pytestmark = pytest.mark.timeout(120)
+
+ENTITIES = """
+[queues.js-messages]
+[queues.js-sessions]
+requires_session = true
+[queues.js-settle]
+[queues.js-max-delivery]
+max_delivery_count = 2
+[queues.js-delete]
+[topics.js-rules]
+[topics.js-rules.subscriptions.filtered]
+"""
+
+
+@pytest.fixture(scope="module")
+def js() -> JsSdk:
+    return service_bus_sdk()
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNamespace]:
+    """A namespace with the scripts' entities that takes SAS and the local issuer's Entra ID tokens."""
+    folder = tmp_path_factory.mktemp("js-sdk")
+    entities = folder / "entities.toml"
+    entities.write_text(ENTITIES)
+    identities = write_identities(folder / "identities")
+    namespace = LocalNamespace(
+        "js",
+        data_dir=folder / "ns",
+        entities_file=entities,
+        auto_create=True,
+        extra_args=("--identities", str(identities), "--identity-dir", str(folder / "issuer")),
+    )
+    try:
+        yield namespace.start()
+    finally:
+        namespace.close()
+
+
+def sas_env(ns: LocalNamespace) -> dict[str, str]:
+    """The namespace's own connection string: plain AMQP to its port (``UseDevelopmentEmulator``)."""
+    return {"SB_CONNECTION_STRING": ns.connection_string}
+
+
+def run(js: JsSdk, script: str, env: dict[str, str], timeout: float = 60.0) -> dict[str, Any]:
+    """Run ``js/<script>``; its RESULT values, or a failure that shows what it printed."""
+    done = run_js(js, SCRIPTS / script, env, timeout=timeout)
+    assert done.returncode == 0, done.explain()
+    return done.results()
+
+
+def test_send_peek_and_receive_in_every_form(js: JsSdk, ns: LocalNamespace) -> None:
+    # Given one message, an array and a batch sent without message ids (one array member has its own)
+    got = run(js, "messages.js", {**sas_env(ns), "QUEUE": "js-messages"})
+    # Then a fresh client peeks them all, with the token it put for "<queue>/$management" only
+    assert [m["body"] for m in got["peeked"]] == ["single", "array-1", "array-2", "batch-1", "batch-2"]
+    # And Service Bus's own message ids where the sender gave none (32 hex digits), the given one kept
+    ids = [m["messageId"] for m in got["peeked"]]
+    assert ids[2] == "given-id"
+    assert all(isinstance(i, str) and len(i) == 32 and int(i, 16) >= 0 for i in ids[:2] + ids[3:])
+    assert len(set(ids)) == 5
+    # And receive, subscribe and the iterator take them in order, with properties as they were sent
+    assert [m["body"] for m in got["received"]] == ["single", "array-1", "array-2"]
+    first = got["received"][0]
+    assert first["applicationProperties"] == {"count": 7, "ratio": 1.5, "name": "seven", "flag": True}
+    assert (first["subject"], first["contentType"], first["correlationId"]) == (
+        "subject-1",
+        "text/plain",
+        "corr-1",
+    )
+    assert first["messageId"] == ids[0]
+    assert got["streamed"] == ["batch-1", "batch-2"]
+    assert got["iterated"]["body"] == "iterated" and got["iterated"]["messageId"]
