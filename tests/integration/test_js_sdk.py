@@ -15,7 +15,7 @@ import pytest
 
 from bridge.embedded.namespaces import LocalNamespace
 from tests.integration.entra_support import write_identities
-from tests.integration.js_sdk_support import SCRIPTS, JsSdk, run_js, service_bus_sdk
+from tests.integration.js_sdk_support import SCRIPTS, JsSdk, run_js, service_bus_beta_sdk, service_bus_sdk
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,6 +35,11 @@ max_delivery_count = 2
 @pytest.fixture(scope="module")
 def js() -> JsSdk:
     return service_bus_sdk()
+
+
+@pytest.fixture(scope="module")
+def js_beta() -> JsSdk:
+    return service_bus_beta_sdk()
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +96,16 @@ def test_send_peek_and_receive_in_every_form(js: JsSdk, ns: LocalNamespace) -> N
     assert first["messageId"] == ids[0]
     assert got["streamed"] == ["batch-1", "batch-2"]
     assert got["iterated"]["body"] == "iterated" and got["iterated"]["messageId"]
+
+
+def test_batch_delete_and_purge_leave_locked_and_newer_messages(js_beta: JsSdk, ns: LocalNamespace) -> None:
+    # Given five messages, the first locked by a receiver
+    got = run(js_beta, "batch_delete.js", {**sas_env(ns), "QUEUE": "js-delete"})
+    assert got["locked"] == "one"
+    # When deleteMessages asks for two: the two oldest unlocked ones go
+    assert got["deleted"] == 2
+    assert got["left"] == ["one", "four", "five"]
+    # When purgeMessages runs: every unlocked message goes, the locked one stays
+    assert (got["purged"], got["afterPurge"]) == (2, ["one"])
+    # And a cut-off an hour ago deletes nothing sent since
+    assert got["olderThanAnHour"] == 0

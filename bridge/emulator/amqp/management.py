@@ -19,6 +19,7 @@ from bridge.emulator.amqp.codec import (
     BrokerStamp,
     MalformedMessageError,
     application_properties,
+    epoch_seconds,
     parse_message,
     split_sections,
     stamp_message,
@@ -239,6 +240,21 @@ def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     return {"skip": skip + len(ids[skip : skip + top]), "sessions-ids": ids[skip : skip + top]}
 
 
+MAX_DELETE = 4000
+"""The most messages one batch delete removes (Service Bus's limit; the SDKs' purge asks for this many)."""
+
+
+def _delete_batch(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
+    count = int(body.get("message-count", 0))
+    if not 0 < count <= MAX_DELETE:
+        raise ArgumentError(f"message-count must be between 1 and {MAX_DELETE}.")
+    cutoff = body.get("enqueued-time-utc")
+    before = epoch_seconds(cutoff) or broker.clock()
+    session = body.get("session-id")
+    deleted = store.delete_batch(count, before, str(session) if session else None)
+    return {"message-count": deleted}
+
+
 _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
     "com.microsoft:renew-lock": _renew_lock,
     "com.microsoft:peek-message": _peek,
@@ -250,4 +266,5 @@ _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
     "com.microsoft:get-session-state": _get_state,
     "com.microsoft:set-session-state": _set_state,
     "com.microsoft:get-message-sessions": _sessions,
+    "com.microsoft:batch-delete-messages": _delete_batch,
 }

@@ -280,6 +280,26 @@ class MessageStore:
                 self.remove(seq)
                 self._log("rm", {"s": seq})
 
+    def delete_batch(self, count: int, before: float, session_id: str | None = None) -> int:
+        """Delete up to ``count`` messages enqueued before ``before``, oldest first; returns how many.
+
+        Active and deferred messages qualify; locked ones stay, as on Azure (scheduled ones are not
+        enqueued yet). A session id limits the deletion to that session's messages.
+        """
+        deleted = 0
+        for seq in sorted(self.messages):
+            if deleted >= count:
+                break
+            msg = self.messages[seq]
+            if msg.lock_token is not None or msg.state not in (MessageState.ACTIVE, MessageState.DEFERRED):
+                continue
+            if msg.visible_since >= before or (session_id is not None and msg.session_id != session_id):
+                continue
+            self.remove(seq)
+            self._log("rm", {"s": seq})
+            deleted += 1
+        return deleted
+
     def peek(self, from_seq: int, count: int, session_id: str | None = None) -> list[StoredMessage]:
         """Messages from ``from_seq`` on, in order, without locking (locked, deferred, scheduled too)."""
         out: list[StoredMessage] = []
