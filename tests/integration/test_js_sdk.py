@@ -109,3 +109,40 @@ def test_batch_delete_and_purge_leave_locked_and_newer_messages(js_beta: JsSdk, 
     assert (got["purged"], got["afterPurge"]) == (2, ["one"])
     # And a cut-off an hour ago deletes nothing sent since
     assert got["olderThanAnHour"] == 0
+
+
+def test_sessions_keep_state_and_hand_out_the_next_available_ones(js: JsSdk, ns: LocalNamespace) -> None:
+    got = run(js, "sessions.js", {**sas_env(ns), "QUEUE": "js-sessions"})
+    # A named session: its own messages in order, and its state kept after its receiver closed
+    assert got["sessionId"] == "red"
+    assert got["redMessages"] == ["red-1", "red-2"]
+    assert got["state"] == "red state"
+    # Round robin: each next available session once, with its messages in order
+    sessions = {s["sessionId"]: s["messages"] for s in got["roundRobin"]}
+    assert sessions == {"green": ["green-1", "green-2"], "blue": ["blue-1", "blue-2"]}
+
+
+def test_scheduling_deferral_dead_lettering_and_the_max_delivery_count(js: JsSdk, ns: LocalNamespace) -> None:
+    env = {**sas_env(ns), "QUEUE": "js-settle", "MAX_DELIVERY_QUEUE": "js-max-delivery"}
+    got = run(js, "settlement.js", env)
+    # A scheduled message peeks as scheduled and arrives when due; the cancelled one never shows
+    assert got["scheduled"] == {"peeked": [["scheduled", "scheduled"]], "received": "scheduled"}
+    assert got["scheduledSequence"] is True
+    # A deferred message comes back by its sequence number, its lock renewable before
+    assert got["deferred"] == {"body": "deferred", "state": "deferred"}
+    assert got["renewed"] is True
+    # Dead-lettering keeps the reason and description; abandoning past the max delivery count dead-letters
+    assert got["deadLettered"] == ["poison", "bad", "very bad"]
+    assert got["deliveryCounts"] == [0, 1]
+    assert got["maxDelivery"] == ["twice", "MaxDeliveryCountExceeded"]
+
+
+def test_rule_manager_filters_a_subscription(js: JsSdk, ns: LocalNamespace) -> None:
+    got = run(js, "rules.js", {**sas_env(ns), "TOPIC": "js-rules", "SUBSCRIPTION": "filtered"})
+    assert sorted(got["listed"]) == ["invoices", "red", "tagged"]
+    assert got["received"] == [
+        {"body": "red", "tag": None},
+        {"body": "invoice-eu", "tag": None},
+        {"body": "green", "tag": "seen"},
+    ]
+    assert sorted(got["after"]) == ["red", "tagged"]

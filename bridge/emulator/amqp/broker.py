@@ -160,6 +160,12 @@ class Broker:
         if deliveries:
             consumer.active = idle.now()
             self.mark_dirty(consumer.conn)
+        if link.drain_mode and link.credit > 0:
+            # A drain asks for the credit to be used now or handed back (AMQP 1.0 section 2.6.7): the
+            # JavaScript SDK drains after each receiveMessages and closes a receiver whose drain goes
+            # unanswered.
+            link.drained()
+            self.mark_dirty(consumer.conn)
 
     def _send(self, consumer: Consumer, delivery: Delivery) -> None:
         msg = delivery.message

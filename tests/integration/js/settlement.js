@@ -1,0 +1,59 @@
+// Scheduling and cancelling, deferral, dead-lettering, the max delivery count and lock renewal.
+"use strict";
+const { client, result, run, text } = require("./common");
+
+async function receiveOne(receiver, wait = 10000) {
+  const [m] = await receiver.receiveMessages(1, { maxWaitTimeInMs: wait });
+  if (!m) throw new Error("no message arrived");
+  return m;
+}
+
+run(async () => {
+  const { QUEUE: queue, MAX_DELIVERY_QUEUE: maxDeliveryQueue } = process.env;
+  const sb = client();
+  const sender = sb.createSender(queue);
+  const receiver = sb.createReceiver(queue);
+
+  const soon = new Date(Date.now() + 2000);
+  const [kept] = await sender.scheduleMessages({ body: "scheduled" }, soon);
+  const [cancelled] = await sender.scheduleMessages({ body: "cancelled" }, new Date(Date.now() + 3600e3));
+  await sender.cancelScheduledMessages(cancelled);
+  const peeked = await receiver.peekMessages(10);
+  const due = await receiveOne(receiver);
+  await receiver.completeMessage(due);
+  result({
+    scheduled: { peeked: peeked.map((m) => [text(m.body), m.state]), received: text(due.body) },
+    scheduledSequence: Number(kept) === Number(due.sequenceNumber),
+  });
+
+  await sender.sendMessages({ body: "deferred" });
+  const toDefer = await receiveOne(receiver);
+  const lockedUntil = toDefer.lockedUntilUtc.getTime();
+  const renewedUntil = (await receiver.renewMessageLock(toDefer)).getTime();
+  await receiver.deferMessage(toDefer);
+  const [deferred] = await receiver.receiveDeferredMessages(toDefer.sequenceNumber);
+  await receiver.completeMessage(deferred);
+  result({ deferred: { body: text(deferred.body), state: deferred.state }, renewed: renewedUntil >= lockedUntil });
+
+  await sender.sendMessages({ body: "poison" });
+  const poison = await receiveOne(receiver);
+  await receiver.deadLetterMessage(poison, { deadLetterReason: "bad", deadLetterErrorDescription: "very bad" });
+  const dlq = sb.createReceiver(queue, { subQueueType: "deadLetter" });
+  const dead = await receiveOne(dlq);
+  await dlq.completeMessage(dead);
+  result({ deadLettered: [text(dead.body), dead.deadLetterReason, dead.deadLetterErrorDescription] });
+
+  await sb.createSender(maxDeliveryQueue).sendMessages({ body: "twice" });
+  const tries = sb.createReceiver(maxDeliveryQueue);
+  const counts = [];
+  for (let i = 0; i < 2; i++) {
+    const m = await receiveOne(tries);
+    counts.push(m.deliveryCount);
+    await tries.abandonMessage(m);
+  }
+  const maxDlq = sb.createReceiver(maxDeliveryQueue, { subQueueType: "deadLetter" });
+  const exceeded = await receiveOne(maxDlq);
+  await maxDlq.completeMessage(exceeded);
+  result({ deliveryCounts: counts, maxDelivery: [text(exceeded.body), exceeded.deadLetterReason] });
+  await sb.close();
+});
