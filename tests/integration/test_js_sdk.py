@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from bridge.embedded.namespaces import LocalNamespace
-from tests.integration.entra_support import write_identities
+from tests.integration.entra_support import SECRETS, client_id, write_identities
 from tests.integration.js_sdk_support import SCRIPTS, JsSdk, run_js, service_bus_beta_sdk, service_bus_sdk
+from tests.integration.proxy_support import Tinyproxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,6 +61,15 @@ def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNamespace]:
         yield namespace.start()
     finally:
         namespace.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tinyproxy]:
+    server = Tinyproxy(tmp_path_factory.mktemp("js-proxy"), "bridge", "js-proxy-pass").start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def sas_env(ns: LocalNamespace) -> dict[str, str]:
@@ -146,3 +156,42 @@ def test_rule_manager_filters_a_subscription(js: JsSdk, ns: LocalNamespace) -> N
         {"body": "green", "tag": "seen"},
     ]
     assert sorted(got["after"]) == ["red", "tagged"]
+
+
+def tls_env(ns: LocalNamespace) -> dict[str, str]:
+    """Node trusts the namespace's certificate for AMQPS and WebSockets."""
+    return {"NODE_EXTRA_CA_CERTS": ns.certificate}
+
+
+def entra_env(ns: LocalNamespace, identity: str = "owner") -> dict[str, str]:
+    """A host name and a ClientSecretCredential of the local token issuer (no SAS anywhere)."""
+    endpoints = ns.endpoints
+    assert endpoints is not None and endpoints.authority and endpoints.tenant_id
+    return {
+        **tls_env(ns),
+        "SB_FQDN": f"localhost:{ns.port}",
+        "AZURE_TENANT_ID": endpoints.tenant_id,
+        "AZURE_CLIENT_ID": client_id(identity),
+        "AZURE_CLIENT_SECRET": SECRETS[identity],
+        "AZURE_AUTHORITY_HOST": endpoints.authority,
+    }
+
+
+def test_sas_over_amqps(js: JsSdk, ns: LocalNamespace) -> None:
+    # A connection string without UseDevelopmentEmulator: the SDK dials TLS to the endpoint's port
+    connection = f"Endpoint=sb://localhost:{ns.port}/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={ns.key}"
+    got = run(js, "roundtrip.js", {**tls_env(ns), "SB_CONNECTION_STRING": connection, "QUEUE": "js-amqps"})
+    assert (got["peeked"], got["received"]) == (["round trip"], "round trip")
+
+
+def test_entra_id_over_amqps(js: JsSdk, ns: LocalNamespace) -> None:
+    got = run(js, "roundtrip.js", {**entra_env(ns), "QUEUE": "js-entra"})
+    assert (got["peeked"], got["received"]) == (["round trip"], "round trip")
+
+
+def test_entra_id_over_websockets_through_a_proxy(js: JsSdk, ns: LocalNamespace, proxy: Tinyproxy) -> None:
+    # The SDK's own WebSocket option (the "ws" package) with an HTTPS proxy agent, as its proxy sample does
+    env = {**entra_env(ns), "SB_WEBSOCKETS": "1", "HTTPS_PROXY": proxy.url, "QUEUE": "js-websockets"}
+    got = run(js, "roundtrip.js", env)
+    assert (got["peeked"], got["received"]) == (["round trip"], "round trip")
+    assert f"localhost:{ns.port}" in proxy.connects()  # the tunnel went through the proxy

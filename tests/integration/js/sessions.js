@@ -5,7 +5,7 @@ const { client, result, run, text } = require("./common");
 async function drain(receiver) {
   const got = [];
   for (;;) {
-    const batch = await receiver.receiveMessages(10, { maxWaitTimeInMs: 1000 });
+    const batch = await receiver.receiveMessages(10, { maxWaitTimeInMs: 500 });
     if (batch.length === 0) return got;
     for (const m of batch) {
       await receiver.completeMessage(m);
