@@ -3,8 +3,9 @@
 - ``@azure/service-bus`` 7.9.5 (the newest 7.x) with ``@azure/identity`` 4.13.1 (the newest that runs on
   Node 20) and what the SDK's own samples add for WebSockets, proxies and ``.env`` files (``ws``,
   ``https-proxy-agent``, ``dotenv``), from the npm registry, into ``<cache>/node-azure-service-bus-7.9.5``;
-- ``@azure/service-bus`` 7.10.0-beta.2, into ``<cache>/node-azure-service-bus-7.10.0-beta.2``: the first
-  release with ``deleteMessages`` and ``listSessions``.
+- ``@azure/service-bus`` 7.10.0-beta.2 (with the samples' packages), into
+  ``<cache>/node-azure-service-bus-7.10.0-beta.2``: the first release with ``deleteMessages`` and
+  ``purgeMessages``.
 
 ``<cache>`` and the install (once, under a file lock, staged and renamed into place) are those of
 ``tests/integration/rest_clients.py``; the tests that use the SDK are skipped, with the reason printed, only
@@ -92,7 +93,7 @@ def service_bus_sdk() -> JsSdk:
 
 def service_bus_beta_sdk() -> JsSdk:
     """``@azure/service-bus`` 7.10.0-beta.2 (``deleteMessages``, ``listSessions``)."""
-    return _sdk("node-azure-service-bus-7.10.0-beta.2", [SERVICE_BUS_BETA], "@azure/service-bus")
+    return _sdk("node-azure-service-bus-7.10.0-beta.2", [SERVICE_BUS_BETA, *SAMPLE_PACKAGES], "dotenv")
 
 
 def run_js(

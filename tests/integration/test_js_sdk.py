@@ -189,6 +189,14 @@ def test_entra_id_over_amqps(js: JsSdk, ns: LocalNamespace) -> None:
     assert (got["peeked"], got["received"]) == (["round trip"], "round trip")
 
 
+def test_default_azure_credential_signs_in_with_the_adfs_tenant(js: JsSdk, ns: LocalNamespace) -> None:
+    # DefaultAzureCredential cannot be told to skip instance discovery (a call to Entra ID itself); with
+    # AZURE_TENANT_ID=adfs msal skips it and reads the issuer's AD FS metadata
+    env = {**entra_env(ns), "AZURE_TENANT_ID": "adfs", "SB_CREDENTIAL": "default", "QUEUE": "js-default"}
+    got = run(js, "roundtrip.js", env)
+    assert (got["peeked"], got["received"]) == (["round trip"], "round trip")
+
+
 def test_entra_id_over_websockets_through_a_proxy(js: JsSdk, ns: LocalNamespace, proxy: Tinyproxy) -> None:
     # The SDK's own WebSocket option (the "ws" package) with an HTTPS proxy agent, as its proxy sample does
     env = {**entra_env(ns), "SB_WEBSOCKETS": "1", "HTTPS_PROXY": proxy.url, "QUEUE": "js-websockets"}

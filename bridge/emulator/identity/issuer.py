@@ -15,6 +15,11 @@ Two doors, one issuer (``keys``) and one directory of identities (``directory``)
   ``client_assertion`` JWT: signed by the client's certificate key (``CertificateCredential``, checked against
   the identity's certificate) or a federated token (``WorkloadIdentityCredential``, checked against this
   issuer's key). The token's audience is the requested scope without ``/.default``.
+- The same door as an AD FS authority (tenant ``adfs``): msal treats ``https://<host:port>/adfs`` as
+  AD FS, skips instance discovery (which asks Entra ID itself) and fetches
+  ``/adfs/.well-known/openid-configuration``. That is how a credential that cannot be told to skip
+  discovery (the JavaScript SDK's ``EnvironmentCredential`` and ``DefaultAzureCredential``) signs in, with
+  ``AZURE_TENANT_ID=adfs``.
 
 Refusals follow OAuth2's JSON error shape (``{"error": ..., "error_description": ...}``) and never repeat a
 secret or an assertion.
@@ -42,6 +47,8 @@ from bridge.emulator.identity.keys import IssuerKey
 log = logging.getLogger(__name__)
 
 MSI_PATH = "/msi/token"
+ADFS = "adfs"
+"""The tenant under which msal skips instance discovery without being told (module docstring)."""
 _JSON = {"Content-Type": "application/json", "Cache-Control": "no-store"}
 _ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
@@ -83,6 +90,8 @@ class Issuer:
         base = f"https://{request.headers.get('host', 'localhost')}"
         if request.method == "GET" and parts[1:] == ["v2.0", ".well-known", "openid-configuration"]:
             return _json(self._openid_configuration(base, parts[0]))
+        if request.method == "GET" and parts == [ADFS, ".well-known", "openid-configuration"]:
+            return _json(self._openid_configuration(base, ADFS))
         if request.method == "GET" and parts[1:] == ["discovery", "v2.0", "keys"]:
             return _json(self._keys())
         if request.method == "POST" and parts[1:] == ["oauth2", "v2.0", "token"]:

@@ -3,7 +3,8 @@
 // Environment (set by tests/integration/js_sdk_support.py's run_js and the test):
 //   SB_CONNECTION_STRING  a connection string (SAS), or
 //   SB_FQDN               host[:port] signed in to with a ClientSecretCredential of the local token issuer
-//                         (AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_CLIENT_SECRET, AZURE_AUTHORITY_HOST);
+//                         (AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_CLIENT_SECRET, AZURE_AUTHORITY_HOST),
+//                         or with DefaultAzureCredential when SB_CREDENTIAL=default (the SDK's samples);
 //   SB_WEBSOCKETS=1       AMQP over WebSockets (the "ws" package), through HTTPS_PROXY when it is set;
 //   NODE_EXTRA_CA_CERTS   the local namespace's certificate, for AMQPS and WebSockets.
 // A script prints its observations as "RESULT {json}" lines; the Python test asserts on them.
@@ -17,7 +18,8 @@ function result(values) {
 }
 
 function credential() {
-  const { ClientSecretCredential } = require("@azure/identity");
+  const { ClientSecretCredential, DefaultAzureCredential } = require("@azure/identity");
+  if (process.env.SB_CREDENTIAL === "default") return new DefaultAzureCredential();
   return new ClientSecretCredential(
     process.env.AZURE_TENANT_ID,
     process.env.AZURE_CLIENT_ID,
