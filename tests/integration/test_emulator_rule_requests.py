@@ -10,27 +10,18 @@ answer so the descriptor codes the .NET and Java clients decode can be checked.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote_plus
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiver
 from azure.servicebus.exceptions import MessagingEntityAlreadyExistsError, ServiceBusError
 from azure.servicebus.management import CorrelationRuleFilter, SqlRuleFilter
-from proton import Described, Message
-from proton.reactor import LinkOption
-from proton.utils import BlockingConnection
+from proton import Described
 
 from bridge.embedded.namespaces import LocalNamespace
 from tests.integration.entra_support import entra_admin, entra_client, entra_namespace, secret_credential
+from tests.integration.proton_requests import proton_requests
 from tests.integration.sdk_conformance import admin_client, receive, receive_nothing, sb_client
 
 pytestmark = pytest.mark.timeout(90)
@@ -162,55 +153,6 @@ def test_rule_requests_are_refused_as_service_bus_refuses_them(
             assert status == 400
 
 
-class _ReplyTo(LinkOption):
-    """Service Bus answers on the client's receiver link whose target is the request's ``reply-to``."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def apply(self, link: Any) -> None:
-        link.target.address = self.address
-
-
-def _sas(key_name: str, key: str, audience: str) -> str:
-    expiry = str(int(time.time()) + 300)
-    signed = quote_plus(audience)
-    signature = base64.b64encode(
-        hmac.new(key.encode(), f"{signed}\n{expiry}".encode(), hashlib.sha256).digest()
-    ).decode()
-    return f"SharedAccessSignature sr={signed}&sig={quote_plus(signature)}&se={expiry}&skn={key_name}"
-
-
-@contextmanager
-def _proton_requests(ns: LocalNamespace, path: str) -> Iterator[Any]:
-    """A python-qpid-proton client: CBS put-token, then request/response on ``path/$management``."""
-    fields = dict(part.split("=", 1) for part in ns.connection_string.split(";") if "=" in part)
-    host = fields["Endpoint"].removeprefix("sb://").strip("/")
-    conn = BlockingConnection(f"amqp://{host}", sasl_enabled=True, allowed_mechs="ANONYMOUS", timeout=10)
-
-    def call(node: str, properties: dict[str, Any], body: Any) -> Message:
-        reply = f"reply-{uuid.uuid4().hex[:8]}"
-        receiver = conn.create_receiver(node, options=_ReplyTo(reply))
-        sender = conn.create_sender(node)
-        sender.send(Message(body=body, reply_to=reply, id=uuid.uuid4().hex, properties=properties))
-        answer = receiver.receive(timeout=10)
-        receiver.accept()
-        receiver.close()  # type: ignore[no-untyped-call]
-        sender.close()  # type: ignore[no-untyped-call]
-        assert answer is not None
-        return answer
-
-    try:
-        audience = f"sb://{host}/{path}"
-        token = _sas(fields["SharedAccessKeyName"], fields["SharedAccessKey"], audience)
-        put = {"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": audience}
-        granted: dict[str, Any] = call("$cbs", put, token).properties or {}
-        assert granted["status-code"] == 202
-        yield lambda operation, body: call(f"{path}/$management", {"operation": operation}, body)
-    finally:
-        conn.close()
-
-
 def test_enumerate_rules_answers_the_described_types_the_dotnet_and_java_clients_decode(
     shared_namespace: LocalNamespace, unique_name: str
 ) -> None:
@@ -218,7 +160,7 @@ def test_enumerate_rules_answers_the_described_types_the_dotnet_and_java_clients
     with admin_client(shared_namespace) as admin:
         admin.create_topic(topic)
         admin.create_subscription(topic, sub)
-    with _proton_requests(shared_namespace, f"{topic}/Subscriptions/{sub}") as request:
+    with proton_requests(shared_namespace, f"{topic}/Subscriptions/{sub}") as request:
         # When rules are added by a client that is not the Python SDK
         correlation = {"correlation-id": "c1", "content-type": "text/plain", "properties": {"n": 7}}
         for name, description in (

@@ -8,10 +8,10 @@ SDK maps to the same exception it would raise against Azure.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from proton import Array, Message
+from proton import UNDESCRIBED, Array, Data, Message
 
 from bridge.emulator.amqp import rule_requests
 from bridge.emulator.amqp.broker import Broker
@@ -91,6 +91,13 @@ def handle(broker: Broker, path: str, request: Message) -> Result:
     return 200, "OK", result, None
 
 
+def _array(kind: int, values: Iterable[Any]) -> Array:
+    """An AMQP array, as Service Bus types ``sequence-numbers``, ``expirations`` and ``sessions-ids``: the
+    .NET and Java clients read these as ``long[]``, ``DateTime[]``/``Date[]`` and ``string[]``, which an
+    AMQP list would not give them."""
+    return Array(UNDESCRIBED, kind, *values)  # type: ignore[arg-type]  # proton's stub omits UNDESCRIBED
+
+
 def _list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -130,7 +137,7 @@ def _encode(msg: StoredMessage, delivery: Delivery | None) -> bytes:
 
 def _renew_lock(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     now = broker.clock()
-    return {"expirations": [ts(store.renew(token, now)) for token in _tokens(body)]}
+    return {"expirations": _array(Data.TIMESTAMP, [ts(store.renew(token, now)) for token in _tokens(body)])}
 
 
 def _peek(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -162,7 +169,7 @@ def _schedule(broker: Broker, path: str, body: dict[Any, Any]) -> Any:
             )
         )
     seqs = broker.namespace.send(path, incoming, broker.clock())
-    return {"sequence-numbers": [int(s) for s in seqs]}
+    return {"sequence-numbers": _array(Data.LONG, [int(s) for s in seqs])}
 
 
 def _cancel(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
@@ -237,7 +244,8 @@ def _set_state(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any
 def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
-    return {"skip": skip + len(ids[skip : skip + top]), "sessions-ids": ids[skip : skip + top]}
+    page = ids[skip : skip + top]
+    return {"skip": skip + len(page), "sessions-ids": _array(Data.STRING, page)}
 
 
 MAX_DELETE = 4000
