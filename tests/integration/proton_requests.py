@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -22,7 +23,16 @@ from proton.utils import BlockingConnection
 
 from bridge.embedded.namespaces import LocalNamespace
 
-Request = Callable[[str, Any], Message]
+
+@dataclass
+class Requests:
+    """``requests(operation, body)`` asks the entity's ``$management`` node; ``put_token``: the CBS answer."""
+
+    call: Callable[[str, Any], Message]
+    put_token: Message
+
+    def __call__(self, operation: str, body: Any) -> Message:
+        return self.call(operation, body)
 
 
 class ReplyTo(LinkOption):
@@ -46,7 +56,7 @@ def sas_token(key_name: str, key: str, audience: str) -> str:
 
 
 @contextmanager
-def proton_requests(ns: LocalNamespace, path: str) -> Iterator[Request]:
+def proton_requests(ns: LocalNamespace, path: str) -> Iterator[Requests]:
     """Put a SAS token for ``path``, then yield ``request(operation, body)`` on ``path/$management``."""
     fields = dict(part.split("=", 1) for part in ns.connection_string.split(";") if "=" in part)
     host = fields["Endpoint"].removeprefix("sb://").strip("/")
@@ -68,8 +78,11 @@ def proton_requests(ns: LocalNamespace, path: str) -> Iterator[Request]:
         audience = f"sb://{host}/{path}"
         token = sas_token(fields["SharedAccessKeyName"], fields["SharedAccessKey"], audience)
         put = {"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": audience}
-        granted: dict[str, Any] = call("$cbs", put, token).properties or {}
+        answer = call("$cbs", put, token)
+        granted: dict[str, Any] = answer.properties or {}
         assert granted["status-code"] == 202
-        yield lambda operation, body: call(f"{path}/$management", {"operation": operation}, body)
+        yield Requests(
+            lambda operation, body: call(f"{path}/$management", {"operation": operation}, body), answer
+        )
     finally:
         conn.close()

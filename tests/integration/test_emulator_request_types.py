@@ -1,8 +1,10 @@
-"""The AMQP types of ``$management`` answers, read by a client that keeps them (python-qpid-proton).
+"""The AMQP types of ``$cbs`` and ``$management`` answers, read by a client that keeps them
+(python-qpid-proton).
 
 Service Bus answers ``sequence-numbers`` as an array of long, ``expirations`` as an array of timestamp and
 ``sessions-ids`` as an array of strings; the .NET and Java clients read them as typed arrays, which an AMQP
-list would not give them (the Python and JavaScript SDKs read either).
+list would not give them (the Python and JavaScript SDKs read either). Status codes are AMQP ints, which
+those clients cast to 32-bit integers.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from proton import UNDESCRIBED, Array, Data, Message
+from proton import UNDESCRIBED, Array, Data, Message, int32
 
 from bridge.embedded.namespaces import LocalNamespace
 from tests.integration.proton_requests import proton_requests
@@ -44,6 +46,9 @@ def test_schedule_and_session_listing_answer_typed_arrays(
         sessions = request(
             "com.microsoft:get-message-sessions", {"skip": 0, "top": 10, "last-updated-time": 0}
         )
+    # Status codes are AMQP ints, on the CBS answer as on management answers
+    assert isinstance(request.put_token.properties["status-code"], int32)
+    assert isinstance(schedule.properties["statusCode"], int32)
     assert schedule.properties["statusCode"] == 200
     assert typed(schedule.body["sequence-numbers"], Data.LONG)
     assert len(schedule.body["sequence-numbers"].elements) == 1

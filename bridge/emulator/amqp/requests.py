@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proton import Delivery, Message, symbol
+from proton import Delivery, Message, int32, symbol
 
 from bridge.emulator.amqp import links, management
 from bridge.emulator.amqp.codec import application_properties
@@ -71,10 +71,10 @@ def _answer_cbs(conn: AmqpConnection, request: Request) -> None:
         grant = broker.auth.grant(token, audience, broker.clock())
     except UnauthorizedError as exc:
         log.info("put-token refused: %s", exc)
-        _reply(conn, request, {"status-code": 401, "status-description": str(exc)})
+        _reply(conn, request, {"status-code": int32(401), "status-description": str(exc)})
     else:
         conn.remember_token(token, _authority(audience), grant.expires_at)
-        _reply(conn, request, {"status-code": 202, "status-description": "Accepted"})
+        _reply(conn, request, {"status-code": int32(202), "status-description": "Accepted"})
     broker.after_io()  # may run from a timer (stall delay), outside any data_received
 
 
@@ -92,11 +92,15 @@ def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) ->
     try:
         links.authorize(conn, path, management.right_for(request.message), node=request.node)
     except UnauthorizedError as exc:
-        refusal = {"statusCode": 401, "statusDescription": str(exc), "errorCondition": symbol(exc.condition)}
+        refusal = {
+            "statusCode": int32(401),
+            "statusDescription": str(exc),
+            "errorCondition": symbol(exc.condition),
+        }
         _reply(conn, request, refusal)
         return
     status, description, body, condition = management.handle(broker, path, request.message)
-    props: dict[str, Any] = {"statusCode": status, "statusDescription": description}
+    props: dict[str, Any] = {"statusCode": int32(status), "statusDescription": description}
     if condition:
         props["errorCondition"] = symbol(condition)
     _reply(conn, request, props, body)
@@ -106,6 +110,8 @@ def on_management(conn: AmqpConnection, dlv: Delivery, raw: bytes, path: str) ->
 
 
 def _reply(conn: AmqpConnection, request: Request, properties: dict[str, Any], body: Any = None) -> None:
+    # Status codes go out as AMQP int (int32), as Service Bus sends them: the .NET and Java clients cast
+    # the value to a 32-bit integer, which a long (a bare Python int) would fail.
     message = request.message
     link = conn.reply_links.find(message.reply_to, request.source)
     if link is None:
