@@ -46,6 +46,7 @@ def test_schedule_and_session_listing_answer_typed_arrays(
         sessions = request(
             "com.microsoft:get-message-sessions", {"skip": 0, "top": 10, "last-updated-time": 0}
         )
+        deleted = request("com.microsoft:batch-delete-messages", {"message-count": int32(1)})
     # Status codes are AMQP ints, on the CBS answer as on management answers
     assert isinstance(request.put_token.properties["status-code"], int32)
     assert isinstance(schedule.properties["statusCode"], int32)
@@ -55,6 +56,10 @@ def test_schedule_and_session_listing_answer_typed_arrays(
     assert sessions.properties["statusCode"] == 200
     assert typed(sessions.body["sessions-ids"], Data.STRING)
     assert sorted(sessions.body["sessions-ids"].elements) == ["s-1", "s-2", "s-3"]
+    # Counts are AMQP ints too
+    assert isinstance(sessions.body["skip"], int32)
+    assert deleted.properties["statusCode"] == 200
+    assert isinstance(deleted.body["message-count"], int32) and deleted.body["message-count"] == 1
 
 
 def test_renew_lock_answers_an_array_of_timestamps(

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from proton import UNDESCRIBED, Array, Data, Message
+from proton import UNDESCRIBED, Array, Data, Message, int32
 
 from bridge.emulator.amqp import rule_requests
 from bridge.emulator.amqp.broker import Broker
@@ -245,7 +245,7 @@ def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
     page = ids[skip : skip + top]
-    return {"skip": skip + len(page), "sessions-ids": _array(Data.STRING, page)}
+    return {"skip": int32(skip + len(page)), "sessions-ids": _array(Data.STRING, page)}
 
 
 MAX_DELETE = 4000
@@ -260,7 +260,7 @@ def _delete_batch(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> 
     before = epoch_seconds(cutoff) or broker.clock()
     session = body.get("session-id")
     deleted = store.delete_batch(count, before, str(session) if session else None)
-    return {"message-count": deleted}
+    return {"message-count": int32(deleted)}
 
 
 _HANDLERS: dict[str, Callable[[Broker, MessageStore, dict[Any, Any]], Any]] = {
