@@ -249,7 +249,8 @@ def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
 
 
 MAX_DELETE = 4000
-"""The most messages one batch delete removes (Service Bus's limit; the SDKs' purge asks for this many)."""
+"""The most messages one batch delete removes: Service Bus's Premium limit (Standard's is 500, what the
+JavaScript SDK's purge asks for); larger requests are refused."""
 
 
 def _delete_batch(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
