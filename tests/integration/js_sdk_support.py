@@ -13,7 +13,7 @@ where ``node`` or ``npm`` is missing. A fresh machine needs the npm registry onc
 
 ``run_js`` runs one script with ``NODE_PATH`` naming the SDK's ``node_modules`` (so a plain
 ``require("@azure/service-bus")`` finds it) and a hard bound: an SDK that waits for an answer that never
-comes is killed with its whole process group, and the test reads what it printed until then.
+comes is killed, and the test reads what it printed until then.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,26 +103,29 @@ def run_js(
     timeout: float = 60.0,
     cwd: Path | None = None,
 ) -> JsRun:
-    """Run ``node script`` with ``env`` added to a clean environment; kill its process group at the bound."""
+    """Run ``node script`` with ``env`` added to a clean environment; kill it at the bound."""
     full_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
         "NODE_PATH": str(sdk.modules),
         **env,
     }
-    proc = subprocess.Popen(
-        [sdk.node, str(script)],
-        cwd=str(cwd or script.parent),
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return JsRun(None, out, err)
-    return JsRun(proc.returncode, out, err)
+        done = subprocess.run(
+            [sdk.node, str(script)],
+            cwd=str(cwd or script.parent),
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as expired:  # run() has killed the script and kept what it printed
+        return JsRun(None, _text(expired.stdout), _text(expired.stderr))
+    return JsRun(done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
