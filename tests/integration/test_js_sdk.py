@@ -132,7 +132,9 @@ def test_sessions_keep_state_and_hand_out_the_next_available_ones(js: JsSdk, ns:
     assert sessions == {"green": ["green-1", "green-2"], "blue": ["blue-1", "blue-2"]}
 
 
-def test_scheduling_deferral_dead_lettering_and_the_max_delivery_count(js: JsSdk, ns: LocalNamespace) -> None:
+def test_scheduling_deferral_dead_lettering_max_delivery_and_modified_properties(
+    js: JsSdk, ns: LocalNamespace
+) -> None:
     env = {**sas_env(ns), "QUEUE": "js-settle", "MAX_DELIVERY_QUEUE": "js-max-delivery"}
     got = run(js, "settlement.js", env)
     # A scheduled message peeks as scheduled and arrives when due; the cancelled one never shows
@@ -145,6 +147,25 @@ def test_scheduling_deferral_dead_lettering_and_the_max_delivery_count(js: JsSdk
     assert got["deadLettered"] == ["poison", "bad", "very bad"]
     assert got["deliveryCounts"] == [0, 1]
     assert got["maxDelivery"] == ["twice", "MaxDeliveryCountExceeded"]
+    # Properties to modify become application properties, over the link and over $management
+    modified = got["modified"]
+    assert modified["afterAbandon"] == {"kept": "yes", "attempt": 1}
+    assert modified["afterDefer"] == {"kept": "yes", "attempt": 1, "deferredBy": "js"}
+    assert modified["afterManagement"] == {
+        "kept": "yes",
+        "attempt": 1,
+        "deferredBy": "js",
+        "viaManagement": True,
+    }
+    properties, reason = modified["deadLettered"]
+    assert reason == "done"
+    assert {k: v for k, v in properties.items() if not k.startswith("DeadLetter")} == {
+        "kept": "yes",
+        "attempt": 1,
+        "deferredBy": "js",
+        "viaManagement": True,
+        "why": "checked",
+    }
 
 
 def test_rule_manager_filters_a_subscription(js: JsSdk, ns: LocalNamespace) -> None:

@@ -449,6 +449,7 @@ def busy_namespace(journal: list[Record]) -> Namespace:
     q1.complete(token(completed), T0 + 2)
     q1.dead_letter(token(dead), T0 + 2, "bad", "really bad")
     q1.defer(token(deferred), T0 + 2)
+    q1.rewrite(token(abandoned), T0 + 2, lambda raw: raw + b"+modified")  # properties set on settling
     q1.abandon(token(abandoned), T0 + 2)
     ns.store("sq").set_session_state("s1", b"state")
     return ns

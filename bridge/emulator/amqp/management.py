@@ -24,6 +24,7 @@ from bridge.emulator.amqp.codec import (
     split_sections,
     stamp_message,
     ts,
+    with_application_properties,
 )
 from bridge.emulator.errors import ArgumentError, BrokerError, ServerBusyError, SessionLockLostError
 from bridge.emulator.identity.rights import Right
@@ -180,7 +181,11 @@ def _cancel(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
 def _disposition(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     status = str(body.get("disposition-status", ""))
     now = broker.clock()
+    changes = body.get("properties-to-modify")
+    updates = {str(k): v for k, v in changes.items()} if isinstance(changes, dict) else {}
     for token in _tokens(body):
+        if updates and status != "completed":
+            store.rewrite(token, now, lambda raw: with_application_properties(raw, updates, set()))
         if status == "completed":
             store.complete(token, now)
         elif status == "abandoned":

@@ -8,6 +8,10 @@ In PEEK_LOCK the SDK settles each message with an AMQP outcome, which maps onto 
 - ``released``, or settled without an outcome → release (the message was never looked at, so the
   delivery is not counted).
 
+Properties to modify ride along as Service Bus takes them: a ``modified`` outcome's message annotations, and
+the entries of a ``rejected`` outcome's error info other than the dead-letter reason and description. They
+become application properties of the stored message before it is abandoned, deferred or dead-lettered.
+
 We answer with the same outcome (or ``rejected`` with the broker's error, e.g. a lost lock), settle, and
 pump the store so the freed message (or the dead-letter queue's new one) reaches a receiver at once.
 """
@@ -16,12 +20,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Link
 
 from bridge.emulator.amqp import idle
 from bridge.emulator.amqp.broker import Consumer
+from bridge.emulator.amqp.codec import with_application_properties
 from bridge.emulator.amqp.conditions import error_condition
 from bridge.emulator.errors import BrokerError
 
@@ -50,6 +55,9 @@ def on_disposition(conn: AmqpConnection, link: Link, dlv: Delivery) -> None:
     consumer.active = idle.now()
     log.debug("disposition %s for %s on %s", state, token, store.path)
     try:
+        changes = _properties_to_modify(state, dlv)
+        if changes:
+            store.rewrite(token, now, lambda raw: with_application_properties(raw, changes, set()))
         if state == Delivery.ACCEPTED:
             store.complete(token, now)
         elif state == Delivery.MODIFIED and dlv.remote.undeliverable:
@@ -76,6 +84,22 @@ def on_disposition(conn: AmqpConnection, link: Link, dlv: Delivery) -> None:
     broker.pump_store(store, skip=consumer if state == Delivery.RELEASED else None)
     if store.dlq is not None and state == Delivery.REJECTED:
         broker.pump_store(store.dlq)
+
+
+_REASON_KEYS = {"DeadLetterReason", "DeadLetterErrorDescription"}
+
+
+def _properties_to_modify(state: int, dlv: Delivery) -> dict[str, Any]:
+    """The application properties a ``modified`` or ``rejected`` outcome asks to set (module docstring)."""
+    if state == Delivery.MODIFIED:
+        found: Any = dlv.remote.annotations
+    elif state == Delivery.REJECTED and dlv.remote.condition is not None:
+        found = dlv.remote.condition.info
+    else:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if str(k) not in _REASON_KEYS}
 
 
 def _dead_letter_reason(dlv: Delivery) -> tuple[str | None, str | None]:

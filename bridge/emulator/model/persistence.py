@@ -7,6 +7,7 @@ Record kinds, each ``(kind, fields, blobs)`` as ``bridge.emulator.wal`` frames t
   so the outcome is the one the original send had);
 - ``rm`` / ``dl`` / ``dc`` / ``st``: a message left, was dead-lettered, had its delivery count or its
   state changed (the store journals these as they happen);
+- ``raw``: a message's new encoded bytes (its properties modified as a receiver settled it);
 - ``ss``: a session's state blob;
 - ``seq`` / ``msg``: snapshot-only records, a queue's or topic's sequence counter and duplicate window,
   and one message exactly as it stands.
@@ -76,6 +77,8 @@ def _apply_store_record(ns: Namespace, kind: str, fields: dict[str, Any], blobs:
             store.move_to_dead_letter(found, fields.get("r"), fields.get("d"), journal=False)
         elif kind == "dc":
             found.delivery_count = fields["dc"]
+        elif kind == "raw":
+            store.replace_raw(found, blobs[0], journal=False)
         elif kind == "st":
             # Re-place rather than assign, so the message leaves the ready heap it was in.
             store.remove(found.seq)

@@ -191,6 +191,18 @@ class MessageStore:
         self._log("rm", {"s": msg.seq})
         return msg
 
+    def rewrite(self, token: uuid.UUID, now: float, change: Callable[[bytes], bytes]) -> None:
+        """Apply ``change`` to a locked message's encoded bytes (properties modified as it is settled)."""
+        msg = self._locked(token, now)
+        self.replace_raw(msg, change(msg.raw))
+
+    def replace_raw(self, msg: StoredMessage, raw: bytes, journal: bool = True) -> None:
+        """Give a message new encoded bytes; journaled with them unless replaying."""
+        self.size_bytes += len(raw) - msg.size
+        msg.raw = raw
+        if journal:
+            self._log("raw", {"s": msg.seq}, [raw])
+
     def abandon(self, token: uuid.UUID, now: float) -> None:
         """Release the lock; the delivery counts as failed (MaxDeliveryCount may dead-letter it)."""
         msg = self._locked(token, now)

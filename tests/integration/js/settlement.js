@@ -1,4 +1,5 @@
-// Scheduling and cancelling, deferral, dead-lettering, the max delivery count and lock renewal.
+// Scheduling and cancelling, deferral, dead-lettering, the max delivery count, lock renewal and the
+// properties a receiver modifies as it settles.
 "use strict";
 const { client, result, run, text } = require("./common");
 
@@ -55,5 +56,25 @@ run(async () => {
   const exceeded = await receiveOne(maxDlq);
   await maxDlq.completeMessage(exceeded);
   result({ deliveryCounts: counts, maxDelivery: [text(exceeded.body), exceeded.deadLetterReason] });
+
+  // Properties to modify, on the link (abandon, defer, dead-letter) and on $management (a deferred message)
+  await sender.sendMessages({ body: "modified", applicationProperties: { kept: "yes" } });
+  await receiver.abandonMessage(await receiveOne(receiver), { attempt: 1 });
+  const again = await receiveOne(receiver);
+  await receiver.deferMessage(again, { deferredBy: "js" });
+  const [held] = await receiver.receiveDeferredMessages(again.sequenceNumber);
+  await receiver.abandonMessage(held, { viaManagement: true });
+  const [back] = await receiver.receiveDeferredMessages(again.sequenceNumber);
+  await receiver.deadLetterMessage(back, { deadLetterReason: "done", why: "checked" });
+  const modified = await receiveOne(dlq);
+  await dlq.completeMessage(modified);
+  result({
+    modified: {
+      afterAbandon: again.applicationProperties,
+      afterDefer: held.applicationProperties,
+      afterManagement: back.applicationProperties,
+      deadLettered: [modified.applicationProperties, modified.deadLetterReason],
+    },
+  });
   await sb.close();
 });
