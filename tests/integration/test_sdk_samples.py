@@ -49,9 +49,9 @@ def sample_stack(
 
 
 def _run(sample_root: Path, sample_stack: tuple[LocalStack, Path], sample: str, timeout: float) -> None:
-    local, env_file = sample_stack
+    _, env_file = sample_stack
     bound = samples.timeout_for(sample_root, sample, timeout)
-    result = samples.run_sample(sample_root, sample, env_file, samples.sample_env(sample, local), bound)
+    result = samples.run_sample(sample_root, sample, env_file, samples.sample_env(sample), bound)
     assert result.result == "pass", f"{sample}: {result.detail}"
 
 

@@ -1,5 +1,6 @@
-"""``bridge up --entra``: the env file names the namespace, the managed identity and the certificates, so an
-unchanged application built on ``DefaultAzureCredential`` works in a shell that sources it."""
+"""``bridge up --entra``: the env file names the namespace, the managed identity, a registered client and the
+certificates, so an unchanged application built on ``DefaultAzureCredential`` or ``EnvironmentCredential``
+works in a shell that sources it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench import samples
 from bridge.embedded import up
 from bridge.embedded.stack import wait_until
 from tests.integration.worker_support import entity_status
@@ -76,6 +78,15 @@ def test_bridge_up_entra_runs_on_entra_id_only_and_its_env_file_serves_applicati
         app = sourced(stack.env_file, sys.executable, "-c", APPLICATION)
         assert app.returncode == 0, app.stderr[-3000:]
         assert "from an unchanged application" in app.stdout
+        # The env file also names a registered client of the local issuer: the SDK's EnvironmentCredential
+        # sample (azure-identity's async EnvironmentCredential, a client secret) runs from it alone
+        for name in ("AZURE_TENANT_ID=", "AZURE_CLIENT_ID=", "AZURE_CLIENT_SECRET=", "AZURE_AUTHORITY_HOST=",
+                     "AZURE_TOKEN_CREDENTIALS='ManagedIdentityCredential'"):  # fmt: skip
+            assert name in stack.env_file.read_text()
+        sample = "async_samples/client_identity_authentication_async.py"
+        env = {"SERVICEBUS_QUEUE_NAME": "app-queue"}
+        result = samples.run_sample(samples.samples_root(), sample, stack.env_file, env, 120)
+        assert result.result == "pass", result.detail
     finally:
         for started in stacks:
             up.stop(started)
