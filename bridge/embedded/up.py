@@ -11,6 +11,10 @@ keys and the Redis password), so ``set -a; . <file>; set +a`` gives your shell t
 ``bridge status``, ``bridge send``, ``bridge emulator-ctl`` (``BRIDGE_EMULATOR_CONTROL_URL`` of each
 namespace is in the file too). Ctrl-C (or SIGTERM) stops everything, bridge processes first.
 
+With ``standard_ports=True`` (the CLI's default) the primary also takes SAS over AMQPS on localhost's 5671
+and HTTPS on 443 where free, and the env file holds the trust and the ``SERVICEBUS_*`` names the SDK's
+samples read (``bridge.embedded.trust``), so an application naming only ``localhost`` and a key connects.
+
 With ``tls=True`` (``bridge up --tls``) the ingress speaks HTTPS only, with a self-signed certificate made
 in ``<data dir>/ingress-tls`` (``bridge.emulator.certs``); the env file then also holds its settings and
 ``BRIDGE_INGRESS_CA_FILE``, the certificate a client trusts (``REQUESTS_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
