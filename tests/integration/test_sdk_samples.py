@@ -16,6 +16,9 @@ import pytest
 from bench import samples
 from bridge.embedded.stack import LocalStack
 
+# The samples dial localhost:5671 and 443: one worker runs every test that needs them, one after another.
+pytestmark = pytest.mark.xdist_group("standard-ports")
+
 # Samples that fail today, with why; the docs' table says the same. Strict: a fix makes the test say so.
 KNOWN_FAILURES: dict[str, str] = {}
 

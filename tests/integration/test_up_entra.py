@@ -17,7 +17,8 @@ from bridge.embedded import up
 from bridge.embedded.stack import wait_until
 from tests.integration.worker_support import entity_status
 
-pytestmark = pytest.mark.timeout(180)
+# The application part needs localhost:5671 (skipped when busy): one worker runs every test that needs it.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("standard-ports")]
 
 # What the SDK's own samples do (send_queue.py, receive_queue.py): no key, no certificate, no port.
 APPLICATION = """

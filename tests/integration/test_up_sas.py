@@ -19,7 +19,8 @@ from bridge.embedded import up
 from bridge.embedded.trust import serves_standard_ports
 from tests.integration.test_up_entra import sourced
 
-pytestmark = pytest.mark.timeout(300)
+# Needs localhost:5671 and 443: one worker runs every test that needs them, one after another.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("standard-ports")]
 
 CREDENTIAL_SAMPLES = [
     "sync_samples/authenticate_using_azure_named_key_credential.py",
