@@ -28,11 +28,8 @@ CREDENTIAL_SAMPLES = [
     "sync_samples/authenticate_using_azure_sas_credential.py",
     "async_samples/authenticate_using_azure_sas_credential_async.py",
 ]
-OTHER_SAS_SAMPLES = [
-    "sync_samples/authenticate_client_connstr.py",
-    "async_samples/authenticate_client_connstr_async.py",
-    "sync_samples/generate_sas_token_and_authenticate_client.py",
-]
+"""The default suite's share (about 2 s each); ``-m slow`` runs the rest of ``SAS_SAMPLES`` (the two
+``sample_code_servicebus`` take about 80 s each)."""
 
 # An unchanged application: a key, the namespace by name, no port and no certificate.
 APPLICATION = """
@@ -63,7 +60,16 @@ def sas_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[up.Stack]:
     samples.wait_ports_free(samples.SDK_PORTS, samples.PORT_WAIT)
     try:
         base = tmp_path_factory.mktemp("up-sas")
-        stack = up.start(base, concurrency=1, receivers=False, on_start=stacks.append, standard_ports=True)
+        entities = base / "sample-entities.toml"
+        entities.write_text(samples.entities_toml(samples.SAS_SAMPLES))
+        stack = up.start(
+            base,
+            concurrency=1,
+            receivers=False,
+            on_start=stacks.append,
+            standard_ports=True,
+            namespace_entities=entities,
+        )
         if not serves_standard_ports(stack.local.primary):
             pytest.skip("port 5671 was busy on this machine: the SDK's samples dial it")
         yield stack
@@ -90,8 +96,8 @@ def test_an_application_signs_in_with_a_key_over_amqps_and_https(sas_stack: up.S
 
 def _run(sas_stack: up.Stack, sample: str) -> None:
     root = samples.samples_root()
-    env = {"SERVICEBUS_QUEUE_NAME": f"{samples.slug(sample)}-q"}
-    result = samples.run_sample(root, sample, sas_stack.env_file, env, 120)
+    bound = samples.timeout_for(root, sample, 180)
+    result = samples.run_sample(root, sample, sas_stack.env_file, samples.sample_env(sample), bound)
     assert result.result == "pass", f"{sample}: {result.detail}"
 
 
@@ -101,6 +107,6 @@ def test_the_sdk_samples_signing_in_with_a_key_or_a_token_pass(sas_stack: up.Sta
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sample", OTHER_SAS_SAMPLES)
+@pytest.mark.parametrize("sample", [s for s in samples.SAS_SAMPLES if s not in CREDENTIAL_SAMPLES])
 def test_the_other_sas_samples_pass(sas_stack: up.Stack, sample: str) -> None:
     _run(sas_stack, sample)
