@@ -141,10 +141,6 @@ EXCLUDED: dict[str, str] = {
     "sync_samples/receive_iterator_queue.py": FOREVER,
     "async_samples/receive_iterator_queue_async.py": FOREVER,
     "sync_samples/failure_and_recovery.py": FOREVER,
-    "sync_samples/client_identity_authentication.py": (
-        "needs Entra ID itself: msal (the sync EnvironmentCredential) asks login.microsoftonline.com whether "
-        "the local authority is known, and no environment variable turns that off (the async variant runs)"
-    ),
     "sync_samples/session_pool_receive.py": "never ends by design: its session workers loop forever",
     "async_samples/session_pool_receive_async.py": "never ends by design: its session workers loop forever",
     "async_samples/proxy_async.py": (

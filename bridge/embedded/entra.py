@@ -12,11 +12,10 @@ secrets into ``<data dir>/identity/identities.toml`` (mode 0600):
 - ``sender`` and ``receiver``: Data Sender and Data Receiver with client secrets, for trying what a
   role-limited identity may do.
 
-With ``AZURE_CLIENT_SECRET`` set, ``DefaultAzureCredential`` would try ``EnvironmentCredential`` first, and
-the synchronous one (msal) asks ``login.microsoftonline.com`` whether the local authority is known and
-fails the whole chain; so the env file also sets ``AZURE_TOKEN_CREDENTIALS=ManagedIdentityCredential``, which
-keeps ``DefaultAzureCredential`` on the managed-identity endpoint (it asks for ``AZURE_CLIENT_ID``, the
-``app`` identity, which that endpoint serves too).
+``AZURE_TENANT_ID`` is ``adfs``: the issuer also answers as an AD FS authority
+(``bridge/emulator/identity/issuer.py``), and msal skips its instance discovery (a call to Entra ID itself)
+for one. So the synchronous ``EnvironmentCredential`` signs in too, and so does ``DefaultAzureCredential``,
+which tries ``EnvironmentCredential`` first and stops at its first configured credential that fails.
 
 The primary also serves AMQPS on 5671 and HTTPS (management, AMQP over WebSockets) on 443 where those
 ports are free, with the certificate trust of ``bridge.embedded.trust``.
@@ -31,6 +30,7 @@ from pathlib import Path
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.trust import FQNS, STANDARD_PORT_ARGS, LocalTrust, namespace_name
 from bridge.emulator.identity.directory import default_client_id
+from bridge.emulator.identity.issuer import ADFS
 
 APP = "app"
 """The registered client the env file names for ``EnvironmentCredential``."""
@@ -105,12 +105,11 @@ class EntraSetup:
         """What a shell (and the SDK's samples) needs beyond ``BRIDGE_*``: issuer, client, trust, name."""
         endpoints = primary.endpoints
         assert endpoints is not None and endpoints.identity_endpoint and endpoints.identity_header
-        assert endpoints.authority and endpoints.tenant_id
+        assert endpoints.authority
         return {
             "IDENTITY_ENDPOINT": endpoints.identity_endpoint,
             "IDENTITY_HEADER": endpoints.identity_header,
-            "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
-            "AZURE_TENANT_ID": endpoints.tenant_id,
+            "AZURE_TENANT_ID": ADFS,
             "AZURE_CLIENT_ID": default_client_id(APP),
             "AZURE_CLIENT_SECRET": self.secrets[APP],
             "AZURE_AUTHORITY_HOST": endpoints.authority,

@@ -79,15 +79,20 @@ def test_bridge_up_entra_runs_on_entra_id_only_and_its_env_file_serves_applicati
         app = sourced(stack.env_file, sys.executable, "-c", APPLICATION)
         assert app.returncode == 0, app.stderr[-3000:]
         assert "from an unchanged application" in app.stdout
-        # The env file also names a registered client of the local issuer: the SDK's EnvironmentCredential
-        # sample (azure-identity's async EnvironmentCredential, a client secret) runs from it alone
-        for name in ("AZURE_TENANT_ID=", "AZURE_CLIENT_ID=", "AZURE_CLIENT_SECRET=", "AZURE_AUTHORITY_HOST=",
-                     "AZURE_TOKEN_CREDENTIALS='ManagedIdentityCredential'"):  # fmt: skip
+        # The env file also names a registered client of the local issuer (tenant adfs: msal asks Entra ID
+        # nothing): the SDK's EnvironmentCredential samples, sync and async, run from it alone
+        for name in (
+            "AZURE_TENANT_ID='adfs'",
+            "AZURE_CLIENT_ID=",
+            "AZURE_CLIENT_SECRET=",
+            "AZURE_AUTHORITY_HOST=",
+        ):
             assert name in stack.env_file.read_text()
-        sample = "async_samples/client_identity_authentication_async.py"
-        env = {"SERVICEBUS_QUEUE_NAME": "app-queue"}
-        result = samples.run_sample(samples.samples_root(), sample, stack.env_file, env, 120)
-        assert result.result == "pass", result.detail
+        for sample in ("sync_samples/client_identity_authentication.py",
+                       "async_samples/client_identity_authentication_async.py"):  # fmt: skip
+            env = {"SERVICEBUS_QUEUE_NAME": "app-queue"}
+            result = samples.run_sample(samples.samples_root(), sample, stack.env_file, env, 120)
+            assert result.result == "pass", f"{sample}: {result.detail}"
     finally:
         for started in stacks:
             up.stop(started)
