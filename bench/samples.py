@@ -1,4 +1,4 @@
-"""The azure-servicebus SDK's own samples, run unmodified against the local stack on Entra ID.
+"""The azure-servicebus SDK's own samples, run unmodified against the local stack their sign-in needs.
 
     python -m bench.samples [--only NAME ...] [--timeout 120] [--jobs 2]
 
@@ -7,14 +7,16 @@ sleeps plus ``WORK_MARGIN`` instead (``timeout_for``).
 
 Downloads the ``azure-servicebus`` source distribution (``SDK_VERSION``) from PyPI once per machine into
 the test cache (``tests/integration/rest_clients.py``: ``$BRIDGE_TEST_CACHE``, else
-``~/.cache/bridge-tests``) — the samples are never part of this repository — and starts the stack of
-``bridge up --entra`` (Redis, two namespaces, the token issuer, SAS refused, AMQPS on 5671 and HTTPS on 443
-where free; ``bridge/embedded/entra.py``) with the entities the samples name. Each sample runs as
+``~/.cache/bridge-tests``) — the samples are never part of this repository. The samples that sign in with
+Entra ID run against the stack of ``bridge up --entra`` (Redis, two namespaces, the token issuer, SAS
+refused, AMQPS on 5671 and HTTPS on 443 where free; ``bridge/embedded/entra.py``), those that sign in with
+SAS (``SAS_SAMPLES``) then against the stack of plain ``bridge up`` (SAS over AMQPS on 5671 and HTTPS on
+443; ``bridge/embedded/trust.py``), each with the entities the samples name. Each sample runs as
 ``python sample.py`` in a shell that sourced the stack's ``bridge.env`` (``set -a; . bridge.env``: the
-namespace, ``IDENTITY_ENDPOINT``/``IDENTITY_HEADER``, the certificates) plus the ``SERVICEBUS_*`` variables
-the samples read, each sample with entities of its own so none sees another's leftovers. It prints one row
-per sample: ``pass``, ``fail`` with the last error line, or ``excluded`` with the reason
-(``EXCLUDED``). The exit status is 1 when a sample that is not excluded failed.
+namespace, how to sign in to it, the certificates) plus the ``SERVICEBUS_*`` variables the samples read,
+each sample with entities of its own so none sees another's leftovers. It prints one row per sample:
+``pass``, ``fail`` with the last error line, or ``excluded`` with the reason (``EXCLUDED``). The exit
+status is 1 when a sample that is not excluded failed.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from pathlib import Path
 
 from bridge.embedded import up
 from bridge.embedded.stack import LocalStack
-from bridge.emulator.identity.directory import default_client_id
 from tests.integration.proxy_support import Tinyproxy
 from tests.integration.rest_clients import _install, cache_dir
 
@@ -116,30 +117,30 @@ SAMPLES = (
 """Every sample in the sdist (``all_samples`` checks the download against it)."""
 
 FOREVER = "never ends by design: iterates a receiver made without max_wait_time, which waits forever"
-SAS_ONLY = "authenticates with SAS (a key or connection string); the Entra-only stack refuses SAS"
+SAS_SAMPLES = (
+    "sync_samples/authenticate_client_connstr.py",
+    "async_samples/authenticate_client_connstr_async.py",
+    "sync_samples/authenticate_using_azure_named_key_credential.py",
+    "async_samples/authenticate_using_azure_named_key_credential_async.py",
+    "sync_samples/authenticate_using_azure_sas_credential.py",
+    "async_samples/authenticate_using_azure_sas_credential_async.py",
+    "sync_samples/generate_sas_token_and_authenticate_client.py",
+    "sync_samples/sample_code_servicebus.py",
+    "async_samples/sample_code_servicebus_async.py",
+)
+"""Samples that sign in with SAS (a key, a token, a connection string): the Entra-only stack refuses SAS, so
+they run against plain ``bridge up`` (``sas_stack``: SAS over AMQPS on 5671, HTTPS on 443)."""
+
 EXCLUDED: dict[str, str] = {
-    "sync_samples/authenticate_client_connstr.py": SAS_ONLY,
-    "async_samples/authenticate_client_connstr_async.py": SAS_ONLY,
-    "sync_samples/authenticate_using_azure_named_key_credential.py": SAS_ONLY,
-    "async_samples/authenticate_using_azure_named_key_credential_async.py": SAS_ONLY,
-    "sync_samples/authenticate_using_azure_sas_credential.py": SAS_ONLY,
-    "async_samples/authenticate_using_azure_sas_credential_async.py": SAS_ONLY,
-    "sync_samples/generate_sas_token_and_authenticate_client.py": SAS_ONLY,
-    "sync_samples/sample_code_servicebus.py": SAS_ONLY + " (SERVICEBUS_CONNECTION_STR throughout)",
     "sync_samples/connection_to_custom_endpoint_address.py": (
         "placeholders to edit: custom_endpoint_address='sb://<custom_endpoint_hostname>:<port>'"
     ),
     "async_samples/connection_to_custom_endpoint_address_async.py": (
         "placeholders to edit: custom_endpoint_address='sb://<custom_endpoint_hostname>:<port>'"
     ),
-    "async_samples/sample_code_servicebus_async.py": SAS_ONLY + " (SERVICEBUS_CONNECTION_STR throughout)",
     "sync_samples/receive_iterator_queue.py": FOREVER,
     "async_samples/receive_iterator_queue_async.py": FOREVER,
     "sync_samples/failure_and_recovery.py": FOREVER,
-    "sync_samples/client_identity_authentication.py": (
-        "needs Entra ID itself: msal (the sync EnvironmentCredential) asks login.microsoftonline.com whether "
-        "the local authority is known, and no environment variable turns that off (the async variant runs)"
-    ),
     "sync_samples/session_pool_receive.py": "never ends by design: its session workers loop forever",
     "async_samples/session_pool_receive_async.py": "never ends by design: its session workers loop forever",
     "async_samples/proxy_async.py": (
@@ -221,30 +222,16 @@ def entities_toml(samples: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sample_env(sample: str, local: LocalStack) -> dict[str, str]:
-    """The ``SERVICEBUS_*`` variables the samples read, and ``EnvironmentCredential``'s for the sender."""
+def sample_env(sample: str) -> dict[str, str]:
+    """The ``SERVICEBUS_*`` variables the samples read (``EnvironmentCredential``'s are in the env file)."""
     s = slug(sample)
-    env = {
+    return {
         "SERVICEBUS_QUEUE_NAME": f"{s}-q",
         "SERVICEBUS_SESSION_QUEUE_NAME": f"{s}-sq",
         "SERVICEBUS_SESSION_ID": "session-1",
         "SERVICEBUS_TOPIC_NAME": f"{s}-t",
         "SERVICEBUS_SUBSCRIPTION_NAME": "sub",
     }
-    endpoints = local.primary.endpoints
-    wants_principal = "client_identity_authentication" in sample
-    if wants_principal and local.entra and endpoints and endpoints.authority and endpoints.tenant_id:
-        # EnvironmentCredential signs in as a service principal with a secret: the Data Sender identity.
-        # Only here: with AZURE_CLIENT_ID set, DefaultAzureCredential would ask for that identity instead.
-        env.update(
-            {
-                "AZURE_TENANT_ID": endpoints.tenant_id,
-                "AZURE_CLIENT_ID": default_client_id("sender"),
-                "AZURE_CLIENT_SECRET": local.entra.secrets["sender"],
-                "AZURE_AUTHORITY_HOST": endpoints.authority,
-            }
-        )
-    return env
 
 
 def last_error_line(output: str) -> str:
@@ -306,11 +293,24 @@ def run_sample(root: Path, sample: str, env_file: Path, extra: dict[str, str], t
 @contextmanager
 def entra_stack(samples: Iterable[str], base: Path | None = None) -> Iterator[tuple[LocalStack, Path]]:
     """The namespaces of ``bridge up --entra`` with the samples' entities, and its ``bridge.env``."""
+    with _stack(samples, base, entra=True) as ready:
+        yield ready
+
+
+@contextmanager
+def sas_stack(samples: Iterable[str], base: Path | None = None) -> Iterator[tuple[LocalStack, Path]]:
+    """The namespaces of plain ``bridge up`` (SAS on 5671 and 443) with the samples' entities, and its env."""
+    with _stack(samples, base, entra=False) as ready:
+        yield ready
+
+
+@contextmanager
+def _stack(samples: Iterable[str], base: Path | None, *, entra: bool) -> Iterator[tuple[LocalStack, Path]]:
     base = base or Path(tempfile.mkdtemp(prefix="bridge-samples-"))
     entities = base / "sample-entities.toml"
     base.mkdir(parents=True, exist_ok=True)
     entities.write_text(entities_toml(samples))
-    local = LocalStack(base, entities={}, namespace_entities_file=entities, entra=True)
+    local = LocalStack(base, entities={}, namespace_entities_file=entities, entra=entra, standard_ports=True)
     # proxy.py dials an HTTP proxy at 127.0.0.1:8899 with Basic auth admin/123456 (its own placeholders)
     proxy = Tinyproxy(base / "proxy", "admin", "123456")
     proxy.port = PROXY_PORT
@@ -324,7 +324,7 @@ def entra_stack(samples: Iterable[str], base: Path | None = None) -> Iterator[tu
                 f"ports {SDK_PORTS} are not all free (served: {sorted(served)}): the SDK dials 5671 for "
                 "AMQPS whatever port the namespace names, and the administration client 443"
             )
-        if shutil.which("tinyproxy") and port_free(PROXY_PORT):
+        if entra and shutil.which("tinyproxy") and port_free(PROXY_PORT):
             proxy.start()
         yield local, up.write_env_file(local)
     finally:
@@ -345,16 +345,22 @@ def port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def run_all(
-    root: Path, samples: list[str], local: LocalStack, env_file: Path, timeout: float, jobs: int
-) -> list[Result]:
+def _on_entra(samples: list[str]) -> list[str]:
+    return [s for s in samples if s not in SAS_SAMPLES]
+
+
+def _on_sas(samples: list[str]) -> list[str]:
+    return [s for s in samples if s in SAS_SAMPLES]
+
+
+def run_all(root: Path, samples: list[str], env_file: Path, timeout: float, jobs: int) -> list[Result]:
     """Every sample (excluded ones reported, not run), ``jobs`` at a time, in ``samples`` order."""
 
     def one(sample: str) -> Result:
         if sample in EXCLUDED:
             return Result(sample, "excluded", EXCLUDED[sample])
         bound = timeout_for(root, sample, timeout)
-        return run_sample(root, sample, env_file, sample_env(sample, local), bound)
+        return run_sample(root, sample, env_file, sample_env(sample), bound)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, samples))
@@ -388,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"no such sample in azure-servicebus {SDK_VERSION}: {', '.join(unknown)}")
         samples = [s for s in samples if s in args.only]
-    with entra_stack(samples) as (local, env_file):
-        results = run_all(root, samples, local, env_file, args.timeout, args.jobs)
+    results: list[Result] = []
+    for group, stack in ((_on_entra(samples), entra_stack), (_on_sas(samples), sas_stack)):
+        if group:
+            with stack(group) as (_, env_file):
+                results += run_all(root, group, env_file, args.timeout, args.jobs)
+    results.sort(key=lambda r: samples.index(r.sample))
     print(table(results))
     counts = {k: sum(r.result == k for r in results) for k in ("pass", "fail", "excluded")}
     print(f"\nazure-servicebus {SDK_VERSION} samples: {counts['pass']} pass, {counts['fail']} fail, "

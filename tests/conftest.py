@@ -157,6 +157,8 @@ KNOWN_COST = {
     "tests/integration/test_demo.py": 200.0,
     "tests/integration/test_up.py": 40.0,
     "tests/integration/test_sdk_samples.py": 60.0,
+    "tests/integration/test_up_sas.py": 35.0,
+    "tests/integration/test_js_admin.py": 30.0,
     "tests/integration/test_ingress_fuzz.py": 30.0,
     "tests/integration/test_workers_entities.py::test_one_message_to_each_of_300": 35.0,
     # The whole stack through a compressed outage (and a disaster) of the primary: bench/outage.py.

@@ -25,6 +25,13 @@ def up(
         bool,
         typer.Option(help="Sign in with Microsoft Entra ID only: local token issuer, SAS disabled."),
     ] = False,
+    standard_ports: Annotated[
+        bool,
+        typer.Option(
+            help="Also serve the primary on localhost's ports 5671 (AMQPS) and 443 (HTTPS) where free, "
+            "as the SDKs dial them; --no-standard-ports leaves them alone."
+        ),
+    ] = True,
 ) -> None:
     """Start Redis, two local namespaces, the ingress, a worker, two beats and receivers; Ctrl-C stops."""
     from rich.console import Console
@@ -48,6 +55,7 @@ def up(
             on_start=started.append,
             tls=tls,
             entra=entra,
+            standard_ports=standard_ports,
         )
         for line in stack_up.describe(stack):
             typer.echo(line)  # not rich: URLs and paths must not be wrapped

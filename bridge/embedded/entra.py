@@ -6,17 +6,19 @@ secrets into ``<data dir>/identity/identities.toml`` (mode 0600):
 
 - ``bridge``: Data Owner, the system-assigned managed identity every bridge process signs in as
   (``credential = "managed_identity"`` through ``IDENTITY_ENDPOINT``/``IDENTITY_HEADER``);
+- ``app``: Data Owner with a client secret, the registered client the env file names for
+  ``EnvironmentCredential`` (``AZURE_TENANT_ID``, ``AZURE_CLIENT_ID``, ``AZURE_CLIENT_SECRET``,
+  ``AZURE_AUTHORITY_HOST``);
 - ``sender`` and ``receiver``: Data Sender and Data Receiver with client secrets, for trying what a
   role-limited identity may do.
 
+``AZURE_TENANT_ID`` is ``adfs``: the issuer also answers as an AD FS authority
+(``bridge/emulator/identity/issuer.py``), and msal skips its instance discovery (a call to Entra ID itself)
+for one. So the synchronous ``EnvironmentCredential`` signs in too, and so does ``DefaultAzureCredential``,
+which tries ``EnvironmentCredential`` first and stops at its first configured credential that fails.
+
 The primary also serves AMQPS on 5671 and HTTPS (management, AMQP over WebSockets) on 443 where those
-ports are free on loopback, so a client built as ``ServiceBusClient("localhost", DefaultAzureCredential())``
-or ``ServiceBusAdministrationClient("localhost", ...)`` reaches it unchanged. Each namespace has its own
-self-signed certificate; ``ca-bundle.pem`` holds both (after the system's CA bundle, so other HTTPS keeps
-working in a shell that sources the env file) and is what ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE`` and the
-namespaces' ``certificate`` setting name. The SDK reads neither variable for AMQPS (it pins certifi's
-bundle), so the env file also puts ``python-trust/`` on ``PYTHONPATH``: its ``sitecustomize`` points
-``certifi.where()`` at the same bundle, for unmodified applications such as the SDK's samples.
+ports are free, with the certificate trust of ``bridge.embedded.trust``.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.embedded.namespaces import LocalNamespace
+from bridge.embedded.trust import FQNS, STANDARD_PORT_ARGS, LocalTrust, namespace_name
+from bridge.emulator.identity.directory import default_client_id
+from bridge.emulator.identity.issuer import ADFS
 
-AMQPS_PORT = 5671
-HTTPS_PORT = 443
-SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-FQNS = "localhost"
+APP = "app"
+"""The registered client the env file names for ``EnvironmentCredential``."""
 
 
 @dataclass
@@ -43,16 +46,18 @@ class EntraSetup:
     def __post_init__(self) -> None:
         self.identity_dir = self.base / "identity"
         self.identities_file = self.identity_dir / "identities.toml"
-        self.bundle = self.base / "ca-bundle.pem"
+        self.trust = LocalTrust(self.base)
+        self.bundle = self.trust.bundle
 
     def write_identities(self) -> Path:
         """The identities file with fresh secrets (readable by the owner only)."""
         self.identity_dir.mkdir(parents=True, exist_ok=True)
-        self.secrets = {"sender": secrets.token_urlsafe(24), "receiver": secrets.token_urlsafe(24)}
+        self.secrets = {name: secrets.token_urlsafe(24) for name in (APP, "sender", "receiver")}
         self.identities_file.touch(mode=0o600)
         self.identities_file.chmod(0o600)
         self.identities_file.write_text(
             '[identities.bridge]\nroles = ["owner"]\nsystem_assigned = true\n'
+            f'[identities.{APP}]\nroles = ["owner"]\nsecret = "{self.secrets[APP]}"\n'
             f'[identities.sender]\nroles = ["sender"]\nsecret = "{self.secrets["sender"]}"\n'
             f'[identities.receiver]\nroles = ["receiver"]\nsecret = "{self.secrets["receiver"]}"\n'
         )
@@ -60,8 +65,7 @@ class EntraSetup:
 
     def primary_args(self) -> tuple[str, ...]:
         """``bridge emulator`` options of the primary: the issuer, trust, no SAS, and 5671 when free."""
-        args = ("--identities", str(self.write_identities()), *self.secondary_args())
-        return (*args, "--amqps-port", str(AMQPS_PORT), "--amqps-port", str(HTTPS_PORT))
+        return ("--identities", str(self.write_identities()), *self.secondary_args(), *STANDARD_PORT_ARGS)
 
     def secondary_args(self) -> tuple[str, ...]:
         """``bridge emulator`` options of the secondary: trust the issuer's key, no SAS."""
@@ -69,32 +73,7 @@ class EntraSetup:
 
     def write_bundle(self, *namespaces: LocalNamespace) -> Path:
         """The system CAs plus every namespace's certificate, in one PEM file."""
-        parts = [SYSTEM_BUNDLE.read_text()] if SYSTEM_BUNDLE.is_file() else []
-        parts += [Path(ns.certificate).read_text() for ns in namespaces]
-        self.bundle.write_text("\n".join(parts))
-        return self.bundle
-
-    def write_certifi_override(self) -> Path:
-        """A ``sitecustomize`` pointing ``certifi.where()`` at the bundle; its folder goes on PYTHONPATH.
-
-        The SDK verifies AMQPS and WebSockets against ``certifi.where()`` unless the application passes
-        ``connection_verify`` (``docs/servicebus-sdk.md``), and no environment variable changes that; this is
-        the one way an unmodified application (the SDK's samples) trusts the local namespaces.
-        """
-        folder = self.base / "python-trust"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "sitecustomize.py").write_text(
-            '"""Written by `bridge up --entra`: trust the local namespaces through certifi."""\n'
-            "import os\n\n"
-            "try:\n"
-            "    import certifi\n"
-            "except ImportError:\n"
-            "    certifi = None\n"
-            "_BUNDLE = os.environ.get('SSL_CERT_FILE')\n"
-            "if certifi is not None and _BUNDLE:\n"
-            "    certifi.where = lambda: _BUNDLE\n"
-        )
-        return folder
+        return self.trust.write_bundle(*namespaces)
 
     def bridge_env(self, primary: LocalNamespace, secondary: LocalNamespace) -> dict[str, str]:
         """Every process's environment: both namespaces by name with the managed identity, the issuer."""
@@ -123,16 +102,17 @@ class EntraSetup:
         return env
 
     def shell_env(self, primary: LocalNamespace) -> dict[str, str]:
-        """What a shell (and the SDK's samples) needs beyond ``BRIDGE_*``: issuer, certificates, namespace."""
+        """What a shell (and the SDK's samples) needs beyond ``BRIDGE_*``: issuer, client, trust, name."""
         endpoints = primary.endpoints
         assert endpoints is not None and endpoints.identity_endpoint and endpoints.identity_header
-        served = str(AMQPS_PORT) in (endpoints.amqps_ports or "").split(",")
-        namespace = FQNS if served else f"{FQNS}:{primary.port}"
+        assert endpoints.authority
         return {
             "IDENTITY_ENDPOINT": endpoints.identity_endpoint,
             "IDENTITY_HEADER": endpoints.identity_header,
-            "SSL_CERT_FILE": str(self.bundle),
-            "REQUESTS_CA_BUNDLE": str(self.bundle),
-            "PYTHONPATH": str(self.write_certifi_override()),
-            "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": namespace,
+            "AZURE_TENANT_ID": ADFS,
+            "AZURE_CLIENT_ID": default_client_id(APP),
+            "AZURE_CLIENT_SECRET": self.secrets[APP],
+            "AZURE_AUTHORITY_HOST": endpoints.authority,
+            **self.trust.shell_env(),
+            "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": namespace_name(primary),
         }

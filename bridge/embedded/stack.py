@@ -22,6 +22,7 @@ from typing import Any
 from bridge.embedded.entra import EntraSetup
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.redis_server import RedisServer
+from bridge.embedded.trust import STANDARD_PORT_ARGS, LocalTrust
 
 
 class BridgeProcess:
@@ -92,6 +93,7 @@ class LocalStack:
         *,
         redis_password: str | None = None,
         entra: bool = False,
+        standard_ports: bool = False,
     ) -> None:
         self.base_dir = base_dir
         base_dir.mkdir(parents=True, exist_ok=True)
@@ -100,12 +102,18 @@ class LocalStack:
         self.redis = RedisServer(data_dir=base_dir / "redis", password=redis_password)
         # Entra ID only (``bridge/embedded/entra.py``): one issuer, SAS refused by both namespaces.
         self.entra = EntraSetup(base_dir) if entra else None
+        # SAS on the SDK's standard ports (``bridge/embedded/trust.py``); an Entra-only stack has its own.
+        self.trust = self.entra.trust if self.entra else LocalTrust(base_dir) if standard_ports else None
+        if self.entra is not None:
+            primary_args = self.entra.primary_args()
+        else:
+            primary_args = STANDARD_PORT_ARGS if standard_ports else ()
         self.primary = LocalNamespace(
             "primary",
             data_dir=base_dir / "primary",
             auto_create=auto_create,
             entities_file=namespace_entities_file,
-            extra_args=self.entra.primary_args() if self.entra else (),
+            extra_args=primary_args,
         )
         self.secondary = LocalNamespace(
             "secondary",
@@ -123,8 +131,8 @@ class LocalStack:
         self.secondary.launch()
         self.primary.wait_ready()
         self.secondary.wait_ready()
-        if self.entra is not None:
-            self.entra.write_bundle(self.primary, self.secondary)
+        if self.trust is not None:
+            self.trust.write_bundle(self.primary, self.secondary)
         return self
 
     def env(self, **overrides: str) -> dict[str, str]:

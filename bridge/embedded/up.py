@@ -11,6 +11,10 @@ keys and the Redis password), so ``set -a; . <file>; set +a`` gives your shell t
 ``bridge status``, ``bridge send``, ``bridge emulator-ctl`` (``BRIDGE_EMULATOR_CONTROL_URL`` of each
 namespace is in the file too). Ctrl-C (or SIGTERM) stops everything, bridge processes first.
 
+With ``standard_ports=True`` (the CLI's default) the primary also takes SAS over AMQPS on localhost's 5671
+and HTTPS on 443 where free, and the env file holds the trust and the ``SERVICEBUS_*`` names the SDK's
+samples read (``bridge.embedded.trust``), so an application naming only ``localhost`` and a key connects.
+
 With ``tls=True`` (``bridge up --tls``) the ingress speaks HTTPS only, with a self-signed certificate made
 in ``<data dir>/ingress-tls`` (``bridge.emulator.certs``); the env file then also holds its settings and
 ``BRIDGE_INGRESS_CA_FILE``, the certificate a client trusts (``REQUESTS_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
@@ -31,6 +35,7 @@ from types import FrameType
 
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.stack import LocalStack
+from bridge.embedded.trust import sas_shell_env
 from bridge.emulator.certs import ensure_certificate
 from bridge.errors import EmulatorError
 
@@ -84,9 +89,12 @@ def start(
     namespace_entities: Path | None = None,
     tls: bool = False,
     entra: bool = False,
+    standard_ports: bool = False,
 ) -> Stack:
     """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
-    entities file both local namespaces create at start (other queues are created on first use).
+    entities file both local namespaces create at start (other queues are created on first use);
+    ``standard_ports``: the primary also takes SAS over AMQPS on 5671 and HTTPS on 443 where free (an
+    Entra-only stack always does).
     ``on_start`` gets the stack before its processes start, so a caller can stop it even when the start
     fails half-way."""
     base = base_dir or Path(tempfile.mkdtemp(prefix="bridge-up-"))
@@ -102,6 +110,7 @@ def start(
         redis_password=secrets.token_urlsafe(18),
         namespace_entities_file=namespace_entities,
         entra=entra,
+        standard_ports=standard_ports,
     )
     stack = Stack(base, local)
     if on_start is not None:
@@ -154,13 +163,17 @@ def write_env_file(local: LocalStack, extra: dict[str, str] | None = None) -> Pa
         f"BRIDGE_PRIMARY_CONTROL_URL={local.primary.control.url}",
         f"BRIDGE_SECONDARY_CONTROL_URL={local.secondary.control.url}",
     ]
+    # For shells and the SDK's own samples (``set -a; . bridge.env``): the certificates, the namespace and how
+    # to sign in to it; IDENTITY_HEADER and the client secret are secrets, like the keys.
+    shell: dict[str, str] = {}
     if local.entra is not None:
-        # Entra ID only: the managed-identity endpoint, the certificates and the namespace for shells and
-        # the SDK's own samples (``set -a; . bridge.env``); IDENTITY_HEADER is a secret, like the keys.
-        for key, value in local.entra.shell_env(local.primary).items():
-            # PYTHONPATH goes in front of the shell's own rather than replacing it.
-            keep = '"${PYTHONPATH:+:$PYTHONPATH}"' if key == "PYTHONPATH" else ""
-            lines.append(f"{key}={_quoted(value)}{keep}")
+        shell = local.entra.shell_env(local.primary)
+    elif local.trust is not None:
+        shell = {**local.trust.shell_env(), **sas_shell_env(local.primary)}
+    for key, value in shell.items():
+        # PYTHONPATH goes in front of the shell's own rather than replacing it.
+        keep = '"${PYTHONPATH:+:$PYTHONPATH}"' if key == "PYTHONPATH" else ""
+        lines.append(f"{key}={_quoted(value)}{keep}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -189,8 +202,15 @@ def describe(stack: Stack) -> list[str]:
         "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",
         "Ctrl-C stops everything.",
     ]
+    endpoints = local.primary.endpoints
+    if local.entra is None and local.trust is not None:
+        sas = (
+            f"SAS over AMQPS on localhost ports {endpoints.amqps_ports} (5671, 443)"
+            if endpoints is not None and endpoints.amqps_ports
+            else "ports 5671 and 443 were busy: clients need the namespace's own port"
+        )
+        lines.insert(-1, f"sas          {sas}; SERVICEBUS_* for the SDK's samples in the env file")
     if local.entra is not None:
-        endpoints = local.primary.endpoints
         amqps = (
             f"also on localhost ports {endpoints.amqps_ports} (AMQPS 5671, HTTPS 443)"
             if endpoints is not None and endpoints.amqps_ports

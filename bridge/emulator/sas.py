@@ -12,10 +12,12 @@ value URL-encoded. The signature is ``base64(HMAC-SHA256(key, "<url-encoded reso
   signs ``https://<host:port>`` (``management/_shared_key_policy.py``), one token for the whole namespace.
 
 Audience rule (``covers``): a token whose ``sr`` is R grants access to resource X when, after dropping
-the scheme (``sb``, ``amqps``, ``amqp``, ``https``, ``http``), lower-casing and trimming trailing slashes,
-X equals R or X starts with R followed by ``/``. So ``sb://h/q1`` covers ``amqps://h/Q1/$management`` but not
-``sb://h/q10``, and a namespace token ``https://h`` covers every entity of ``h``. Host and port take part in
-the comparison, as on Azure.
+the scheme (``sb``, ``amqps``, ``amqp``, ``https``, ``http``) and any query, lower-casing and trimming
+trailing slashes, X equals R or X starts with R followed by ``/``. So ``sb://h/q1`` covers
+``amqps://h/Q1/$management`` but not ``sb://h/q10``, and a namespace token ``https://h`` covers every entity
+of ``h``. Host and port take part in the comparison, as on Azure. The query goes because the JavaScript
+administration client (``@azure/service-bus`` 7.x, ``sasServiceClientCredentials.js``) signs each request's
+full lower-cased URL, ``https://h/q1?api-version=2021-05``, and Azure accepts that token for ``q1``.
 
 Errors never contain a key or a signature: only the key *name*, the audience and the expiry, which the
 caller sent in clear anyway.
@@ -90,7 +92,7 @@ def _sign(key: str, encoded_resource: str, expiry: int) -> str:
 
 
 def _normalize(uri: str) -> str:
-    lowered = uri.strip().lower()
+    lowered = uri.strip().lower().split("?", 1)[0].split("#", 1)[0]
     for scheme in _SCHEMES:
         if lowered.startswith(scheme):
             lowered = lowered[len(scheme) :]

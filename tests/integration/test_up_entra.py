@@ -1,5 +1,6 @@
-"""``bridge up --entra``: the env file names the namespace, the managed identity and the certificates, so an
-unchanged application built on ``DefaultAzureCredential`` works in a shell that sources it."""
+"""``bridge up --entra``: the env file names the namespace, the managed identity, a registered client and the
+certificates, so an unchanged application built on ``DefaultAzureCredential`` or ``EnvironmentCredential``
+works in a shell that sources it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench import samples
 from bridge.embedded import up
 from bridge.embedded.stack import wait_until
 from tests.integration.worker_support import entity_status
 
-pytestmark = pytest.mark.timeout(180)
+# The application part needs localhost:5671 (skipped when busy): one worker runs every test that needs it.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("standard-ports")]
 
 # What the SDK's own samples do (send_queue.py, receive_queue.py): no key, no certificate, no port.
 APPLICATION = """
@@ -76,6 +79,20 @@ def test_bridge_up_entra_runs_on_entra_id_only_and_its_env_file_serves_applicati
         app = sourced(stack.env_file, sys.executable, "-c", APPLICATION)
         assert app.returncode == 0, app.stderr[-3000:]
         assert "from an unchanged application" in app.stdout
+        # The env file also names a registered client of the local issuer (tenant adfs: msal asks Entra ID
+        # nothing): the SDK's EnvironmentCredential samples, sync and async, run from it alone
+        for name in (
+            "AZURE_TENANT_ID='adfs'",
+            "AZURE_CLIENT_ID=",
+            "AZURE_CLIENT_SECRET=",
+            "AZURE_AUTHORITY_HOST=",
+        ):
+            assert name in stack.env_file.read_text()
+        for sample in ("sync_samples/client_identity_authentication.py",
+                       "async_samples/client_identity_authentication_async.py"):  # fmt: skip
+            env = {"SERVICEBUS_QUEUE_NAME": "app-queue"}
+            result = samples.run_sample(samples.samples_root(), sample, stack.env_file, env, 120)
+            assert result.result == "pass", f"{sample}: {result.detail}"
     finally:
         for started in stacks:
             up.stop(started)

@@ -38,7 +38,14 @@ from azure.servicebus.management._generated.models import (
 from azure.servicebus.management._utils import deserialize_rule_key_values, serialize_rule_key_values
 
 from bridge.emulator.errors import ArgumentError
-from bridge.emulator.http.atom import parse_description, render_entry, render_error, render_feed
+from bridge.emulator.http.atom import (
+    SB,
+    parse_default_rule,
+    parse_description,
+    render_entry,
+    render_error,
+    render_feed,
+)
 from bridge.emulator.http.timespans import format_duration, parse_duration
 from bridge.emulator.model.descriptions import (
     MAX_DURATION,
@@ -389,3 +396,38 @@ def test_error_body_is_escaped() -> None:
         b'<?xml version="1.0" encoding="utf-8"?><Error><Code>404</Code>'
         b"<Detail>no &lt;q1&gt; &amp; co</Detail></Error>"
     )
+
+
+# What @azure/service-bus 7.9.5 sends for createSubscription("t1", "s1", {defaultRuleOptions}) (its
+# serializers, stringified by @azure/core-xml): the first rule inside the subscription's description.
+JS_SUBSCRIPTION = b"""<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<entry xmlns="http://www.w3.org/2005/Atom"><updated>2026-01-01T00:00:00.000Z</updated>
+<content type="application/xml"><SubscriptionDescription
+ xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+ xmlns:i="http://www.w3.org/2001/XMLSchema-instance"><DefaultRuleDescription>
+<Filter p4:type="CorrelationFilter" xmlns:p4="http://www.w3.org/2001/XMLSchema-instance">
+<CorrelationId>red</CorrelationId><Properties><KeyValueOfstringanyType><Key>shade</Key>
+<Value p4:type="l28:long" xmlns:l28="http://www.w3.org/2001/XMLSchema">1</Value></KeyValueOfstringanyType>
+</Properties></Filter><Action p4:type="EmptyRuleAction" xmlns:p4="http://www.w3.org/2001/XMLSchema-instance"/>
+<Name>red</Name></DefaultRuleDescription><MaxDeliveryCount>4</MaxDeliveryCount></SubscriptionDescription>
+</content></entry>"""
+
+
+def test_a_subscription_body_names_its_first_rule() -> None:
+    rule = parse_default_rule(JS_SUBSCRIPTION, "t1", "s1")
+
+    assert rule == RuleDescription("t1", "s1", "red", CorrelationRuleFilter("red", properties={"shade": 1}))
+    assert parse_description(JS_SUBSCRIPTION, "s1", "t1") == SubscriptionDescription(
+        "t1", "s1", max_delivery_count=4
+    )
+    plain = JS_SUBSCRIPTION.replace(b"DefaultRuleDescription", b"Unrelated")
+    assert parse_default_rule(plain, "t1", "s1") is None
+
+
+def test_queue_and_topic_entries_carry_enable_express() -> None:
+    for desc in (QueueDescription(name="q", enable_express=True), TopicDescription(name="t")):
+        root = ET.fromstring(render_entry(desc, "https://h/x", RuntimeCounts(), author="ns"))
+        express = root.find(f".//{{{SB}}}EnableExpress")
+        assert express is not None and express.text == (
+            "true" if isinstance(desc, QueueDescription) else "false"
+        )

@@ -430,6 +430,12 @@ def busy_namespace(journal: list[Record]) -> Namespace:
     ns.create(SubscriptionDescription(topic_name="t1", name="red"), T0)
     ns.create(RuleDescription("t1", "red", "red", SqlRuleFilter("color = 'red'")), T0)
     ns.delete(EntityKind.RULE, "t1/Subscriptions/red/Rules/$Default")
+    # A subscription made with its own first rule, and one whose $Default was changed
+    ns.create(
+        SubscriptionDescription("t1", "blue"), T0, RuleDescription("", "", "b", CorrelationRuleFilter("b"))
+    )
+    ns.create(SubscriptionDescription(topic_name="t1", name="green"), T0)
+    ns.update(RuleDescription("t1", "green", "$Default", SqlRuleFilter("color = 'green'")), T0)
 
     ns.send("q1", [IncomingMessage(raw=b"q%d" % i, message_id=f"m{i}") for i in range(6)], T0)
     ns.send("q1", [IncomingMessage(raw=b"dup", message_id="m0")], T0 + 1)  # dropped duplicate
@@ -464,7 +470,8 @@ def picture(ns: Namespace) -> dict[str, Any]:
     for desc in ns.list(EntityKind.SUBSCRIPTION, "t1"):
         path = f"t1/Subscriptions/{desc.name}"
         out[path] = ns.runtime(EntityKind.SUBSCRIPTION, path).total_message_count
-        out[path + " rules"] = sorted(r.name for r in ns.list(EntityKind.RULE, path))
+        rules = ns.list(EntityKind.RULE, path)
+        out[path + " rules"] = sorted((r.name, repr(r)) for r in rules if isinstance(r, RuleDescription))
     for store in ns.stores():
         for sub in (store, store.dlq):
             assert sub is not None
@@ -506,3 +513,25 @@ def test_replayed_duplicate_window_still_drops_duplicates() -> None:
         persistence.apply_record(restored, *as_logged(record))
 
     assert restored.send("q1", [IncomingMessage(raw=b"dup", message_id="m1")], T0 + 2) == [0]
+
+
+def test_a_subscription_created_with_a_default_rule_has_that_rule_only() -> None:
+    ns = Namespace("ns")
+    ns.create(TopicDescription(name="t1"), T0)
+    first = RuleDescription("", "", "only-b", CorrelationRuleFilter(correlation_id="b"))
+
+    ns.create(SubscriptionDescription(topic_name="t1", name="s"), T0, first)
+    ns.send(
+        "t1",
+        [
+            IncomingMessage(raw=b"a", properties={"sys.CorrelationId": "a"}),
+            IncomingMessage(raw=b"b", properties={"sys.CorrelationId": "b"}),
+        ],
+        T0,
+    )
+
+    [rule] = ns.list(EntityKind.RULE, "t1/Subscriptions/s")
+    assert (rule.name, rule.topic_name, rule.subscription_name) == ("only-b", "t1", "s")
+    assert [m.raw for m in ns.store("t1/Subscriptions/s").messages.values()] == [b"b"]
+    with pytest.raises(ArgumentError):
+        ns.create(QueueDescription(name="q"), T0, first)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+from urllib.parse import quote
+
 import pytest
 from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 from azure.servicebus._pyamqp.utils import generate_sas_token
@@ -60,6 +65,38 @@ def test_bad_tokens_are_refused_with_a_reason(
     assert token.split("sig=")[1].split("&")[0] not in message
 
 
+def js_admin_token(url: str, expiry: int, name: str = "Root") -> str:
+    """A token as ``@azure/service-bus`` 7.x's administration client signs one request: over the request's
+    full lower-cased URL, query included, percent-encoded as ``encodeURIComponent`` does, then lower-cased
+    again (``sasServiceClientCredentials.js``); the signature is ``encodeURIComponent``-ed too."""
+    target = quote(url.lower(), safe="-_.!~*'()").lower()
+    digest = hmac.new(KEYS[name].encode(), f"{target}\n{expiry}".encode(), hashlib.sha256).digest()
+    signature = quote(base64.b64encode(digest).decode(), safe="")
+    return f"SharedAccessSignature sig={signature}&se={expiry}&skn={name}&sr={target}"
+
+
+@pytest.mark.parametrize(
+    ("url", "resource"),
+    [
+        ("https://h:1/q1?api-version=2021-05", "https://h:1/q1"),
+        (
+            "https://h:1/T1/Subscriptions/S1/Rules/?api-version=2021-05&$skip=0&$top=2",
+            "https://h:1/t1/Subscriptions/s1/Rules",
+        ),
+        ("https://h:1/$namespaceinfo?api-version=2021-05", "https://h:1/$namespaceinfo"),
+    ],
+)
+def test_tokens_signed_over_a_url_with_its_query_cover_that_url_path(url: str, resource: str) -> None:
+    sas.validate(js_admin_token(url, int(NOW) + 60), KEYS, resource, now=NOW)
+
+
+def test_a_token_signed_over_a_url_with_a_query_covers_no_other_entity() -> None:
+    with pytest.raises(UnauthorizedError, match="does not cover"):
+        sas.validate(
+            js_admin_token("https://h:1/q1?api-version=2021-05", int(NOW) + 60), KEYS, "https://h:1/q2", NOW
+        )
+
+
 def test_token_valid_until_its_expiry_second() -> None:
     token = generate_sas_token("sb://h/q1", "Root", KEYS["Root"], int(NOW))
     sas.validate(token, KEYS, "sb://h/q1", now=NOW)
@@ -104,6 +141,9 @@ def test_signature_of_another_resource_does_not_verify_when_sr_is_swapped() -> N
         ("sb://h/q1/", "SB://H/Q1", True),
         ("sb://h/q1", "sb://h/q10", False),
         ("sb://h/q1", "sb://h/q1/$deadletterqueue", True),
+        ("https://h/q1?api-version=2021-05", "https://h/q1", True),
+        ("https://h/q1?api-version=2021-05", "https://h/q1/subscriptions", True),
+        ("https://h/q1?x=/q2", "https://h/q2", False),
         ("https://h", "amqps://h/anything", True),
         ("sb://h/q1", "sb://h", False),
     ],

@@ -36,6 +36,7 @@ from bridge.emulator.errors import (
     UnauthorizedError,
 )
 from bridge.emulator.http.atom import (
+    parse_default_rule,
     parse_description,
     render_entry,
     render_error,
@@ -190,7 +191,10 @@ class _Call:
             raise ArgumentError(f"A {type(desc).__name__} cannot be stored at {where!r}.")
         if self.request.headers.get("if-match", "").strip():
             return self._entry(self.catalog.update(desc, self.now), 200)
-        return self._entry(self.catalog.create(desc, self.now), 201)
+        default_rule = None
+        if isinstance(desc, SubscriptionDescription):
+            default_rule = parse_default_rule(self.request.body, desc.topic_name, desc.name)
+        return self._entry(self.catalog.create(desc, self.now, default_rule), 201)
 
     def _list(self, kind: EntityKind, parent: str | None) -> HttpResponse:
         _allow(self.request.method, "GET")
@@ -219,7 +223,9 @@ def _counts(catalog: Catalog, desc: EntityDescription) -> RuntimeCounts | None:
 
 
 def _url(base: str, desc: EntityDescription) -> str:
-    quoted = "/".join(quote(part, safe="") for part in path_of(desc).split("/"))
+    # ``$`` stays as it is (as Azure writes it): the JavaScript SDK reads a name from the entry's ``id``
+    # without unescaping it, so ``%24Default`` would reach its users as the rule's name.
+    quoted = "/".join(quote(part, safe="$") for part in path_of(desc).split("/"))
     return f"{base}/{quoted}?api-version={API_VERSION}"
 
 

@@ -68,6 +68,7 @@ _QUEUE = [
     ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
     ("EnablePartitioning", "enable_partitioning", "bool"),
     ("ForwardDeadLetteredMessagesTo", "forward_dead_lettered_messages_to", "str"),
+    ("EnableExpress", "enable_express", "bool"),
     ("MaxMessageSizeInKilobytes", "max_message_size_in_kilobytes", "int"),
 ]
 _TOPIC = [
@@ -81,6 +82,7 @@ _TOPIC = [
     ("AutoDeleteOnIdle", "auto_delete_on_idle", "dur"),
     ("EnablePartitioning", "enable_partitioning", "bool"),
     ("UserMetadata", "user_metadata", "str"),
+    ("EnableExpress", "enable_express", "bool"),
     ("MaxMessageSizeInKilobytes", "max_message_size_in_kilobytes", "int"),
 ]
 _SUBSCRIPTION = [
@@ -131,14 +133,35 @@ def parse_description(
     if tag == "SubscriptionDescription" and topic is not None:
         return SubscriptionDescription(topic_name=topic, name=name, **_values(element, _SUBSCRIPTION))
     if tag == "RuleDescription" and topic is not None and subscription is not None:
-        return RuleDescription(
-            topic_name=topic,
-            subscription_name=subscription,
-            name=name,
-            filter=_parse_filter(_child(element, "Filter")),
-            action=_parse_action(_child(element, "Action")),
-        )
+        return _rule(element, name, topic, subscription)
     raise ArgumentError(f"body: <{tag[:40]}> does not describe an entity at this path")
+
+
+def parse_default_rule(body: bytes, topic: str, subscription: str) -> RuleDescription | None:
+    """The ``<DefaultRuleDescription>`` of a subscription's PUT body, or None when it has none.
+
+    The JavaScript SDK sends one for ``createSubscription(..., {defaultRuleOptions})``: the new subscription
+    starts with that rule (named by its ``<Name>``, else ``$Default``) instead of the catch-all."""
+    content = _child(_xml(body), "content")
+    described = list(content) if content is not None else []
+    if not described or _local(described[0].tag) != "SubscriptionDescription":
+        return None
+    element = _child(described[0], "DefaultRuleDescription")
+    if element is None:
+        return None
+    named = _child(element, "Name")
+    name = (named.text or "").strip() if named is not None else ""
+    return _rule(element, name or "$Default", topic, subscription)
+
+
+def _rule(element: ET.Element, name: str, topic: str, subscription: str) -> RuleDescription:
+    return RuleDescription(
+        topic_name=topic,
+        subscription_name=subscription,
+        name=name,
+        filter=_parse_filter(_child(element, "Filter")),
+        action=_parse_action(_child(element, "Action")),
+    )
 
 
 def _xml(body: bytes) -> ET.Element:

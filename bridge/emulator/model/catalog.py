@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge.emulator.model.descriptions import EntityDescription, EntityKind, RuntimeCounts
+from bridge.emulator.model.descriptions import EntityDescription, EntityKind, RuleDescription, RuntimeCounts
 
 
 class Catalog(Protocol):
     """Create, read, update, delete and list entities; read runtime counts."""
 
-    def create(self, desc: EntityDescription, now: float) -> EntityDescription:
-        """Create an entity (a subscription also gets the ``$Default`` rule); its parent must exist."""
+    def create(
+        self, desc: EntityDescription, now: float, default_rule: RuleDescription | None = None
+    ) -> EntityDescription:
+        """Create an entity (a subscription also gets ``default_rule``, else ``$Default``); its parent must
+        exist."""
 
     def update(self, desc: EntityDescription, now: float) -> EntityDescription:
         """Replace an existing entity's description; messages are kept."""

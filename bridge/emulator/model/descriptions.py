@@ -48,6 +48,7 @@ class QueueDescription:
     forward_dead_lettered_messages_to: str | None = None
     user_metadata: str | None = None
     max_message_size_in_kilobytes: int = DEFAULT_MAX_MESSAGE_SIZE // 1024
+    enable_express: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class TopicDescription:
     status: str = "Active"
     user_metadata: str | None = None
     max_message_size_in_kilobytes: int = DEFAULT_MAX_MESSAGE_SIZE // 1024
+    enable_express: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,8 +118,20 @@ class Subscription:
     updated_at: float = 0.0
 
     @classmethod
-    def create(cls, desc: SubscriptionDescription, now: float, token_factory: TokenFactory) -> Subscription:
-        """A new subscription with the ``$Default`` rule (``1=1``)."""
+    def create(
+        cls,
+        desc: SubscriptionDescription,
+        now: float,
+        token_factory: TokenFactory,
+        default_rule: RuleDescription | None = None,
+    ) -> Subscription:
+        """A new subscription with ``default_rule``, else the ``$Default`` rule (``1=1``)."""
+        rule = dataclasses.replace(
+            default_rule or RuleDescription(topic_name="", subscription_name=""),
+            topic_name=desc.topic_name,
+            subscription_name=desc.name,
+        )
+        compiled = Rule.compile(rule)
         path = f"{desc.topic_name}/Subscriptions/{desc.name}"
         sub = cls(
             desc=desc,
@@ -127,8 +139,7 @@ class Subscription:
             created_at=now,
             updated_at=now,
         )
-        default = RuleDescription(topic_name=desc.topic_name, subscription_name=desc.name)
-        sub.rules["$default"] = Rule.compile(default)
+        sub.rules[rule.name.lower()] = compiled
         return sub
 
     def redescribe(self, desc: SubscriptionDescription, now: float) -> None:

@@ -92,15 +92,27 @@ class Namespace:
                 yield sub.store
 
     # ---- catalog ---------------------------------------------------------------------------------
-    def create(self, desc: EntityDescription, now: float) -> EntityDescription:
-        """Create an entity; raises EntityAlreadyExists, or EntityNotFound for a missing parent."""
+    def create(
+        self, desc: EntityDescription, now: float, default_rule: RuleDescription | None = None
+    ) -> EntityDescription:
+        """Create an entity; raises EntityAlreadyExists, or EntityNotFound for a missing parent.
+
+        A subscription starts with ``default_rule`` instead of the catch-all ``$Default`` when one is given;
+        both go into one journal record, so a restart never finds the subscription without its rule."""
         self._check_name(desc)
+        if default_rule is not None:
+            if not isinstance(desc, SubscriptionDescription):
+                raise ArgumentError("Only a subscription takes a default rule.")
+            self._check_name(default_rule)
         if isinstance(desc, QueueDescription | TopicDescription) and (
             _key(desc.name) in self.queues or _key(desc.name) in self.topics
         ):
             raise EntityAlreadyExistsError(f"The messaging entity '{desc.name}' already exists.")
-        self.put(desc, now, create=True)
-        self._log("put", {"d": description_to_dict(desc), "now": now, "new": True})
+        self.put(desc, now, create=True, default_rule=default_rule)
+        record: dict[str, Any] = {"d": description_to_dict(desc), "now": now, "new": True}
+        if default_rule is not None:
+            record["rule"] = description_to_dict(default_rule)
+        self._log("put", record)
         return self.get(kind_of(desc), path_of(desc))
 
     def update(self, desc: EntityDescription, now: float) -> EntityDescription:
@@ -120,7 +132,9 @@ class Namespace:
         ):
             raise ArgumentError(f"Invalid entity name {name!r}.")
 
-    def put(self, desc: EntityDescription, now: float, create: bool) -> None:
+    def put(
+        self, desc: EntityDescription, now: float, create: bool, default_rule: RuleDescription | None = None
+    ) -> None:
         """Create or redescribe an entity without journaling (shared by create, update and replay)."""
         if isinstance(desc, QueueDescription):
             if create:
@@ -140,7 +154,7 @@ class Namespace:
             if create:
                 if _key(desc.name) in topic.subscriptions:
                     raise EntityAlreadyExistsError(f"The subscription '{desc.name}' already exists.")
-                sub = Subscription.create(desc, now, self.token_factory)
+                sub = Subscription.create(desc, now, self.token_factory, default_rule)
                 sub.store.set_journal(self._journal)
                 topic.subscriptions[_key(desc.name)] = sub
             else:

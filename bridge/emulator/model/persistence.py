@@ -37,7 +37,9 @@ def apply_record(ns: Namespace, kind: str, fields: dict[str, Any], blobs: list[b
     """Replay one journal or snapshot record into ``ns`` (its journal must be detached)."""
     if kind == "put":
         desc = description_from_dict(fields["d"])
-        ns.put(desc, fields["now"], create=bool(fields["new"]))
+        rule = description_from_dict(fields["rule"]) if "rule" in fields else None
+        default_rule = rule if isinstance(rule, RuleDescription) else None
+        ns.put(desc, fields["now"], create=bool(fields["new"]), default_rule=default_rule)
     elif kind == "del":
         ns.drop(EntityKind(fields["k"]), fields["p"])
     elif kind == "send":
@@ -94,9 +96,16 @@ def snapshot(ns: Namespace) -> Iterator[Record]:
         yield "put", {"d": description_to_dict(topic.desc), "now": topic.created_at, "new": True}, []
         for sub in topic.subscriptions.values():
             yield "put", {"d": description_to_dict(sub.desc), "now": sub.created_at, "new": True}, []
+            catch_all = RuleDescription(sub.desc.topic_name, sub.desc.name)
             for key, rule in sub.rules.items():
-                if key != DEFAULT_RULE:
-                    yield "put", {"d": description_to_dict(rule.desc), "now": sub.created_at, "new": True}, []
+                # ``$Default`` comes back with the subscription; written only when it is not the catch-all.
+                if key != DEFAULT_RULE or rule.desc != catch_all:
+                    fields = {
+                        "d": description_to_dict(rule.desc),
+                        "now": sub.created_at,
+                        "new": key != DEFAULT_RULE,
+                    }
+                    yield "put", fields, []
             # Creating the subscription on replay brings back ``$Default``; a deleted one must go again.
             if DEFAULT_RULE not in sub.rules:
                 default = RuleDescription(sub.desc.topic_name, sub.desc.name)
