@@ -24,7 +24,7 @@ recording and deferring) stops that destination until the message comes round ag
 one that is gone (completed or dead-lettered by an earlier run) is forgotten. A run that finds an earlier
 run's locks possibly still held (``AsideStore.locks_pending``: that run died) waits for them to expire,
 because those messages reappear at their place in the queue later and nobody recorded them. Every run
-first records again the deferred messages whose record Redis lost (``bridge.paired.aside_scan``).
+first records again the deferred messages whose record a replaced Redis server lost (``aside_scan``).
 
 Before each send the batch's locks are renewed when half of their lock time has passed or less than one
 attempt deadline is left (``lock_renewal_due``). Lock times are measured on this process's monotonic clock
@@ -47,7 +47,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import cast
 
 from bridge.core.aliasing import Restored, UnaliasDecision
@@ -55,7 +55,6 @@ from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import PairedState, backlog_queue_index
-from bridge.core.provisioning import BACKLOG_QUEUE
 from bridge.core.syphon import (
     Barrier,
     SyphonAction,
@@ -71,7 +70,7 @@ from bridge.journal.emit import SyphonJournal
 from bridge.observability import send_spans
 from bridge.paired.aside_scan import scan_deferred
 from bridge.paired.entities import paired_entities
-from bridge.servicebus.admin import NamespaceAdmin
+from bridge.paired.queue_lock import ASSUMED_LOCK, queue_lock_duration
 from bridge.servicebus.messages import (
     ReceivedMessage,
     RestoreDecision,
@@ -79,7 +78,6 @@ from bridge.servicebus.messages import (
     barrier_of,
     from_backlog_message,
 )
-from bridge.settings import Settings
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
 
@@ -88,8 +86,6 @@ log = logging.getLogger(__name__)
 LOCK_MARGIN = 2.0
 """Seconds added to a lock's expiry before a later run may assume it ended (in-flight calls; the marker's
 expiry is Redis's clock, the lock's Service Bus's: they only need to agree on how long a second is)."""
-ASSUMED_LOCK = (BACKLOG_QUEUE.lock_duration or timedelta(minutes=1)).total_seconds()
-"""The LockDuration the bridge provisions backlog queues with: the bound when a queue's cannot be read."""
 
 
 @dataclass
@@ -102,12 +98,14 @@ class QueueReport:
     sent: int = 0
     dead_lettered: int = 0
     abandoned: int = 0
-    """Messages left in the backlog for a later pass: set aside (deferred), never abandoned any more."""
+    """Messages set aside (deferred) for a later pass."""
     lock_renewals: int = 0
     barriers: int = 0
     """Restore barriers reached in order (``bridge.state.backlog``)."""
     recovered: int = 0
     """Deferred messages whose set-aside record Redis had lost, recorded again (``aside_scan``)."""
+    peeks: int = 0
+    """Peeks of the scan for lost records (billed as syphon receives, not in ``receives``)."""
     stopped: str | None = None
     last_moved_at: float | None = None
     """``ctx.clock()`` time when the last message left the backlog (sent or dead-lettered)."""
@@ -144,25 +142,6 @@ def _destination(item: Item) -> str | None:
 
 def _item(message: ReceivedMessage, now: float) -> Item:
     return barrier_of(message) or from_backlog_message(message, now)
-
-
-def queue_lock_duration(settings: Settings, queue: str) -> float | None:
-    """The LockDuration of backlog queue ``queue`` in seconds (administration client, Manage right); None
-    when it cannot be read."""
-    if settings.secondary is None:
-        return None
-    try:
-        with NamespaceAdmin(
-            settings.secondary, role="secondary", retry_total=0, timeout=settings.retry.attempt_deadline
-        ) as admin:
-            props = admin.get_queue(queue)
-    except NamespaceError as error:
-        log.warning("cannot read the LockDuration of %s: %s", queue, describe_error(error))
-        return None
-    duration = getattr(props, "lock_duration", None)
-    if not isinstance(duration, timedelta) or duration <= timedelta(0):
-        return None
-    return duration.total_seconds()
 
 
 class _Batch:
@@ -223,7 +202,7 @@ class BacklogSyphon:
             return self.report
         finished = False
         try:
-            if not self._scan():
+            if not self._scan(until):
                 return self.report
             while self.report.stopped is None:
                 self._send_failed = False
@@ -259,19 +238,21 @@ class BacklogSyphon:
                 self.aside.clear_locks(self.queue)
         return self.report
 
-    def _scan(self) -> bool:
+    def _scan(self, until: float) -> bool:
         """Record again the deferred messages Redis lost (``aside_scan``); False: the run stops."""
         try:
-            scan = scan_deferred(self.ctx, self.queue)
+            scan = scan_deferred(self.ctx, self.queue, until)
         except NamespaceError as error:
             self.report.stopped = f"scanning for deferred messages failed: {describe_error(error)}"
             return False
         # Peeks are billed (aside_scan counts them) but are no receive: retire_empty reads ``receives``.
-        self.report.recovered = scan.recovered
+        self.report.recovered, self.report.peeks = scan.recovered, scan.peeks
         if scan.recovered:
             self.aside.note_locks(self.queue, (self._queue_lock() or ASSUMED_LOCK) + LOCK_MARGIN)
             self.report.stopped = f"{scan.recovered} set-aside records recovered; waiting for older locks"
-        return not scan.recovered
+        elif not scan.complete:
+            self.report.stopped = f"scanning for lost set-aside records; resumes at {scan.resumes_at}"
+        return self.report.stopped is None
 
     def _close_link(self) -> None:
         # No idle backlog link may keep credit between runs (``NamespacePool.close_receiver``).

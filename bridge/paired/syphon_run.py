@@ -74,6 +74,7 @@ class SyphonReport:
             "dead_lettered": sum(q.dead_lettered for q in self.queues),
             "abandoned": sum(q.abandoned for q in self.queues),
             "recovered": sum(q.recovered for q in self.queues),
+            "peeks": sum(q.peeks for q in self.queues),
             "stopped": {q.queue: q.stopped for q in self.queues if q.stopped},
         }
 

@@ -25,11 +25,13 @@ its destination waits behind it without holding up the whole queue.)
 
 Redis is not the only copy: a deferred message carries its state and its destination in the backlog queue
 itself, so a record Redis lost (an ``everysec`` crash, a failover to a lagging replica, a restore) is found
-again by the scan every syphon run starts with (``bridge.paired.aside_scan``), before it receives anything.
+again by a scan of the queue (``bridge.paired.aside_scan``) before the syphon receives anything, whenever
+the Redis server is not the one the last complete scan ran against (``bridge.core.aside_pass``).
 
 Keys (``bridge.state.keys``): ``bridge:{aside:<queue>}:destinations`` (set), ``bridge:{aside:<queue>}:d:<E>``
-(sorted set, score = member = sequence number), ``bridge:{aside:<queue>}:locks`` (string, PX). All of one
-queue share a slot; only the syphon holding the queue's lease writes them.
+(sorted set, score = member = sequence number), ``bridge:{aside:<queue>}:locks`` (string, PX),
+``bridge:{aside:<queue>}:scan`` (hash ``server``, ``next``, ``complete``). All of one queue share a slot; only
+the syphon holding the queue's lease writes them.
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client``; driver errors leave as
 ``StateStoreUnavailableError``.
@@ -40,6 +42,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import redis
+
+from bridge.core.aside_pass import ScanPass
+from bridge.redis.connection import is_cluster
 from bridge.redis.errors import driver_errors
 from bridge.state import keys
 
@@ -120,3 +126,33 @@ class AsideStore:
         """The run ended with every message it received settled."""
         with driver_errors():
             self.client.delete(keys.aside_locks(queue))
+
+    # ---- the scan for lost records -----------------------------------------------------------------------
+    def server(self, queue: str) -> str | None:
+        """The ``run_id`` of the Redis server holding ``queue``'s records (a restart or a failover changes
+        it); None when the server does not say (``INFO`` refused, as some proxies do)."""
+        with driver_errors():
+            try:
+                if is_cluster(self.client):
+                    node = self.client.get_node_from_key(keys.aside_scan(queue))
+                    info = self.client.info("server", target_nodes=node)
+                else:
+                    info = self.client.info("server")
+            except redis.exceptions.ResponseError:
+                return None
+        run_id = info.get("run_id") if isinstance(info, dict) else None
+        return str(run_id) if run_id else None
+
+    def scan_pass(self, queue: str) -> ScanPass | None:
+        """The scan pass Redis holds for ``queue`` (``bridge.core.aside_pass``), None when there is none."""
+        with driver_errors():
+            fields = {_text(k): _text(v) for k, v in self.client.hgetall(keys.aside_scan(queue)).items()}
+        if "server" not in fields:
+            return None
+        return ScanPass(fields["server"], int(fields.get("next", "1")), fields.get("complete") == "1")
+
+    def save_scan_pass(self, queue: str, scan: ScanPass) -> None:
+        """Remember how far the scan pass of ``queue`` got (after the records its peeks found)."""
+        mapping = {"server": scan.server, "next": str(scan.next), "complete": "1" if scan.complete else "0"}
+        with driver_errors():
+            self.client.hset(keys.aside_scan(queue), mapping=mapping)

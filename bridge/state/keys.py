@@ -51,6 +51,8 @@ key                                        holds
                                            backlog queue Q (``bridge.state.aside``)
 ``bridge:{aside:<Q>}:d:<E>``               sorted set: sequence numbers of E's set-aside messages in Q
 ``bridge:{aside:<Q>}:locks``               string, PX: a syphon of Q may still hold message locks
+``bridge:{aside:<Q>}:scan``                hash: the scan of Q for lost set-aside records: its Redis server,
+                                           where it resumes, whether it is complete (``aside_pass``)
 =========================================  ==============================================================
 """
 
@@ -155,6 +157,11 @@ def aside(queue: str, destination: str) -> str:
 def aside_locks(queue: str) -> str:
     """Present while a syphon of ``queue`` may hold message locks that outlive its run."""
     return _tag("aside:" + queue) + "locks"
+
+
+def aside_scan(queue: str) -> str:
+    """The scan of backlog queue ``queue`` for lost set-aside records: server, next sequence number, done."""
+    return _tag("aside:" + queue) + "scan"
 
 
 def backlog_queues(namespace: str) -> str:

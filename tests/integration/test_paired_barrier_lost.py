@@ -9,6 +9,7 @@ longer in the backlog queue (it was passed and completed after the backup was ta
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +24,19 @@ from bridge.embedded.stack import LocalStack, wait_until
 from bridge.observability.collector import families_from_snapshot
 from bridge.observability.snapshot import collect_snapshot
 from bridge.paired.syphon import BacklogSyphon
+from bridge.servicebus.messages import barrier_message
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
 from tests.integration.operations_support import chromium, chromium_binary, start_serve
 from tests.integration.order_checker import check
-from tests.integration.paired_support import create_backlog_queues, create_entities, namespace_settings
+from tests.integration.paired_support import (
+    create_backlog_queues,
+    create_entities,
+    envelope,
+    fill_backlog,
+    namespace_settings,
+    stack_pool,
+)
 from tests.integration.worker_support import make_stack, producer, receive_all
 
 __all__ = ["make_stack"]
@@ -48,6 +57,7 @@ def _settings(stack: LocalStack) -> Settings:
             "paired": {
                 "backlog_queue_count": 1,
                 "syphon_receive_wait": 1,
+                "syphon_batch_size": 5,
                 "syphon_retry_interval": 0.5,
                 "enable_syphon": False,
                 "barrier_timeout": TIMEOUT,
@@ -125,3 +135,55 @@ def test_a_barrier_missing_from_its_queue_is_declared_lost_sent_again_shown_and_
     assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
     assert ledger.queues("orders", 0) == {}
     assert _barriers(ctx) == [] and _lost_gauge(ctx) == 0
+
+
+def test_a_barrier_declared_lost_while_the_syphon_is_merely_slow_still_lets_the_shard_resume(
+    service: tuple[LocalStack, DeliveryContext],
+) -> None:
+    stack, ctx = service
+    (queue,) = create_backlog_queues(stack, count=1)
+    # Given 40 backlog messages of key k and shard 0's restore barrier behind them, in the queue
+    backlog = [envelope("orders", i, partition_key="k") for i in range(40)]
+    token = barrier_token("first", time.time(), 0)
+    with stack_pool(stack) as pool:
+        fill_backlog(pool, queue, backlog)
+        assert pool.send("secondary", queue, [barrier_message("orders", 0, token)]).ok
+    ledger = BacklogLedger(ctx.redis)
+    ledger.set_barrier("orders", 0, 0, "sent:" + token)
+    # And a syphon that moves a batch of 5 every 0.8 s or so (a slow primary), so reaching the barrier takes
+    # longer than the barrier timeout
+    real_send = ctx.pool.send
+
+    def slow_send(role: Any, entity: str, messages: Any, **kwargs: Any) -> Any:
+        if role == "primary" and entity == "orders":
+            time.sleep(0.8)
+        return real_send(role, entity, messages, **kwargs)
+
+    ctx.pool.send = slow_send  # type: ignore[method-assign]
+    drains = DrainService(ctx, tick=0.1, block_ms=200).start()
+    stop = threading.Event()
+    resends: list[int] = []
+
+    def syphon_runs() -> None:
+        while not stop.is_set():
+            BacklogSyphon(ctx, queue, lambda: True).run(ctx.clock() + 1)
+            resends.extend(b["resends"] for b in _barriers(ctx))
+
+    runs = threading.Thread(target=syphon_runs)
+    try:
+        # When messages of key k are written while the syphon works through the backlog
+        with producer(stack) as p:
+            written = p.send_batch("orders", [{"body": f"k#{i}", "partition_key": "k"} for i in range(5)])
+        runs.start()
+        # Then the barrier is declared lost and sent again while the syphon is still on its way to it
+        wait_until(lambda: any(resends), TIMEOUT + 20, what="the barrier declared lost")
+        # And yet the syphon reaches a barrier of the shard, which then resumes: every message of k reaches
+        # the primary once, the backlog's before the new ones, and no barrier is left waiting
+        got = receive_all(stack.primary, "orders", 45, timeout=60)
+    finally:
+        stop.set()
+        runs.join(30)
+        drains.stop()
+    result = check({"k": [e.message_id for e in backlog] + written}, {"primary": got})
+    assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
+    wait_until(lambda: ledger.queues("orders", 0) == {}, 20, what="the shard's ledger empty")
