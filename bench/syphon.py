@@ -163,17 +163,21 @@ def syphon_loop(stack: LocalStack, queue: str, count: int, batch: int) -> float:
         while warmed < WARM_UP:
             warmed += sum(q.sent for q in run_syphon(ctx, budget=0.5).queues)
         fill(ctx.pool, queue, count, aliased=True, offset=WARM_UP)
-        moved = 0
-        started = ctx.clock()
-        finished = started
-        while moved < count:
-            # A run keeps long-polling its queue until its budget ends; the rate counts up to the last move.
-            report = run_syphon(ctx, budget=2.0)
-            moved += sum(q.sent for q in report.queues)
-            finished = max([finished, *(q.last_moved_at or 0.0 for q in report.queues)])
-        return count / (finished - started)
+        return syphon_rate(ctx, count)
     finally:
         ctx.close()
+
+
+def syphon_rate(ctx: DeliveryContext, count: int) -> float:
+    """Syphon at least ``count`` messages with back-to-back 2 s runs; msgs/s up to the last move."""
+    moved, started = 0, ctx.clock()
+    finished = started
+    while moved < count:
+        # A run keeps long-polling its queue until its budget ends; the rate counts up to the last move.
+        report = run_syphon(ctx, budget=2.0)
+        moved += sum(q.sent for q in report.queues)
+        finished = max([finished, *(q.last_moved_at or 0.0 for q in report.queues)])
+    return moved / (finished - started)
 
 
 def active_messages(admin: NamespaceAdmin, queues: tuple[str, ...]) -> int:
