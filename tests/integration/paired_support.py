@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -19,14 +20,17 @@ from azure.servicebus import (
 
 from bridge.core.envelope import Envelope
 from bridge.core.paired import EngageFailover, StartTimer, backlog_queue_paths
+from bridge.delivery.context import DeliveryContext
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import LocalStack
+from bridge.paired.syphon import BacklogSyphon, QueueReport
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import BacklogMessage, to_backlog_message
 from bridge.servicebus.pool import NamespacePool
 from bridge.settings import NamespaceSettings, Settings
 from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
+from tests.integration.worker_support import count_in
 
 # Seconds-level paired timing so the tests run in seconds (defaults are the .NET ones, tested elsewhere).
 PAIRED_SETTINGS = {
@@ -221,3 +225,70 @@ def text(value: object) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def syphon_settings(stack: LocalStack, entities: dict[str, Any], batch: int) -> Settings:
+    """What in-process syphon runs of ``stack`` see: one backlog queue, batches of ``batch``, 1 s polls and
+    pings, short deadlines."""
+    return Settings.model_validate(
+        {
+            "redis_url": stack.redis.url,
+            "primary": namespace_settings(stack.primary),
+            "secondary": namespace_settings(stack.secondary),
+            "entities": entities,
+            "retry": {"attempt_deadline": 3, "retry_total": 0},
+            "paired": {
+                "backlog_queue_count": 1,
+                "syphon_batch_size": batch,
+                "syphon_receive_wait": 1,
+                "ping_primary_interval": 1,
+                "syphon_retry_interval": 0.2,
+            },
+        }
+    )
+
+
+@contextmanager
+def syphon_stack(path: Path, entities: dict[str, Any]) -> Iterator[LocalStack]:
+    """A started stack whose primary holds a queue per entity and whose secondary one backlog queue."""
+    with LocalStack(path, entities=entities) as local:
+        create_entities(local.primary, queues=list(entities))
+        create_backlog_queues(local, count=1)
+        yield local
+
+
+@contextmanager
+def fresh_context(stack: LocalStack, entities: dict[str, Any], batch: int) -> Iterator[DeliveryContext]:
+    """A delivery context of this process (``syphon_settings``) on the stack's Redis, emptied first."""
+    client = redis.Redis.from_url(stack.redis.url)
+    client.flushall()
+    client.close()
+    context = DeliveryContext.build(syphon_settings(stack, entities, batch))
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def syphon(ctx: DeliveryContext, queue: str, seconds: float) -> QueueReport:
+    """One syphon run of ``queue`` for ``seconds`` (its lease taken for granted)."""
+    return BacklogSyphon(ctx, queue, lambda: True).run(ctx.clock() + seconds)
+
+
+def lose_aside_records(ctx: DeliveryContext, queue: str) -> None:
+    """Delete every ``bridge:{aside:<queue>}:*`` key (the records and the scan's own), as an ``everysec``
+    crash or a lagging replica does."""
+    lost = list(ctx.redis.scan_iter(match=f"*{{aside:{queue}}}*"))
+    assert lost, "nothing was set aside to lose"
+    ctx.redis.delete(*lost)
+
+
+def syphon_until_empty(
+    stack: LocalStack, ctx: DeliveryContext, queue: str, seconds: float = 40, run: float = 2
+) -> None:
+    """Syphon runs of ``run`` seconds until ``queue`` is empty (a run that recovered records waits out the
+    locks: 5 s + 2 s)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and count_in(stack.secondary, queue):
+        syphon(ctx, queue, run)
+        time.sleep(0.2)

@@ -16,23 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from bridge.core.paired import MarkAvailable
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.stack import LocalStack
-from bridge.paired.syphon import BacklogSyphon, QueueReport
-from bridge.settings import Settings
 from bridge.state.aside import AsideStore
 from tests.integration.order_checker import check, drain
 from tests.integration.paired_support import (
     create_backlog_queues,
-    create_entities,
     envelope,
     fill_backlog,
+    fresh_context,
+    lose_aside_records,
     mark_failed_over,
-    namespace_settings,
     stack_pool,
+    syphon,
+    syphon_settings,
+    syphon_stack,
+    syphon_until_empty,
 )
 from tests.integration.worker_support import count_in
 
@@ -45,48 +46,15 @@ ENTITIES = {"down": {"replication": "paired"}, "up": {"replication": "paired"}}
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """One Redis and two namespaces for the module; each test starts from empty Redis and leaves the
     backlog queue empty."""
-    with LocalStack(Path(tmp_path_factory.mktemp("syphon-backlog")), entities=ENTITIES) as local:
-        create_entities(local.primary, queues=["down", "up"])
-        create_backlog_queues(local, count=1)
+    with syphon_stack(Path(tmp_path_factory.mktemp("syphon-backlog")), ENTITIES) as local:
         yield local
-
-
-def settings_of(stack: LocalStack) -> Settings:
-    """Batches of 50, 1 s polls, 1 s pings."""
-    return Settings.model_validate(
-        {
-            "redis_url": stack.redis.url,
-            "primary": namespace_settings(stack.primary),
-            "secondary": namespace_settings(stack.secondary),
-            "entities": ENTITIES,
-            "retry": {"attempt_deadline": 3, "retry_total": 0},
-            "paired": {
-                "backlog_queue_count": 1,
-                "syphon_batch_size": 50,
-                "syphon_receive_wait": 1,
-                "ping_primary_interval": 1,
-                "syphon_retry_interval": 0.2,
-            },
-        }
-    )
 
 
 @pytest.fixture
 def ctx(stack: LocalStack) -> Iterator[DeliveryContext]:
     """A delivery context of this process on an empty Redis."""
-    client = redis.Redis.from_url(stack.redis.url)
-    client.flushall()
-    client.close()
-    context = DeliveryContext.build(settings_of(stack))
-    try:
+    with fresh_context(stack, ENTITIES, batch=50) as context:
         yield context
-    finally:
-        context.close()
-
-
-def syphon(ctx: DeliveryContext, queue: str, seconds: float) -> QueueReport:
-    """One syphon run of ``queue`` for ``seconds``."""
-    return BacklogSyphon(ctx, queue, lambda: True).run(ctx.clock() + seconds)
 
 
 def slow_peeks(ctx: DeliveryContext, seconds: float) -> list[int]:
@@ -100,17 +68,6 @@ def slow_peeks(ctx: DeliveryContext, seconds: float) -> list[int]:
 
     ctx.pool.peek = peek  # type: ignore[method-assign]
     return starts
-
-
-def syphon_until_empty(stack: LocalStack, ctx: DeliveryContext, queue: str, seconds: float = 60) -> int:
-    """1 s syphon runs until ``queue`` is empty (a run that recovered records waits out the 5 s locks);
-    how many runs it took."""
-    deadline, runs = time.monotonic() + seconds, 0
-    while time.monotonic() < deadline and count_in(stack.secondary, queue):
-        syphon(ctx, queue, 1)
-        runs += 1
-        time.sleep(0.2)
-    return runs
 
 
 def test_a_run_receives_from_a_backlog_longer_than_its_budget_could_peek(
@@ -131,18 +88,11 @@ def test_a_run_receives_from_a_backlog_longer_than_its_budget_could_peek(
     assert report.sent > 0, report
     assert peeks == [], peeks
     # And later runs move the rest, in order, once each, still without a peek
-    syphon_until_empty(stack, ctx, queue)
+    syphon_until_empty(stack, ctx, queue, 60, run=1)
     got = drain(stack.primary, "up", expected=260, timeout=20)
     result = check({"u": [e.message_id for e in up]}, {"primary": got})
     assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
     assert peeks == [], peeks
-
-
-def lose_aside_records(ctx: DeliveryContext, queue: str) -> None:
-    """Delete every ``bridge:{aside:<queue>}:*`` key: the records and the scan's own, as a flush does."""
-    lost = list(ctx.redis.scan_iter(match=f"*{{aside:{queue}}}*"))
-    assert lost, "nothing was set aside to lose"
-    ctx.redis.delete(*lost)
 
 
 def set_aside(stack: LocalStack, ctx: DeliveryContext, queue: str, down: list[Any]) -> None:
@@ -174,7 +124,7 @@ def test_a_scan_for_lost_records_resumes_where_the_last_run_stopped_and_peeks_ea
     assert first.recovered == 3 and first.sent == 0, first
     # And later runs go on from where it stopped: every message leaves, once each, in order, and no page
     # was peeked twice (two pages of 250 and one that finds the end)
-    syphon_until_empty(stack, ctx, queue)
+    syphon_until_empty(stack, ctx, queue, 60, run=1)
     got_down = drain(stack.primary, "down", expected=5, timeout=20)
     result = check({"d": [e.message_id for e in down]}, {"primary": got_down})
     assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
@@ -204,7 +154,7 @@ def test_the_scan_starts_at_the_first_message_whatever_the_receiver_received_bef
     # Then its scan found the six from the first sequence number on, not only those after the seventh
     assert first.recovered == 6 and first.sent == 0, first
     # And all ten reach the primary once each, in order
-    syphon_until_empty(stack, ctx, queue)
+    syphon_until_empty(stack, ctx, queue, 60, run=1)
     got = drain(stack.primary, "down", expected=10, timeout=20)
     result = check({"d": [e.message_id for e in down]}, {"primary": got})
     assert result.out_of_sequence == 0 and not result.missing and not result.duplicates, result
@@ -231,14 +181,14 @@ def test_a_redis_restored_from_a_backup_has_the_next_run_scan_the_queue_again(
     stack.redis.start()
     with stack_pool(stack) as pool:
         fill_backlog(pool, queue, down[3:])
-    restored = DeliveryContext.build(settings_of(stack))
+    restored = DeliveryContext.build(syphon_settings(stack, ENTITIES, batch=50))
     try:
         assert AsideStore(restored.redis).counts(queue) == {}
         first = syphon(restored, queue, 2)
         # Then the first run scanned the queue again, found the three and moved nothing
         assert first.recovered == 3 and first.sent == 0 and first.peeks > 0, first
         # And all five reach the primary once each, in order
-        syphon_until_empty(stack, restored, queue)
+        syphon_until_empty(stack, restored, queue, 60, run=1)
     finally:
         restored.close()
     got = drain(stack.primary, "down", expected=5, timeout=20)

@@ -14,27 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from bridge.core.paired import MarkAvailable, backlog_queue_index
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.stack import LocalStack
 from bridge.errors import NamespaceOutageError
-from bridge.paired.syphon import BacklogSyphon
 from bridge.paired.syphon_run import run_syphon
 from bridge.servicebus.messages import barrier_message
-from bridge.settings import Settings
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
 from tests.integration.order_checker import check, drain
 from tests.integration.paired_support import (
     create_backlog_queues,
-    create_entities,
     envelope,
     fill_backlog,
+    fresh_context,
+    lose_aside_records,
     mark_failed_over,
-    namespace_settings,
     stack_pool,
+    syphon,
+    syphon_stack,
+    syphon_until_empty,
 )
 from tests.integration.worker_support import count_in
 
@@ -46,44 +46,15 @@ ENTITIES = {"down": {"replication": "paired"}, "up": {"replication": "paired"}}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """One Redis and two namespaces for the module; each test starts from empty Redis and queues."""
-    with LocalStack(Path(tmp_path_factory.mktemp("syphon-order")), entities=ENTITIES) as local:
-        create_entities(local.primary, queues=["down", "up"])
-        create_backlog_queues(local, count=1)
+    with syphon_stack(Path(tmp_path_factory.mktemp("syphon-order")), ENTITIES) as local:
         yield local
 
 
 @pytest.fixture
 def ctx(stack: LocalStack) -> Iterator[DeliveryContext]:
     """A delivery context of this process: batches of 5, 1 s polls, 1 s pings."""
-    client = redis.Redis.from_url(stack.redis.url)
-    client.flushall()
-    client.close()
-    settings = Settings.model_validate(
-        {
-            "redis_url": stack.redis.url,
-            "primary": namespace_settings(stack.primary),
-            "secondary": namespace_settings(stack.secondary),
-            "entities": ENTITIES,
-            "retry": {"attempt_deadline": 3, "retry_total": 0},
-            "paired": {
-                "backlog_queue_count": 1,
-                "syphon_batch_size": 5,
-                "syphon_receive_wait": 1,
-                "ping_primary_interval": 1,
-                "syphon_retry_interval": 0.2,
-            },
-        }
-    )
-    context = DeliveryContext.build(settings)
-    try:
+    with fresh_context(stack, ENTITIES, batch=5) as context:
         yield context
-    finally:
-        context.close()
-
-
-def syphon(ctx: DeliveryContext, queue: str, seconds: float) -> Any:
-    """One syphon run of ``queue`` for ``seconds``."""
-    return BacklogSyphon(ctx, queue, lambda: True).run(ctx.clock() + seconds)
 
 
 def test_a_failed_over_entity_at_the_head_of_the_backlog_blocks_nobody(
@@ -178,21 +149,6 @@ def test_a_lowered_backlog_queue_count_still_empties_the_retired_queues(
     run_syphon(ctx, budget=2)
     assert ctx.paired.backlog_indexes(namespace) == {0}
     assert [q.queue for q in run_syphon(ctx, budget=1).queues] == [create_backlog_queues(stack, count=1)[0]]
-
-
-def lose_aside_records(ctx: DeliveryContext, queue: str) -> None:
-    """Delete every ``bridge:{aside:<queue>}:*`` key, as an ``everysec`` crash or a lagging replica does."""
-    lost = list(ctx.redis.scan_iter(match=f"*{{aside:{queue}}}*"))
-    assert lost, "nothing was set aside to lose"
-    ctx.redis.delete(*lost)
-
-
-def syphon_until_empty(stack: LocalStack, ctx: DeliveryContext, queue: str, seconds: float = 40) -> None:
-    """Syphon runs until ``queue`` is empty (a run that recovered records waits out the locks: 5 s + 2 s)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and count_in(stack.secondary, queue):
-        syphon(ctx, queue, 2)
-        time.sleep(0.2)
 
 
 def test_deferred_messages_whose_records_redis_lost_are_found_again_and_go_in_order(
