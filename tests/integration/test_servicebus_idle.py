@@ -112,7 +112,9 @@ def test_senders_closed_for_idleness_never_cut_off_a_send(
     def send_with_pauses(queue: str) -> None:
         for index in range(sends):
             send_one(pool, queue, index)
-            time.sleep(0.15)  # longer than idle_sender_close: the sender is closed before the next send
+            time.sleep(
+                0.4
+            )  # 8 times idle_sender_close: the sender is closed before the next send, even on a busy machine
 
     try:
         # Given senders closed as soon as no send wanted them for 50 ms
