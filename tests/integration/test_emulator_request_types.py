@@ -46,6 +46,9 @@ def test_schedule_and_session_listing_answer_typed_arrays(
         sessions = request(
             "com.microsoft:get-message-sessions", {"skip": 0, "top": 10, "last-updated-time": 0}
         )
+        past_the_last = request(
+            "com.microsoft:get-message-sessions", {"skip": 3, "top": 10, "last-updated-time": 0}
+        )
         deleted = request("com.microsoft:batch-delete-messages", {"message-count": int32(1)})
     # Status codes are AMQP ints, on the CBS answer as on management answers
     assert isinstance(request.put_token.properties["status-code"], int32)
@@ -58,6 +61,10 @@ def test_schedule_and_session_listing_answer_typed_arrays(
     assert sorted(sessions.body["sessions-ids"].elements) == ["s-1", "s-2", "s-3"]
     # Counts are AMQP ints too
     assert isinstance(sessions.body["skip"], int32)
+    # Past the last session: 204 No Content and no body, as Service Bus answers (an empty array would stop
+    # the Python SDK's list of sessions with "index out of bounds")
+    assert past_the_last.properties["statusCode"] == 204
+    assert not past_the_last.body
     assert deleted.properties["statusCode"] == 200
     assert isinstance(deleted.body["message-count"], int32) and deleted.body["message-count"] == 1
 

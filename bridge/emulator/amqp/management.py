@@ -250,6 +250,10 @@ def _sessions(broker: Broker, store: MessageStore, body: dict[Any, Any]) -> Any:
     ids = sorted({m.session_id for m in store.messages.values() if m.session_id} | set(store.sessions.state))
     skip, top = int(body.get("skip", 0)), int(body.get("top", 100))
     page = ids[skip : skip + top]
+    if not page:
+        # Service Bus answers 204 No Content past the last session; the Python SDK's decoder also cannot
+        # read an empty AMQP array (it leaves the array's element constructor unread).
+        return None
     return {"skip": int32(skip + len(page)), "sessions-ids": _array(Data.STRING, page)}
 
 
