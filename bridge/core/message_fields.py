@@ -63,18 +63,20 @@ def _text_size(text: str) -> int:
 
 def value_size(value: PropertyValue) -> int:
     """Bytes of one AMQP-encoded value (constructor included)."""
-    if value is None or isinstance(value, bool):
+    if value is None:
         return 1
+    if isinstance(value, bool):
+        return 2  # the SDK writes the boolean constructor and a byte, not AMQP's one-byte true/false
     if isinstance(value, str):
         return _text_size(value)
     if isinstance(value, bytes):
         return len(value) + (2 if len(value) <= 255 else 5)
     if isinstance(value, uuid.UUID):
         return 17
-    # int (long), float (double), datetime (timestamp), timedelta (described long): 8 bytes + constructor,
-    # plus a descriptor allowance for the described types.
+    # int (long), float (double), datetime (timestamp), timedelta (described long): 8 bytes + constructor;
+    # a described type adds its descriptor marker and the descriptor (sym8 "com.microsoft:timespan").
     if isinstance(value, timedelta):
-        return 9 + 24
+        return 1 + 24 + 9
     return 9
 
 
