@@ -86,3 +86,28 @@ def test_which_messages_were_abandoned_and_when_the_wait_can_end() -> None:
     assert not abandoned.all_accepted({"b", "x"}, ["b", "c"], [ok, ok])
     assert not abandoned.all_accepted({"b"}, ["b"], [timeout])
     assert not abandoned.all_accepted(set(), ["b"], [ok])
+
+
+def test_no_wait_recorded_means_no_wait_at_any_time() -> None:
+    assert abandoned.wait_left({}, "primary", "orders", now=0.5) == 0.0
+
+
+def test_a_resend_is_the_whole_batch_abandoned_or_more() -> None:
+    assert abandoned.resent(["a", "b"], ["a", "b"]) is True
+    assert abandoned.resent(["a"], ["a", "b"]) is True
+    assert abandoned.resent(["a", "c"], ["a", "b"]) is False
+    assert abandoned.resent([], ["a"]) is False
+
+
+def test_outcomes_must_match_the_message_ids_one_for_one() -> None:
+    with pytest.raises(ValueError):
+        abandoned.timed_out(["a", "b"], [Outcome.success()])
+    with pytest.raises(ValueError):
+        abandoned.all_accepted(["a"], ["a", "b"], [Outcome.success()])
+
+
+def test_a_refused_send_says_how_long_the_path_still_waits() -> None:
+    assert abandoned.refused("primary", "orders", 2.25).error == (
+        "AbandonedSendWait: a send to orders on primary timed out; nothing newer goes there for 2.2s more"
+        " (the namespace may still commit it)"
+    )

@@ -270,3 +270,22 @@ def test_aliased_messages_carry_no_broker_fields(message: MessageFields, destina
     assert aliased.scheduled_enqueue_time_utc is None
     for key, value in message.application_properties.items():
         assert aliased.application_properties[key] == value
+
+
+def test_a_scheduled_message_lives_its_ttl_from_its_scheduled_time() -> None:
+    # Given a message scheduled 100 s after its send, with a TTL of 60 s, aliased into a backlog queue
+    sent = 1_000.0
+    fields = MessageFields(
+        "m-1",
+        time_to_live=60.0,
+        scheduled_enqueue_time_utc=datetime.fromtimestamp(sent + 100, tz=UTC),
+    )
+    aliased = alias_for_backlog(fields, "orders", LIMIT)
+    assert isinstance(aliased, Aliased) and aliased.destination == "orders"
+
+    # When the syphon restores it 120 s after the send, 40 s of its TTL are left
+    restored = unalias(aliased.fields, enqueued_at=sent, now=sent + 120)
+    assert isinstance(restored, Restored)
+    assert restored.fields.time_to_live == pytest.approx(40.0)
+    # and 170 s after the send it expired, 60 s after its scheduled time
+    assert unalias(aliased.fields, enqueued_at=sent, now=sent + 170) == ExpiredInBacklog("orders", sent + 160)

@@ -100,3 +100,9 @@ def test_a_process_asks_for_the_scout_once_per_interval(
     last: float | None, now: float, interval: float | None, due: bool
 ) -> None:
     assert scout_due(last, now, interval) is due
+
+
+def test_a_scout_is_not_due_again_in_the_same_instant() -> None:
+    assert scout_due(10.0, 10.0, 5.0) is False
+    assert scout_due(10.0, 15.0, 5.0) is True
+    assert scout_due(10.0, 9.0, 5.0) is True  # the clock went back: ask again

@@ -39,3 +39,9 @@ def test_tallies_add_and_round_trip() -> None:
     assert CostTally.from_fields({b"pings": b"9", b"unknown": b"1"}) == CostTally(pings=9)
     with pytest.raises(ValueError, match="negative"):
         a.add(Operation.PING, -1)
+
+
+def test_adding_nothing_is_allowed_and_a_negative_count_is_refused() -> None:
+    assert CostTally().add(Operation.PRIMARY_SEND, 0) == CostTally()
+    with pytest.raises(ValueError, match=r"^count must not be negative$"):
+        CostTally().add(Operation.PRIMARY_SEND, -1)

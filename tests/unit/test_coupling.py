@@ -87,3 +87,36 @@ def test_custom_grace() -> None:
     state = on_close(both_open(), "secondary", 2, now=10.0, cause=CloseCause.CLOSED, grace=0.5)
     assert next_due_at(state) == 10.5
     assert [d.role for d in due_closes(state, 10.5)[1]] == ["primary"]
+
+
+def test_a_close_lapses_only_the_obligation_on_that_very_client() -> None:
+    # Given obligations on the secondary's generation 2 and on the primary's generation 1
+    state = CouplingState(
+        open_generations={"primary": 2, "secondary": 2},
+        pending=(PartnerClose("secondary", 2, 50.0, "a"), PartnerClose("primary", 1, 50.0, "b")),
+    )
+    # When the primary's generation 2 closes by itself
+    after = on_close(state, "primary", 2, 10.0, cause=CloseCause.COUPLING)
+    # Then the obligation on the secondary's generation 2 stands
+    assert after.pending == (PartnerClose("secondary", 2, 50.0, "a"), PartnerClose("primary", 1, 50.0, "b"))
+    assert dict(after.open_generations) == {"secondary": 2}
+
+
+def test_an_obligation_on_a_closed_client_does_not_hide_the_ones_after_it() -> None:
+    state = CouplingState(
+        open_generations={"secondary": 3},
+        pending=(PartnerClose("secondary", 2, 5.0, "old"), PartnerClose("secondary", 3, 5.0, "due")),
+    )
+
+    after, due = due_closes(state, now=6.0)
+
+    assert due == (PartnerClose("secondary", 3, 5.0, "due"),)
+    assert after.pending == ()
+
+
+def test_the_state_keeps_its_own_copy_of_the_open_generations() -> None:
+    generations = {"primary": 1}
+    state = CouplingState(open_generations=generations)
+    generations["secondary"] = 2
+
+    assert not state.is_open("secondary")

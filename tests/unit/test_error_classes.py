@@ -259,3 +259,11 @@ def test_zero_duration_escalates_every_transient_failure() -> None:
 def test_escalation_policy_rejects_nonsense(count: int, duration: float) -> None:
     with pytest.raises(ValueError, match="max_"):
         EscalationPolicy(count, duration)
+
+
+def test_escalation_policy_bounds() -> None:
+    EscalationPolicy(max_consecutive=1, max_duration=0.0)  # escalate at the first transient failure
+    with pytest.raises(ValueError, match=r"^max_consecutive must be at least 1$"):
+        EscalationPolicy(max_consecutive=0)
+    with pytest.raises(ValueError, match=r"^max_duration must not be negative$"):
+        EscalationPolicy(max_duration=-0.5)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import uuid
 import zlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 
 from bridge.core.auth import ApiKey, authenticate_key, authenticate_sas, hash_api_key, sas_signature
 from bridge.core.door_formats import door_message_id, redis_door_message, rest_batch, rest_message, v1_message
-from bridge.core.envelope import Envelope
+from bridge.core.envelope import Envelope, decode_properties, encode_properties
 from bridge.core.partitioning import choose_shard, partition_key, shard_of_key
 from bridge.errors import (
     AuthenticationError,
@@ -304,3 +306,80 @@ def test_bad_redis_urls_never_echo_the_url(url: str):
     with pytest.raises(ConfigurationError) as caught:
         parse_redis_url(url)
     assert url not in str(caught.value)
+
+
+def test_choose_shard_refusals_say_why() -> None:
+    with pytest.raises(ValueError, match=r"^an outbox has at least one shard$"):
+        choose_shard(None, 0, 0)
+    with pytest.raises(PartitionUnavailableError, match=r"^every outbox shard is unavailable$"):
+        choose_shard(None, 2, 0, unavailable={0, 1})
+    shard = shard_of_key("k", 4)
+    with pytest.raises(
+        PartitionUnavailableError, match=rf"^outbox shard {shard} for this partition key is unavailable$"
+    ):
+        choose_shard("k", 4, 0, unavailable={shard})
+
+
+def test_application_properties_are_stored_as_compact_tagged_json() -> None:
+    props = {"b": b"\x00\xff", "u": uuid.UUID(int=1), "s": "Zoë", "n": 1, "t": timedelta(seconds=1.5)}
+
+    assert (
+        encode_properties(props)
+        == (
+            '{"b":{"$bytes":"AP8="},"u":{"$uuid":"00000000-0000-0000-0000-000000000001"},"s":"Zoë","n":1,'
+            '"t":{"$timedelta":1.5}}'
+        ).encode()
+    )
+    assert decode_properties(encode_properties(props)) == props
+    with pytest.raises(ValueError):
+        encode_properties({"f": float("nan")})  # not JSON
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"a":{"$colour":1}}', "application property 'a' has an unknown tag"),
+        (b'{"a":{"$bytes":"AA==!"}}', "application property 'a' has a malformed $bytes"),
+    ],
+)
+def test_stored_properties_it_did_not_write_are_refused(raw: bytes, message: str) -> None:
+    with pytest.raises(CorruptEntryError) as caught:
+        decode_properties(raw)
+    assert (str(caught.value), caught.value.field) == (message, "ap")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message", "field"),
+    [
+        ({b"v": b"2"}, "unsupported outbox entry version b'2'", "v"),
+        ({b"id": None}, "outbox entry lacks id, e or b", None),
+        ({b"e": None}, "outbox entry lacks id, e or b", None),
+        ({b"b": None}, "outbox entry lacks id, e or b", None),
+        ({b"at": None}, "outbox entry lacks at", "at"),
+        ({b"at": b"soon"}, "malformed outbox entry: could not convert string to float: 'soon'", None),
+        ({b"at": b"inf"}, "field at is not a finite number", "at"),
+        ({b"sch": b"2030-01-01T00:00:00"}, "scheduled time has no offset", "sch"),
+        ({b"sid": b"\xff"}, "field sid is not UTF-8", "sid"),
+        ({b"ap": b"{"}, "application properties are not JSON", "ap"),
+        ({b"ap": b"[1]"}, "application properties are not a JSON object", "ap"),
+        ({b"ap": b'{"a": [1]}'}, "application property 'a' has an unsupported type", "ap"),
+    ],
+)
+def test_a_damaged_entry_is_quarantined_with_a_reason_naming_the_field(
+    damage: dict[bytes, bytes | None], message: str, field: str | None
+) -> None:
+    fields = GOOD.encode()
+    for name, value in damage.items():
+        if value is None:
+            fields.pop(name)
+        else:
+            fields[name] = value
+    with pytest.raises(CorruptEntryError) as caught:
+        Envelope.decode(fields)
+    assert (str(caught.value), caught.value.field) == (message, field)
+
+
+def test_a_stored_timestamp_property_without_an_offset_reads_as_utc() -> None:
+    assert decode_properties(b'{"t":{"$datetime":"2026-05-01T12:00:00"}}') == {
+        "t": datetime(2026, 5, 1, 12, tzinfo=UTC)
+    }

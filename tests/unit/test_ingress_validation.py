@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -272,3 +274,335 @@ def test_a_batch_draws_a_distinct_random_message_id_per_message_from_one_read():
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
     with pytest.raises(StopIteration):  # never more ids than it read bytes for
         draw()
+
+
+def test_batch_refusals_in_full() -> None:
+    keyed = [_envelope(partition_key="b"), _envelope(partition_key="a"), _envelope(partition_key="a")]
+    cases = [
+        (lambda: check_batch([], transactional=False, max_messages=10),
+         ("batch_empty", "a batch needs at least one message", "messages", None)),
+        (lambda: check_batch([_envelope()] * 11, transactional=False, max_messages=10),
+         ("batch_too_large", "a batch holds at most 10 messages", "messages", None)),
+        (lambda: check_batch(keyed, transactional=True, max_messages=10),
+         ("transaction_partition_keys",
+          "a transactional batch must use a single partition key (session_id or partition_key)",
+          "partition_key", 1)),
+    ]  # fmt: skip
+    for call, refusal in cases:
+        with pytest.raises(InvalidMessageError) as caught:
+            call()
+        assert (caught.value.code, caught.value.detail, caught.value.field, caught.value.index) == refusal
+    check_batch([_envelope()] * 10, transactional=False, max_messages=10)  # exactly the most is fine
+
+
+class _Text(str):
+    """A str subclass: not one of the types Service Bus accepts as they are."""
+
+
+FIELD = "application_properties.p"
+
+
+@pytest.mark.parametrize(
+    ("props", "refusal"),
+    [
+        (
+            {"time_to_live": "soon"},
+            ("invalid_type", "time_to_live must be a number of seconds", "time_to_live"),
+        ),
+        (
+            {"time_to_live": True},
+            ("invalid_type", "time_to_live must be a number of seconds", "time_to_live"),
+        ),
+        (
+            {"time_to_live": math.inf},
+            ("time_to_live_invalid", "time_to_live is not a finite duration", "time_to_live"),
+        ),
+        (
+            {"time_to_live": 10**400},
+            ("time_to_live_invalid", "time_to_live is not a finite duration", "time_to_live"),
+        ),
+        (
+            {"time_to_live": 0},
+            ("time_to_live_not_positive", "time_to_live must be greater than 0", "time_to_live"),
+        ),
+        (
+            {"application_properties": [1]},
+            ("invalid_type", "application_properties must be an object", "application_properties"),
+        ),
+        (
+            {"application_properties": {"p": 2**64}},
+            ("application_property_out_of_range", f"{FIELD} does not fit a 64-bit integer", FIELD),
+        ),
+        (
+            {"application_properties": {"p": math.nan}},
+            ("application_property_invalid", f"{FIELD} is not finite", FIELD),
+        ),
+        (
+            {"application_properties": {"p": datetime(2026, 1, 1)}},
+            ("application_property_invalid", f"{FIELD} has no offset", FIELD),
+        ),
+        (
+            {"application_properties": {"p": "a\ud800"}},
+            ("invalid_utf8", f"{FIELD} holds a lone surrogate, which has no UTF-8 form", FIELD),
+        ),
+        (
+            {"application_properties": {"p": _Text("x")}},
+            (
+                "application_property_type",
+                f"{FIELD} has type _Text; Service Bus accepts string, boolean, integer, number, bytes, "
+                "UUID, timestamp and duration values",
+                FIELD,
+            ),
+        ),
+    ],
+)
+def test_property_refusals_in_full(props: dict[str, Any], refusal: tuple[str, str, str]) -> None:
+    with pytest.raises(InvalidMessageError) as caught:
+        build(props, index=3)
+    assert (caught.value.code, caught.value.detail, caught.value.field, caught.value.index) == (*refusal, 3)
+
+
+def test_the_longest_time_to_live_is_taken() -> None:
+    assert build({"time_to_live": timedelta.max}).time_to_live == timedelta.max.total_seconds()
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        ("abc", 3),
+        (True, 1),
+        (2**63, 8),
+        (1.5, 8),
+        (b"xy", 2),
+        (datetime(2026, 1, 1, tzinfo=UTC), 8),
+        (uuid.UUID(int=1), 16),
+        (timedelta(seconds=1), 16),
+    ],
+)
+def test_each_property_counts_its_size_towards_the_message_limit(value: object, size: int) -> None:
+    # The name "p" counts one byte; the message is refused with the total in its reason
+    with pytest.raises(MessageTooLargeError) as caught:
+        build({"application_properties": {"p": value}}, body=b"", rules=EntityRules(max_message_size=1))
+    assert caught.value.detail == f"body and properties take {1 + size} bytes; the entity accepts at most 1"
+
+
+ENTITY_RULE = (
+    "entity path may hold letters, digits, '.', '-', '_' and '/', must start and end with a letter or digit, "
+    "and has no '.' or '..' segment"
+)
+LONG = "x" * 129
+SCHEDULED = "scheduled_enqueue_time_utc"
+
+# (case, call, (code, detail, field, index)); every call is made inside the test
+REFUSALS: list[tuple[str, Callable[[], object], tuple[str, str, str | None, int | None]]] = [
+    (
+        "empty entity",
+        lambda: validate_entity(""),
+        ("entity_name_empty", "entity path is empty", "entity", None),
+    ),
+    (
+        "long entity",
+        lambda: validate_entity("q" * 261),
+        ("entity_name_too_long", "entity path is longer than 260 characters", "entity", None),
+    ),
+    ("bad entity", lambda: validate_entity("a/../b"), ("entity_name_invalid", ENTITY_RULE, "entity", None)),
+    (
+        "reserved entity",
+        lambda: validate_entity("bridge"),
+        ("entity_name_reserved", "entity path 'bridge' is reserved by the bridge", "entity", None),
+    ),
+    (
+        "subscription",
+        lambda: validate_entity("t/Subscriptions/s"),
+        ("entity_not_sendable", "cannot send to a subscription", "entity", None),
+    ),
+    (
+        "body too large",
+        lambda: build({}, body=b"x" * 1001, index=3),
+        ("body_too_large", "body is 1001 bytes; the entity accepts at most 1000", "body", 3),
+    ),
+    (
+        "unknown field",
+        lambda: build({"colour": "red"}, index=3),
+        ("unknown_field", "unknown field 'colour'", "colour", 3),
+    ),
+    (
+        "trace field not text",
+        lambda: build({"traceparent": 1}, index=3),
+        ("invalid_type", "traceparent must be a string", "traceparent", 3),
+    ),
+    (
+        "subject not text",
+        lambda: build({"subject": 1}, index=3),
+        ("invalid_type", "subject must be a string", "subject", 3),
+    ),
+    (
+        "subject with a lone surrogate",
+        lambda: build({"subject": "a\ud800"}, index=3),
+        ("invalid_utf8", "subject holds a lone surrogate, which has no UTF-8 form", "subject", 3),
+    ),
+    (
+        "empty message id",
+        lambda: build({"message_id": ""}, index=3),
+        ("message_id_empty", "message_id is empty", "message_id", 3),
+    ),
+    (
+        "long message id",
+        lambda: build({"message_id": LONG}, index=3),
+        ("message_id_too_long", "message_id is longer than 128", "message_id", 3),
+    ),
+    (
+        "long session id",
+        lambda: build({"session_id": LONG}, index=3),
+        ("session_id_too_long", "session_id is longer than 128", "session_id", 3),
+    ),
+    (
+        "long partition key",
+        lambda: build({"partition_key": LONG}, index=3),
+        ("partition_key_too_long", "partition_key is longer than 128", "partition_key", 3),
+    ),
+    (
+        "long via partition key",
+        lambda: build({"via_partition_key": LONG}, index=3),
+        ("via_partition_key_too_long", "via_partition_key is longer than 128", "via_partition_key", 3),
+    ),
+    (
+        "session and partition key differ",
+        lambda: build({"session_id": "a", "partition_key": "b"}, index=3),
+        (
+            "session_partition_mismatch",
+            "InvalidOperation: partition_key must equal session_id when both are set",
+            "partition_key",
+            3,
+        ),
+    ),
+    (
+        "session required",
+        lambda: build({}, rules=EntityRules(requires_session=True), index=3),
+        ("session_id_required", "the entity requires sessions; session_id is missing", "session_id", 3),
+    ),
+    (
+        "headers too large",
+        lambda: build({"subject": "s" * (64 * 1024 + 1)}, rules=EntityRules(max_message_size=10**6), index=3),
+        ("headers_too_large", "properties take 65537 bytes; Service Bus allows 65536", None, 3),
+    ),
+    (
+        "body and headers too large",
+        lambda: build({"subject": "s" * 10}, body=b"x" * 995, index=3),
+        (
+            "message_too_large",
+            "body and properties take 1005 bytes; the entity accepts at most 1000",
+            None,
+            3,
+        ),
+    ),
+    (
+        "schedule not ISO-8601",
+        lambda: build({SCHEDULED: "soon"}, index=3),
+        ("scheduled_enqueue_time_invalid", f"{SCHEDULED} is not ISO-8601", SCHEDULED, 3),
+    ),
+    (
+        "schedule not text",
+        lambda: build({SCHEDULED: 5}, index=3),
+        ("invalid_type", f"{SCHEDULED} must be ISO-8601 text", SCHEDULED, 3),
+    ),
+    (
+        "schedule without an offset",
+        lambda: build({SCHEDULED: "2026-01-01T00:00:00"}, index=3),
+        ("scheduled_enqueue_time_naive", f"{SCHEDULED} needs a UTC offset (e.g. 'Z')", SCHEDULED, 3),
+    ),
+    (
+        "schedule before the first UTC time",
+        lambda: build({SCHEDULED: "0001-01-01T00:00:00+01:00"}, index=3),
+        ("scheduled_enqueue_time_invalid", f"{SCHEDULED} is out of range in UTC", SCHEDULED, 3),
+    ),
+    (
+        "property name empty",
+        lambda: build({"application_properties": {"": 1}}, index=3),
+        (
+            "application_property_name_invalid",
+            "application property names must be non-empty strings",
+            "application_properties",
+            3,
+        ),
+    ),
+    (
+        "property name with a lone surrogate",
+        lambda: build({"application_properties": {"a\ud800": 1}}, index=3),
+        (
+            "invalid_utf8",
+            "application_properties holds a lone surrogate, which has no UTF-8 form",
+            "application_properties",
+            3,
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "refusal"), REFUSALS, ids=[case for case, _, _ in REFUSALS])
+def test_each_envelope_refusal_in_full(
+    case: str, call: Callable[[], object], refusal: tuple[str, str, str | None, int | None]
+) -> None:
+    with pytest.raises(InvalidMessageError) as caught:
+        call()
+    assert (caught.value.code, caught.value.detail, caught.value.field, caught.value.index) == refusal
+
+
+def test_ids_and_keys_of_exactly_the_limit_are_taken() -> None:
+    at_limit = "x" * 128
+    envelope = build({"message_id": at_limit, "session_id": at_limit, "partition_key": at_limit})
+
+    assert (envelope.message_id, envelope.session_id, envelope.partition_key) == (
+        at_limit,
+        at_limit,
+        at_limit,
+    )
+    assert build({"subject": "s" * 999}, body=b"x").subject == "s" * 999  # body and headers exactly the limit
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_every_field_after_an_absent_or_trace_field_is_still_read() -> None:
+    envelope = build({"subject": None, "traceparent": PARENT, "correlation_id": "c", "to": "t"})
+
+    assert (envelope.subject, envelope.traceparent, envelope.correlation_id, envelope.to) == (
+        None,
+        PARENT,
+        "c",
+        "t",
+    )
+
+
+def test_every_property_counts_towards_the_size() -> None:
+    with pytest.raises(MessageTooLargeError) as caught:
+        build(
+            {"subject": "ab", "to": "cde", "application_properties": {"p": "xy", "q": "z"}},
+            body=b"",
+            rules=EntityRules(max_message_size=1),
+        )
+    assert caught.value.detail == "body and properties take 10 bytes; the entity accepts at most 1"
+
+
+def test_headers_of_exactly_the_limit_are_taken_and_trace_context_uses_the_room_left() -> None:
+    rules = EntityRules(max_message_size=10**6)
+    assert build({"subject": "s" * MAX_HEADER_BYTES}, rules=rules).subject == "s" * MAX_HEADER_BYTES
+    # the context takes about 130 bytes: it is kept while the other properties leave room for it
+    kept = build({"subject": "s" * (MAX_HEADER_BYTES - 200), "traceparent": PARENT}, rules=rules)
+    assert kept.traceparent == PARENT
+    dropped = build({"subject": "s" * (MAX_HEADER_BYTES - 100), "traceparent": PARENT}, rules=rules)
+    assert dropped.traceparent is None
+
+
+@pytest.mark.parametrize("entity", ["a/./b", "subscriptions/s", "T/SUBSCRIPTIONS/s"])
+def test_more_entity_paths_are_refused(entity: str) -> None:
+    with pytest.raises(InvalidMessageError):
+        validate_entity(entity)
+
+
+def test_a_via_partition_key_of_exactly_the_limit_is_taken() -> None:
+    assert build({"via_partition_key": "v" * 128}).via_partition_key == "v" * 128
+
+
+def test_a_body_of_exactly_the_entity_limit_is_taken() -> None:
+    assert build({}, body=b"x" * 1000).body == b"x" * 1000

@@ -52,3 +52,20 @@ def test_fields_round_trip_and_next_migration() -> None:
     assert next_migration(Layout(2), 2) is None
     assert next_migration(Layout(2), 4) == 4
     assert next_migration(MIGRATING, 8) is None  # one change at a time
+
+
+def test_one_shard_is_a_layout_and_none_is_refused() -> None:
+    assert Layout(1, previous=1).read_count == 1
+    with pytest.raises(ValueError, match=r"^an outbox has at least one shard$"):
+        Layout(0)
+    with pytest.raises(ValueError, match=r"^an outbox has at least one shard$"):
+        Layout(2, previous=0)
+
+
+def test_a_layout_without_a_migration_reads_back_from_its_hash() -> None:
+    boundaries = {1: "5-0"}
+    layout = Layout(4, boundaries=boundaries)
+    boundaries[2] = "6-0"  # the caller's dict changes afterwards
+
+    assert Layout.from_fields({b"shards": b"4", b"b:1": b"5-0"}) == layout
+    assert dict(layout.boundaries) == {1: "5-0"}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bridge.core.ledger import (
+    DEFAULT_PRICE_PER_MILLION,
+    OPERATION_KINDS,
     EventCount,
     Operations,
     TimelineEvent,
@@ -15,7 +17,17 @@ from bridge.core.ledger import (
     price_table,
     summarize,
 )
-from bridge.core.live_tally import ACCEPTED, DEAD_LETTERED, DELIVERED, HANDLED, LiveTally
+from bridge.core.live_tally import (
+    ACCEPTED,
+    DEAD_LETTERED,
+    DELIVERED,
+    HANDLED,
+    LIVE_KEYS,
+    QUARANTINED,
+    LiveTally,
+    MessageFlags,
+    is_open,
+)
 
 
 def _count(entity: str, kind: str, ns: str | None, path: str | None = None, result: str | None = None,
@@ -205,3 +217,161 @@ def test_placeholder_kinds_are_the_billed_kinds_nobody_priced() -> None:
     assert placeholder_kinds(billed, ["send", "syphon_poll"]) == ["ping"]
     assert placeholder_kinds(billed, []) == ["ping", "send"]
     assert placeholder_kinds([], []) == []
+
+
+def test_the_default_price_table_prices_every_kind_at_the_placeholder() -> None:
+    assert price_table() == dict.fromkeys(OPERATION_KINDS, DEFAULT_PRICE_PER_MILLION)
+    assert price_table({"ping": 0})["ping"] == 0.0  # a free kind is allowed
+    with pytest.raises(ValueError) as caught:
+        price_table({"sends": 1.0})
+    assert str(caught.value) == f"unknown operation kind 'sends' (known: {', '.join(OPERATION_KINDS)})"
+
+
+def test_rows_of_one_kind_add_up_and_a_missing_namespace_reads_as_a_question_mark() -> None:
+    counts = [_count("e", "received", None, events=2), _count("e", "received", None, events=3)]
+
+    assert billable_operations(counts) == [Operations("e", "?", "receive", 5)]
+
+
+def test_the_cost_estimate_and_its_json_form() -> None:
+    prices = price_table({"send": 3.0, "receive": 5.05, "ping": 1 / 3})
+    operations = [Operations("e", "ns1", "send", 2_000_000), Operations("e", "ns1", "ping", 1)]
+
+    estimate = estimate_cost(operations, delivered=2_000_001, prices=prices)
+
+    assert estimate.cost == 6.0 + (1 / 3) / 1_000_000
+    assert estimate.baseline_cost == 2_000_001 * 8.05 / 1_000_000
+    assert estimate.as_dict() == {
+        "operations": 2_000_001,
+        "estimated_cost": 6.0,
+        "baseline_operations": 4_000_002,
+        "baseline_cost": 16.100008,
+        "resilience_ratio": 0.3727,
+        "currency": "USD",
+    }
+    assert estimate_cost([], delivered=0, prices=prices, currency="EUR").as_dict() == {
+        "operations": 0,
+        "estimated_cost": 0.0,
+        "baseline_operations": 0,
+        "baseline_cost": 0.0,
+        "resilience_ratio": None,
+        "currency": "EUR",
+    }
+
+
+def test_the_timeline_stretches_to_events_outside_the_window_and_counts_every_change() -> None:
+    events = [
+        TimelineEvent(-5.0, "failover_engaged"),  # before the window's start
+        TimelineEvent(3.0, "failover_ended"),
+        TimelineEvent(4.0, "backlog_rotation_changed", queue="1", result="removed"),
+        TimelineEvent(6.0, "backlog_rotation_changed", queue="1", result="readmitted"),
+        TimelineEvent(6.5, "failover_ended"),  # not failed over: nothing to end
+        TimelineEvent(7.0, "failover_engaged"),
+        TimelineEvent(7.5, "failover_engaged"),  # already failed over
+        TimelineEvent(8.0, "failover_ended"),
+        TimelineEvent(12.0, "role_swapped", "primary", "secondary"),  # after the window's end
+    ]
+
+    timeline = failover_timeline(events, start=0.0, end=10.0)
+
+    assert timeline.as_dict() == {
+        "swaps": 1,
+        "failovers": 2,
+        "rotation_changes": 2,
+        "seconds_on_secondary": 0.0,
+        "seconds_failed_over": 9.0,
+        "segments": [
+            {"start": -5.0, "end": 3.0, "active": "primary", "failed_over": True},
+            {"start": 3.0, "end": 7.0, "active": "primary", "failed_over": False},
+            {"start": 7.0, "end": 8.0, "active": "primary", "failed_over": True},
+            {"start": 8.0, "end": 12.0, "active": "primary", "failed_over": False},
+        ],
+    }
+    assert timeline.first_failover_at == -5.0
+
+
+def test_the_first_swap_that_names_its_origin_sets_the_starting_role() -> None:
+    events = [
+        TimelineEvent(1.0, "role_swapped"),  # names neither role: ignored
+        TimelineEvent(2.0, "role_swapped", None, "secondary"),
+        TimelineEvent(4.0, "role_swapped", "secondary", "primary"),
+    ]
+
+    timeline = failover_timeline(events, start=0.0, end=10.0)
+
+    assert [(s.start, s.end, s.active) for s in timeline.segments] == [
+        (0.0, 4.0, "secondary"),
+        (4.0, 10.0, "primary"),
+    ]
+    assert (timeline.swaps, timeline.seconds_on_secondary) == (1, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("events", "segments"),
+    [
+        ([], [(5.0, 5.0, "primary", False)]),  # an empty window is still one segment
+        ([TimelineEvent(5.0, "failover_engaged")], [(5.0, 9.0, "primary", True)]),
+        # engaged and ended at once: the empty stretch between goes and its neighbours merge
+        (
+            [TimelineEvent(6.0, "failover_engaged"), TimelineEvent(6.0, "failover_ended")],
+            [(5.0, 9.0, "primary", False)],
+        ),
+        (
+            [
+                TimelineEvent(6.0, "role_swapped", "primary", "secondary"),
+                TimelineEvent(6.0, "failover_engaged"),
+            ],
+            [(5.0, 6.0, "primary", False), (6.0, 9.0, "secondary", True)],
+        ),
+    ],
+)
+def test_empty_stretches_are_dropped_and_alike_neighbours_merged(
+    events: list[TimelineEvent], segments: list[tuple[float, float, str, bool]]
+) -> None:
+    end = 5.0 if not events else 9.0
+    timeline = failover_timeline(events, start=5.0, end=end)
+
+    assert [(s.start, s.end, s.active, s.failed_over) for s in timeline.segments] == segments
+
+
+@pytest.mark.parametrize(
+    ("bits", "classes"),
+    [
+        (ACCEPTED, {"accepted", "open"}),
+        (ACCEPTED | DELIVERED, {"accepted", "delivered"}),
+        (ACCEPTED | DEAD_LETTERED, {"accepted", "dead_lettered"}),
+        (ACCEPTED | QUARANTINED, {"accepted", "quarantined"}),
+        (ACCEPTED | HANDLED, {"accepted", "handled"}),
+        (QUARANTINED, {"quarantined"}),
+        (DELIVERED | HANDLED, {"delivered", "handled"}),
+    ],
+)
+def test_live_tally_counts_each_class_and_only_accepted_messages_with_no_end_are_open(
+    bits: int, classes: set[str]
+) -> None:
+    tally = LiveTally()
+    tally.add("e", "m", bits, accepted_at=1.0)
+
+    counts = tally.counts["e"]
+    assert {name for name in LIVE_KEYS if counts[name]} == classes
+    assert sum(counts[name] for name in LIVE_KEYS) == len(classes)
+    assert tally.overdue(now=100.0, grace=1.0) == ([("e", "m")] if "open" in classes else [])
+    assert is_open(
+        MessageFlags(
+            *(bool(bits & bit) for bit in (ACCEPTED, DELIVERED, DEAD_LETTERED, QUARANTINED, HANDLED))
+        )
+    ) is ("open" in classes)
+
+
+def test_live_tally_keeps_the_earliest_acceptance_and_counts_copies_beyond_the_first() -> None:
+    tally = LiveTally()
+    tally.add("e", "m", ACCEPTED, accepted_at=5.0, copies=1)
+    tally.add("e", "m", ACCEPTED, accepted_at=7.0, copies=2)  # the acceptance seen again, later
+
+    # Overdue counts from the first acceptance, and only past the grace
+    assert tally.overdue(now=12.0, grace=6.0) == [("e", "m")]
+    assert tally.overdue(now=11.0, grace=6.0) == []
+    tally.add("e", "m", DELIVERED, copies=1)
+
+    assert tally.counts["e"]["broker_duplicates"] == 3  # four copies of one message
+    assert tally.accepted_at == {}  # a message with an end is no longer watched

@@ -421,3 +421,110 @@ def test_a_queue_that_left_because_the_address_refused_is_back_once_the_address_
     again = rotation.apply(RemoveFromRotation(2, T0 + 4, "refused", refused=True))
     assert BacklogRotation.from_fields(3, again.to_fields()) == again
     assert BacklogRotation.from_fields(3, again.to_fields()).refused == frozenset({2})
+
+
+@pytest.mark.parametrize(
+    ("outcome", "decision"),
+    [
+        (
+            Outcome.failure(ErrorClass.CONFIGURATION, "gone", entity_missing=True),
+            SyphonDecision(SyphonAction.DEAD_LETTER, "destination_missing: orders: gone"),
+        ),
+        (
+            Outcome.failure(ErrorClass.MESSAGE_PERMANENT, "too big"),
+            SyphonDecision(SyphonAction.DEAD_LETTER, "rejected_by_primary: too big"),
+        ),
+        (Outcome.failure(ErrorClass.TRANSIENT, "busy"), SyphonDecision(SyphonAction.SET_ASIDE, "busy")),
+        (Outcome(False, ErrorClass.TRANSIENT), SyphonDecision(SyphonAction.SET_ASIDE, "transient")),
+        (Outcome.failure(ErrorClass.OUTAGE, "refused"), SyphonDecision(SyphonAction.STOP, "refused")),
+        (Outcome(False, ErrorClass.OUTAGE), SyphonDecision(SyphonAction.STOP, "outage")),
+    ],
+)
+def test_the_syphon_says_why_after_a_failed_send(outcome: Outcome, decision: SyphonDecision) -> None:
+    assert syphon_after_send(outcome, "orders") == decision
+
+
+def test_a_barrier_set_aside_says_what_it_waits_behind() -> None:
+    plan = plan_received([Barrier("orders", 0, "t1")], lambda _: FAILED_OVER)
+
+    assert plan == [SyphonDecision(SyphonAction.SET_ASIDE, "barrier behind orders's messages")]
+
+
+@pytest.mark.parametrize(
+    ("options", "valid"),
+    [
+        ({"failover_interval": 0.0}, True),  # fail over at the first failure
+        ({"failover_interval": 0.5, "ping_primary_interval": 0.5, "ping_timeout": 0.5}, True),
+        ({"failover_interval": -1.0}, False),
+        ({"ping_primary_interval": 0.0}, False),
+        ({"ping_timeout": 0.0}, False),
+    ],
+)
+def test_failover_policy_bounds(options: dict[str, float], valid: bool) -> None:
+    if valid:
+        FailoverPolicy(**options)
+    else:
+        with pytest.raises(
+            ValueError, match=r"^failover_interval must be >= 0, ping intervals and timeouts > 0$"
+        ):
+            FailoverPolicy(**options)
+
+
+def test_the_paired_state_keeps_when_failover_was_last_engaged_through_redis() -> None:
+    state = PairedState(last_failover_at=12.5)
+
+    assert state.to_fields() == {"last_failover_at": "12.5"}
+    assert PairedState.from_fields({b"last_failover_at": b"12.5"}) == state
+
+
+@pytest.mark.parametrize(
+    ("state", "change", "after"),
+    [
+        # engaging keeps the timer's start, so status shows how long the primary has been failing
+        (
+            PairedState(failing_since=5.0),
+            EngageFailover(20.0, "interval"),
+            PairedState(failing_since=5.0, failed_over_at=20.0, last_failover_at=20.0),
+        ),
+        (
+            PairedState(last_error="old", last_error_at=1.0),
+            RecordError(9.0, "refused"),
+            PairedState(last_error="refused", last_error_at=9.0),
+        ),
+    ],
+)
+def test_apply_change_in_full(state: PairedState, change: object, after: PairedState) -> None:
+    assert apply_change(state, change) == after  # type: ignore[arg-type]
+
+
+def test_failover_stays_due_while_engaged_whatever_the_timer() -> None:
+    policy = FailoverPolicy(failover_interval=60.0)
+
+    assert failover_due(PairedState(failed_over_at=10.0), 11.0, policy) is True
+    assert failover_due(PairedState(failing_since=10.0, failed_over_at=10.0), 11.0, policy) is True
+
+
+def test_a_ping_records_itself_and_its_verdict() -> None:
+    assert on_ping(Outcome.success(), 30.0) == (
+        RecordPing(30.0),
+        MarkAvailable(30.0, "ping accepted by the primary"),
+    )
+    assert on_ping(Outcome.failure(ErrorClass.OUTAGE, "refused"), 31.0) == (
+        RecordPing(31.0),
+        RecordError(31.0, "refused"),
+    )
+    assert on_ping(Outcome(False, ErrorClass.OUTAGE), 32.0) == (RecordPing(32.0), RecordError(32.0, "outage"))
+
+
+def test_a_scheduled_ping_keeps_its_session_id() -> None:
+    assert ping_message("schedule", "s-1", 0.0).session_id == "s-1"
+
+
+def test_a_rotation_round_trips_through_redis_fields_and_drops_queues_past_the_count() -> None:
+    rotation = BacklogRotation(3, removed={0: 1.5, 2: 2.5}, refused=frozenset({2}))
+
+    fields = rotation.to_fields()
+
+    assert fields == {"0": "1.5", "2": "2.5", "0.refused": "0", "2.refused": "1"}
+    assert BacklogRotation.from_fields(3, fields) == rotation
+    assert BacklogRotation.from_fields(2, fields) == BacklogRotation(2, removed={0: 1.5})

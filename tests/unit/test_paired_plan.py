@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -546,3 +547,54 @@ def test_a_sent_entry_without_an_outcome_is_a_bug() -> None:
     plan = plan_batch(entries(None, None), v)
     with pytest.raises(InvariantError, match="no outcome"):
         settle_batch(plan, v, {0: OK})
+
+
+def test_a_barrier_token_carries_its_send_time_in_milliseconds() -> None:
+    assert barrier_token("n1", 1.5, 2) == "n1.1500.2"
+    assert read_barrier("sent:n1.1500.2", now=1.6, timeout=10.0) == BarrierStatus("lost", 1.5, 2, False)
+
+
+def test_a_damaged_barrier_token_counts_as_overdue() -> None:
+    assert read_barrier("sent:n1.soon.2", now=1.6, timeout=10.0) == BarrierStatus("lost", None, 0, True)
+
+
+# ---- the backlog: the secondary's address refused connections
+
+REFUSED_ADDRESS = Outcome.failure(ErrorClass.OUTAGE, "connection refused", address_refused=True)
+
+
+def _refused_view(*, accepting: bool, sticky: dict[str, int] | None = None) -> PairedView:
+    every_queue_out = BacklogRotation(4, dict.fromkeys(range(4), NOW), refused=frozenset(range(4)))
+    return replace(view(), backlog=BacklogView(every_queue_out, None, sticky or {}, accepting=accepting))
+
+
+def test_a_queue_whose_address_refused_is_looked_at_again_within_a_second() -> None:
+    v = view(current=2)
+    plan = plan_batch(entries(A), v)
+
+    assert settle_batch(plan, v, {0: REFUSED_ADDRESS}).settlements == (
+        Hold(
+            1.0,
+            "backlog queue 2 failed: connection refused",
+            changes=(RemoveFromRotation(2, NOW, "connection refused", refused=True),),
+            awaits=("primary", "secondary"),
+        ),
+    )
+
+
+def test_a_key_held_for_a_refused_queue_waits_a_second_not_the_readmission() -> None:
+    rotation = BacklogRotation(4, {2: NOW}, refused=frozenset({2}))
+    plan = plan_batch(entries(A), replace(view(), backlog=BacklogView(rotation, None, {A: 2})))
+
+    assert plan.decided == {
+        0: Hold(
+            1.0,
+            "its backlog queue 2 left the rotation; its messages there go first",
+            awaits=("primary", "secondary"),
+        )
+    }
+
+
+def test_queues_out_because_the_address_refused_are_back_once_it_accepts() -> None:
+    assert plan_batch(entries(None), _refused_view(accepting=False)).to_backlog == ()
+    assert sends(plan_batch(entries(None), _refused_view(accepting=True))) != {}

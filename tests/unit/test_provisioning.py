@@ -17,6 +17,7 @@ from bridge.core.provisioning import (
     Difference,
     Provision,
     QueueDescription,
+    differences,
     entity_queue_description,
     format_value,
     is_at_max,
@@ -219,3 +220,22 @@ def test_planning_module_is_pure() -> None:
     }
     assert not imported & {"azure", "redis", "celery", "time", "asyncio", "httpx", "requests"}
     assert len(Path(provisioning.__file__).read_text().splitlines()) < 400
+
+
+def test_a_duration_at_the_maximum_less_the_tolerance_still_reads_as_never() -> None:
+    assert is_at_max(TIMESPAN_MAX - timedelta(milliseconds=1)) is True
+    assert is_at_max(TIMESPAN_MAX - timedelta(milliseconds=2)) is False
+
+
+def test_a_message_size_limit_at_or_above_the_wanted_one_is_no_difference() -> None:
+    wanted = QueueDescription(max_message_size_in_kilobytes=1024)
+
+    assert differences(wanted, {"max_message_size_in_kilobytes": 1024}) == ()
+    assert differences(wanted, {"max_message_size_in_kilobytes": 2048}) == ()
+    assert differences(wanted, {"max_message_size_in_kilobytes": 256}) == (
+        Difference("max_message_size_in_kilobytes", 1024, 256),
+    )
+
+
+def test_whole_seconds_are_written_without_a_decimal_point() -> None:
+    assert format_value(timedelta(seconds=62)) == "PT1M2S"

@@ -192,3 +192,17 @@ def test_the_probe_ends_a_send_only_after_the_address_was_armed() -> None:
     assert isinstance(check(1.0), RefusedMidAttemptError) and connect.connects == before
     clock[0] += POLICY.refusal_stands
     assert probe.refusing("primary", "send") is None  # stale: the next send tries (and is watched)
+
+
+@pytest.mark.parametrize("field", ["after", "every", "refusal_stands", "timeout"])
+def test_every_probe_time_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=r"^probe times must be positive$"):
+        ProbePolicy(**{field: 0.0})
+
+
+def test_an_answer_stands_for_less_than_one_probe_interval() -> None:
+    policy = ProbePolicy(every=0.05)
+    state = AddressState(last=Reading(Answer.CONNECTED, 10.0))
+
+    assert needs_probe(state, 10.04, policy) is False
+    assert needs_probe(state, 10.05, policy) is True

@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from bridge.core.handler_spec import HandlerSpec, parse_handler_spec
 from bridge.core.paired import PING_CONTENT_TYPE
-from bridge.core.received import ReceivedMessage
+from bridge.core.received import ReceivedMessage, json_property
 from bridge.core.receiving import (
     MAX_DESCRIPTION_LENGTH,
     Action,
@@ -234,3 +235,88 @@ def test_received_message_json_keeps_every_type() -> None:
     assert props["u"]["value"] == str(uuid.UUID(int=3)) and props["d"] == {"type": "timedelta", "value": 90.0}
     with pytest.raises(UnicodeDecodeError):  # a binary body has no text
         _ = message.text
+
+
+def test_to_json_names_every_field_a_celery_task_reads() -> None:
+    when = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    message = ReceivedMessage(
+        message_id="m-1",
+        body=b"hi",
+        entity="orders",
+        namespace="primary",
+        subscription="audit",
+        content_type="text/plain",
+        correlation_id="c-1",
+        subject="s",
+        reply_to="r",
+        to="t",
+        session_id="s-1",
+        partition_key="p-1",
+        time_to_live=30.0,
+        scheduled_enqueue_time_utc=when + timedelta(minutes=1),
+        enqueued_time_utc=when,
+        sequence_number=7,
+        backlog_queue="3",
+        application_properties={"none": None, "f": 0.5, "s": "x", "t": when},
+    )
+
+    assert message.to_json() == {
+        "message_id": "m-1",
+        "body_base64": "aGk=",
+        "entity": "orders",
+        "namespace": "primary",
+        "subscription": "audit",
+        "content_type": "text/plain",
+        "correlation_id": "c-1",
+        "subject": "s",
+        "reply_to": "r",
+        "to": "t",
+        "session_id": "s-1",
+        "partition_key": "p-1",
+        "time_to_live": 30.0,
+        "scheduled_enqueue_time_utc": "2026-05-01T12:01:00+00:00",
+        "enqueued_time_utc": "2026-05-01T12:00:00+00:00",
+        "sequence_number": 7,
+        "backlog_queue": "3",
+        "delivery_count": 0,
+        "application_properties": {
+            "none": {"type": "null", "value": None},
+            "f": {"type": "float", "value": 0.5},
+            "s": {"type": "str", "value": "x"},
+            "t": {"type": "datetime", "value": "2026-05-01T12:00:00+00:00"},
+        },
+    }
+    assert (
+        dict(
+            ReceivedMessage(message_id=None, body=b"", entity="e", namespace="primary").application_properties
+        )
+        == {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "form"),
+    [
+        (uuid.UUID(int=3), {"type": "uuid", "value": "00000000-0000-0000-0000-000000000003"}),
+        (-1, {"type": "int", "value": -1}),
+        (False, {"type": "bool", "value": False}),
+    ],
+)
+def test_each_property_type_has_its_json_form(value: Any, form: dict[str, Any]) -> None:
+    assert json_property(value) == form
+
+
+def test_a_property_of_another_type_is_named_in_the_error() -> None:
+    with pytest.raises(TypeError, match=r"^unsupported application property type list$"):
+        json_property([1])  # type: ignore[arg-type]
+
+
+def test_a_handler_spec_splits_at_its_first_colon() -> None:
+    with pytest.raises(ValueError, match=r"'obj:x' is not a \(dotted\) attribute name"):
+        parse_handler_spec("pkg.mod:obj:x")
+
+
+def test_a_dead_letter_description_of_exactly_the_limit_is_kept_whole() -> None:
+    text = "x" * MAX_DESCRIPTION_LENGTH
+
+    assert dead_letter_reason(ValueError(text)) == ("ValueError", text)

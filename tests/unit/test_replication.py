@@ -223,3 +223,82 @@ def test_the_links_reopened_at_once_are_those_of_at_most_half_the_senders_a_clie
     assert links_to_reopen(modes, 4) == [("primary", "a"), ("secondary", "a"), ("primary", "b")]
     assert links_to_reopen(modes, 1) == [("primary", "a"), ("secondary", "a")]
     assert links_to_reopen({}, 64) == []
+
+
+def test_each_simple_mode_plan_says_why_it_sends_there() -> None:
+    assert plan("passive", RoleState("secondary", 3)) == SendNext((SECONDARY,), "active namespace")
+    assert plan("active", RoleState()) == SendNext((PRIMARY, SECONDARY), "active replication")
+    assert plan("none", RoleState()) == SendNext((PRIMARY,), "single namespace")
+
+
+ON_SECONDARY = RoleState("secondary", 7)
+
+
+@pytest.mark.parametrize(
+    ("active", "backup", "expected"),
+    [
+        (BUSY, None, Retry(DELAY, "transient on secondary: busy", (SECONDARY,))),
+        (TOO_BIG, None, DeadLetter("message_permanent on secondary: too big")),
+        (
+            AUTH,
+            TOO_BIG,
+            DeadLetter(
+                "message_permanent on primary while secondary is down: too big",
+                alerts=("configuration error on secondary: bad key",),
+            ),
+        ),
+        (
+            DOWN,
+            AUTH,
+            Retry(
+                DELAY,
+                "both namespaces failed: secondary: refused; primary: bad key",
+                (SECONDARY,),
+                alerts=("configuration error on primary: bad key",),
+            ),
+        ),
+    ],
+)
+def test_passive_decisions_in_full_when_the_secondary_is_active(
+    active: Outcome, backup: Outcome | None, expected: object
+) -> None:
+    assert decide_passive(ON_SECONDARY, active, backup, CTX) == expected
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "policy", "before", "expected"),
+    [
+        (
+            {PRIMARY: OK, SECONDARY: AUTH},
+            "any",
+            (),
+            Ack((PRIMARY,), alerts=("configuration error on secondary: bad key",)),
+        ),
+        (
+            {PRIMARY: TOO_BIG, SECONDARY: AUTH},
+            "all",
+            (),
+            DeadLetter(
+                "message_permanent: primary: too big; secondary: bad key",
+                alerts=("configuration error on secondary: bad key",),
+            ),
+        ),
+        (
+            {PRIMARY: BUSY, SECONDARY: AUTH},
+            "any",
+            (),
+            Retry(
+                DELAY,
+                "primary: busy; secondary: bad key",
+                (PRIMARY, SECONDARY),
+                alerts=("configuration error on secondary: bad key",),
+            ),
+        ),
+        # nothing tried this time and one namespace still missing: a retry that names no failure
+        ({}, "all", (PRIMARY,), Retry(DELAY, "not yet delivered", (SECONDARY,), delivered_to=(PRIMARY,))),
+    ],
+)
+def test_active_decisions_in_full(
+    outcomes: dict[Target, Outcome], policy: str, before: tuple[Target, ...], expected: object
+) -> None:
+    assert decide_active(outcomes, policy, CTX, before) == expected  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from bridge.core.auth import authenticate_sas, resource_path, sas_candidates
+from bridge.core.auth import authenticate_sas, resource_path, sas_candidates, within_scope
 from bridge.core.door_formats import redis_door_message, rest_batch, rest_message, timespan_seconds
 from bridge.errors import AuthenticationError, InvalidMessageError
 from bridge.http.rest_door import ignored_names, is_http_priority
@@ -230,3 +230,66 @@ def test_ignored_names_are_safe_in_a_header():
         ignored_names(["a\r\nSet-Cookie: x", "\u00e9\u4e2d"]) == "a%0D%0ASet-Cookie%3A%20x, %C3%A9%E4%B8%AD"
     )
     assert ignored_names([f"p{n}" for n in range(25)]).endswith("p19, ...")
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("Bearer abc", "malformed SharedAccessSignature"),
+        ("SharedAccessSignature", "malformed SharedAccessSignature"),
+        ("SharedAccessSignature sr=h&se=1", "SharedAccessSignature lacks sr, sig, se or skn"),
+        (
+            "SharedAccessSignature sr=h&sig=x&se=soon&skn=root",
+            "SharedAccessSignature lacks sr, sig, se or skn",
+        ),
+        (
+            "SharedAccessSignature sr=h&sig=x&se=1&skn=other",
+            "SharedAccessSignature names an unknown key",
+        ),
+        ("SharedAccessSignature sr=h&sig=x&se=999&skn=root", "SharedAccessSignature has expired"),
+        (
+            "SharedAccessSignature sr=h&sig=x&se=1000&skn=root",
+            "SharedAccessSignature signature does not match",
+        ),
+    ],
+)
+def test_each_sas_refusal_says_what_is_wrong(token: str, message: str) -> None:
+    with pytest.raises(AuthenticationError) as caught:
+        authenticate_sas(token, key_name="root", key=KEY, now=1000)
+    assert str(caught.value) == message
+
+
+def test_a_token_for_another_entity_is_refused_as_such() -> None:
+    with pytest.raises(AuthenticationError) as caught:
+        authenticate_sas(python_7x("https://h/orders"), key_name="root", key=KEY, now=1000, path="/payments")
+    assert str(caught.value) == "SharedAccessSignature is for another resource"
+
+
+def test_a_token_is_good_up_to_its_expiry_second_and_stray_parts_are_ignored() -> None:
+    token = python_7x("https://h/orders")
+    assert authenticate_sas(token, key_name="root", key=KEY, now=EXPIRY, path="/orders").name == "sas:root"
+    # a part without "=" (and a second sr) do not replace the signed resource
+    stray = token.replace("SharedAccessSignature ", "SharedAccessSignature sr&", 1) + "&sr=https://h/payments"
+    assert authenticate_sas(stray, key_name="root", key=KEY, now=1000, path="/orders").name == "sas:root"
+
+
+@pytest.mark.parametrize(
+    ("resource", "path"),
+    [
+        ("https://h/Orders/x?api=1?b=2", "orders/x"),  # the first "?" ends the path
+        ("https://h/Orders/x#f#g", "orders/x"),  # the first "#" too
+        ("https://h/XOrders/", "xorders"),
+        ("https://h/a/b://c", "a/b://c"),  # after the host, the path is all there is
+    ],
+)
+def test_the_scope_is_the_path_after_the_host(resource: str, path: str) -> None:
+    assert resource_path(resource) == path
+
+
+def test_a_request_path_is_in_scope_whatever_its_case_and_slashes() -> None:
+    assert within_scope("xorders", "/XOrders/")
+    assert not within_scope("orders", "/orders2")
+
+
+def test_the_fully_escaped_resource_is_a_candidate() -> None:
+    assert "https%3A%2F%2Fh%2Fmy%20q" in sas_candidates("https://h/my q")

@@ -222,3 +222,16 @@ def test_health_round_trips_through_a_hash(health: NamespaceHealth) -> None:
     assert (
         NamespaceHealth.from_fields({k.encode(): v.encode() for k, v in health.to_fields().items()}) == health
     )
+
+
+def test_a_role_hash_missing_a_field_reads_it_as_its_initial_value() -> None:
+    assert RoleState.from_fields({b"epoch": b"3"}) == RoleState("primary", 3)
+    assert RoleState.from_fields({b"active": b"secondary"}) == RoleState("secondary", 0)
+
+
+def test_namespace_health_keeps_unavailability_through_redis_and_a_missing_flag_reads_available() -> None:
+    down = NamespaceHealth(available=False, since=3.0)
+
+    assert down.to_fields() == {"available": "0", "since": "3.0"}
+    assert NamespaceHealth.from_fields(down.to_fields()) == down
+    assert NamespaceHealth.from_fields({b"since": b"3.0"}) == NamespaceHealth(available=True, since=3.0)

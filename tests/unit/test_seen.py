@@ -50,3 +50,8 @@ def test_the_default_bound_holds_a_window_and_a_span_of_up_to_1446_msgs_per_seco
     assert round(sustained_rate_limit(defaults.max_remembered, defaults.window)) == 1447
     assert remembered_at(1446.0, defaults.window) < defaults.max_remembered
     assert remembered_at(1447.0, defaults.window) > defaults.max_remembered
+
+
+def test_a_fingerprint_is_stable_across_releases() -> None:
+    # Fingerprints stay in Redis across an upgrade: a changed hash would let every recorded copy through.
+    assert fingerprint("m-1").hex() == "a2bf2dac83a949adc7876d74cc9e"

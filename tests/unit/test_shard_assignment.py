@@ -52,3 +52,8 @@ def test_drainers_prefer_different_shards() -> None:
     # Rendezvous hashing: the identities rank the shards differently, so racing starts mostly differ.
     firsts = {plan_assignment(f"host:{pid}", SHARDS, held=[], drainers=3).candidates[0] for pid in range(12)}
     assert len(firsts) >= 3
+
+
+def test_a_weight_is_the_same_in_every_release() -> None:
+    # Drainers of two releases side by side (a rolling upgrade) must agree on who drains which shard.
+    assert weight("w1", ("orders", 3)) == 18328175339606839291

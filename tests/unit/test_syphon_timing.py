@@ -165,3 +165,14 @@ def test_dead_letter_reason_is_the_code_and_the_rest_its_description(
 def test_only_fixed_interval_schedules_are_claimed(run_every: object, expected: float | None) -> None:
     entry = ScheduleEntry(name="x", task="bridge.x", schedule=run_every)
     assert entry_interval(entry) == expected
+
+
+def test_lock_renewal_waits_for_half_the_lock_time_without_a_margin() -> None:
+    assert lock_renewal_due(0.0, 1.5, 0.6) is False
+    assert lock_renewal_due(0.0, 1.5, 0.75) is True
+    assert lock_renewal_due(0.0, 1.5, 0.6, margin=1.0) is True
+
+
+def test_a_lease_ttl_must_be_positive() -> None:
+    with pytest.raises(ValueError, match=r"^lease TTL must be positive$"):
+        lease_renew_interval(0.0)

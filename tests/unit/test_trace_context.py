@@ -10,12 +10,14 @@ import pytest
 from bridge.core.door_formats import redis_door_message
 from bridge.core.envelope import Envelope
 from bridge.core.trace_context import (
+    MAX_TRACESTATE,
     from_properties,
     incoming,
     message_properties,
     property_bytes,
     trace_id,
     valid_traceparent,
+    valid_tracestate,
     viewer_url,
     within,
 )
@@ -166,3 +168,34 @@ def test_a_trace_viewer_url_is_made_only_of_a_valid_trace_id(
     template: str | None, trace: str | None, url: str | None
 ) -> None:
     assert viewer_url(template, trace) == url
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_tracestate_of_exactly_the_limit_is_kept() -> None:
+    assert valid_tracestate("a=" + "b" * (MAX_TRACESTATE - 2)) == "a=" + "b" * (MAX_TRACESTATE - 2)
+    assert valid_tracestate("a=" + "b" * (MAX_TRACESTATE - 1)) is None
+
+
+def test_the_trace_id_is_read_from_the_traceparent_and_nothing_from_nothing() -> None:
+    assert trace_id(PARENT) == "0af7651916cd43dd8448eb211c80319c"
+    assert trace_id(None) is None
+    assert trace_id("") is None
+
+
+def test_a_traceparent_property_wins_over_the_diagnostic_id() -> None:
+    other = "00-11111111111111111111111111111111-2222222222222222-01"
+
+    assert from_properties({"traceparent": PARENT, "Diagnostic-Id": other}) == (PARENT, None)
+    assert from_properties({"Diagnostic-Id": other}) == (other, None)
+
+
+def test_the_context_fits_a_room_of_exactly_its_size() -> None:
+    size = property_bytes(PARENT, "a=b")
+
+    assert size == len("Diagnostic-Id") + len("traceparent") + 2 * len(PARENT) + len("tracestate") + len(
+        "a=b"
+    )
+    assert within(PARENT, "a=b", size) == {"traceparent": PARENT, "tracestate": "a=b"}
+    assert within(PARENT, "a=b", size - 1) == {}
