@@ -375,3 +375,24 @@ def test_live_tally_keeps_the_earliest_acceptance_and_counts_copies_beyond_the_f
 
     assert tally.counts["e"]["broker_duplicates"] == 3  # four copies of one message
     assert tally.accepted_at == {}  # a message with an end is no longer watched
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "result", "control"),
+    [
+        ("sent", "barrier", None, True),  # a restore barrier's send
+        ("received", None, "ping", True),  # a receiver's copy of a ping
+        ("sent", "direct", None, False),
+        ("sent", "backlog", None, False),
+        ("sent", None, "ping", False),  # only a receive can be a ping's copy
+        ("received", "barrier", None, False),  # only a send can be a barrier
+        ("received", None, None, False),
+        ("ping", None, "accepted", False),  # the ping itself is billed as a ping, not excluded here
+    ],
+)
+def test_control_events_are_the_barrier_sends_and_the_ping_receives(
+    kind: str, path: str | None, result: str | None, control: bool
+) -> None:
+    from bridge.core.control_events import is_control
+
+    assert is_control(kind, path, result) is control
