@@ -34,23 +34,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PROMTOOL), *args], cwd=RULES, capture_output=True, text=True, check=False)
+
+
 def test_promtool_accepts_the_rules_and_each_fires_in_its_unit_tests() -> None:
-    checked = subprocess.run(
-        [str(PROMTOOL), "check", "rules", "alerts.yml"],
-        cwd=RULES,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    checked = _promtool("check", "rules", "alerts.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 8 rules found" in checked.stdout
-    tested = subprocess.run(
-        [str(PROMTOOL), "test", "rules", "alerts.test.yml"],
-        cwd=RULES,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    tested = _promtool("test", "rules", "alerts.test.yml")
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 

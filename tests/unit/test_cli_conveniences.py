@@ -3,9 +3,7 @@ for the Celery pass-through commands, and a misspelled ``BRIDGE_*`` variable nam
 
 from __future__ import annotations
 
-import os
 from importlib.metadata import version
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,16 +13,11 @@ from typer.testing import CliRunner
 from bridge.cli.main import DISTRIBUTION, app
 from bridge.redis.connection import redis_location
 from bridge.settings import OTHER_VARIABLES, unknown_variables
+from tests.unit.test_cli import clean_env
+
+__all__ = ["clean_env"]  # autouse: no BRIDGE_* variable of the caller reaches these tests
 
 RUNNER = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.upper().startswith("BRIDGE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
 
 
 def commands() -> dict[str, Any]:
