@@ -28,10 +28,8 @@ Secrets are ``SecretStr`` so they never show in a repr, a log line or an error.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,9 +53,13 @@ from pydantic_settings import (
 from bridge.core.paired import FailoverPolicy
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.errors import ConfigurationError
+from bridge.journal_settings import JournalSettings
 from bridge.namespace_settings import CredentialKind, NamespaceSettings, parse_connection_string
+from bridge.receiver_settings import ReceiverSettings
 
-# The namespace model lives in bridge/namespace_settings.py (see why there) and is part of this one model.
+# The namespace, receiver and journal sections live in modules of their own (bridge/namespace_settings.py says
+# why for the first; the other two hold the receiving end's and the ledger's settings) and are part of this
+# one model.
 __all__ = [
     "CONFIG_ENV",
     "ApiKeySettings",
@@ -351,85 +353,6 @@ class WorkerSettings(BaseModel):
     )
 
 
-class ReceiverSettings(BaseModel):
-    """``bridge receive`` / ``Receiver``: the duplicate-suppression window and how copies are received
-    (``docs/receiving.md``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    window: float = Field(
-        default=7 * 24 * 3600.0,
-        gt=0,
-        le=7 * 24 * 3600,
-        description="Seconds a handled MessageId is remembered (copies within it are completed unhandled).",
-    )
-    max_remembered: int = Field(
-        default=1_000_000_000,
-        gt=0,
-        description=(
-            "Bound of the window (ids per entity); when full, receiving stops until ids expire. The default"
-            " holds 1,446 msgs/s sustained with the 7-day window; above, at least rate * window * 8/7."
-        ),
-    )
-    prefetch: int = Field(default=0, ge=0, le=10_000, description="The SDK's prefetch_count per receiver.")
-    batch_size: int = Field(default=100, ge=1, le=5000, description="Messages asked for per receive call.")
-    concurrency: int = Field(
-        default=8, ge=1, le=1000, description="Handler calls at once per process (sessions per namespace)."
-    )
-    max_wait: float = Field(default=5.0, gt=0, description="Seconds one receive call waits for messages.")
-    inflight_ttl: float = Field(
-        default=30.0,
-        gt=0,
-        description=(
-            "Seconds an in-flight mark lives unrenewed, counted only while some receiver of the entity "
-            "reaches Redis (a crashed handler blocks copies that long; a Redis outage does not count)."
-        ),
-    )
-    busy_wait: float = Field(
-        default=60.0, gt=0, description="Seconds a copy waits for another copy's handler, then is abandoned."
-    )
-    max_delivery_count: int | None = Field(
-        default=None, ge=1, description="The entity's MaxDeliveryCount; None: read it from the entity."
-    )
-    max_lock_renewal: float = Field(
-        default=3600.0, gt=0, description="Seconds a message's lock is renewed while its handler runs."
-    )
-    session_idle: float = Field(
-        default=1.0, gt=0, description="Seconds without a message before a session is released for the next."
-    )
-
-
-class JournalSettings(BaseModel):
-    """The lifecycle journal (Redis streams), its roll into Parquet and the ledger report
-    (``docs/journal-ledger.md``).
-
-    Each entity's journal stream holds at most ``max_length`` entries (an entry is one event, or a batch of
-    events that differ only by MessageId); an entry that finds it full is not written but counted
-    (``bridge:{<entity>}:journal:overflow``, shown by ``bridge report``): the journal never blocks
-    delivery, and nothing is trimmed before the roll wrote it to a file.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = Field(default=True, description="Write lifecycle events to the journal streams.")
-    max_length: int = Field(default=1_000_000, gt=0, description="Entries per journal stream, then overflow.")
-    directory: Path | None = Field(
-        default=None,
-        description="Parquet journal folder; when set, beat rolls the streams into it every roll_interval.",
-    )
-    roll_interval: float = Field(default=60.0, gt=0, description="Seconds between journal rolls (beat).")
-    roll_chunk: int = Field(default=100_000, gt=0, le=10_000_000, description="Events read per roll step.")
-    roll_lease_ttl: float = Field(default=120.0, gt=0, description="Seconds the one roller's lease lives.")
-    prices: dict[str, float] = Field(
-        default_factory=dict,
-        description=(
-            "Price per million billable operations by kind (send, receive, ping, ...); "
-            "see docs/journal-ledger.md."
-        ),
-    )
-    currency: str = Field(default="USD", min_length=1, max_length=8)
-
-
 class Settings(BaseSettings):
     """Everything the bridge's processes are configured with."""
 
@@ -547,43 +470,3 @@ def load_settings(**overrides: Any) -> Settings:
     except (ValueError, OSError) as exc:  # tomllib.TOMLDecodeError is a ValueError; unreadable file: OSError
         message = f"cannot read {CONFIG_ENV} file {config_file!r}: {exc}"
     raise ConfigurationError(message)
-
-
-OTHER_VARIABLES = frozenset(
-    {
-        CONFIG_ENV,
-        "BRIDGE_EMULATOR_KEY",
-        "BRIDGE_EMULATOR_CONTROL_URL",
-        "BRIDGE_PRIMARY_CONTROL_URL",
-        "BRIDGE_SECONDARY_CONTROL_URL",
-        "BRIDGE_INGRESS_CA_FILE",
-        "BRIDGE_DEMO_KEY",
-        "BRIDGE_API_KEY",
-        "BRIDGE_API_KEY_SHA256",
-        "BRIDGE_TEST_CACHE",
-        "BRIDGE_IMAGE",
-        "BRIDGE_IMAGE_CACHE",
-    }
-)
-"""``BRIDGE_*`` variables that are not settings: the settings file, the local Service Bus's key and control
-URLs, ``bridge up``'s certificate, the compose file's and the tests' own."""
-
-
-def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
-    """The ``BRIDGE_*`` names in ``environ`` that name no top-level setting, each with the closest one.
-
-    pydantic-settings reads only the variables of known fields, so a misspelled top-level name
-    (``BRIDGE_REDSI_URL``) would be ignored without a word; a misspelled nested name (``BRIDGE_RETRY__X``)
-    is refused by the nested model already. Names are compared upper-cased, as the settings read them.
-    """
-    settings = {f"BRIDGE_{name.upper()}" for name in Settings.model_fields}
-    unknown: list[tuple[str, str | None]] = []
-    for name in sorted(environ):
-        upper = name.upper()
-        if not upper.startswith("BRIDGE_") or upper in OTHER_VARIABLES:
-            continue
-        if upper.split("__", 1)[0] in settings:
-            continue
-        close = difflib.get_close_matches(upper.split("__", 1)[0], sorted(settings), n=1, cutoff=0.75)
-        unknown.append((name, close[0] if close else None))
-    return unknown

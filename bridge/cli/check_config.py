@@ -12,7 +12,7 @@ import os
 import typer
 
 from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
-from bridge.settings import unknown_variables
+from bridge.stray_variables import unknown_variables
 
 
 def register(app: typer.Typer) -> None:

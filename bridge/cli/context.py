@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 import typer
 
 from bridge.errors import BridgeError, ConfigurationError, StateStoreUnavailableError
-from bridge.settings import Settings, load_settings, unknown_variables
+from bridge.settings import Settings, load_settings
+from bridge.stray_variables import unknown_variables
 
 CONFIGURATION_EXIT_CODE = 2
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from bridge.cli.main import DISTRIBUTION, app
 from bridge.redis.connection import redis_location
-from bridge.settings import OTHER_VARIABLES, unknown_variables
+from bridge.stray_variables import OTHER_VARIABLES, unknown_variables
 from tests.unit.test_cli import clean_env
 
 __all__ = ["clean_env"]  # autouse: no BRIDGE_* variable of the caller reaches these tests
