@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient
+from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 
 from bridge.core.envelope import Envelope
 from bridge.core.paired import PING_CONTENT_TYPE
@@ -123,11 +123,19 @@ def test_oversized_message_fails_alone(shared_namespace: LocalNamespace, unique_
 
 
 def test_ping_and_schedule_then_cancel(shared_namespace: LocalNamespace, unique_name: str) -> None:
-    with pool_for(shared_namespace) as pool:
+    mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
+    with (
+        pool_for(shared_namespace) as pool,
+        ServiceBusClient.from_connection_string(shared_namespace.connection_string) as reader,
+        reader.get_queue_receiver(unique_name, receive_mode=mode) as receiver,
+    ):
+        # The receiver's connection and link are made first: the ping lives 1 s, less than opening them
+        # can take on a busy machine.
+        assert receiver.receive_messages(max_wait_time=0.1) == []
         # Given a plain ping: empty, ping content type, TTL 1 s, the random session id
         result = pool.send("primary", unique_name, [ping_message("message", "s-42", time.time())])
         assert result.accepted == [0]
-        (got,) = drain(shared_namespace, unique_name, 1)
+        (got,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
         assert (got.content_type, got.session_id, body_of(got)) == (PING_CONTENT_TYPE, "s-42", b"")
         assert got.time_to_live == timedelta(seconds=1)
         # When the schedule mode pings: scheduled far ahead and cancelled at once
