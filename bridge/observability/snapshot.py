@@ -11,6 +11,8 @@ backlog rotation) plus what an operator watching a failover wants next to it:
 * ``backlog.depths``: active messages per backlog queue, read from the secondary namespace's management
   endpoint by ``BacklogProbe`` (cached, bounded by a timeout) with when it was measured;
 * ``syphon``: per backlog queue whether a syphon holds its lease now (and which process);
+* ``namespace_names``: each role's namespace name (null when not configured), so every view names a
+  namespace by role and name;
 * ``redis``: the server's role, whether AOF is on and its last write succeeded, memory used and
   ``maxmemory``, connected replicas (``bridge.redis.server_info``; null on a Cluster).
 
@@ -241,6 +243,10 @@ def collect_snapshot(
         out["syphon"] = syphon_state(settings, client, queues)
     state = server_state(client)
     out["redis"] = None if state is None else state.as_dict()
+    out["namespace_names"] = {
+        "primary": settings.primary.namespace_name if settings.primary else None,
+        "secondary": settings.secondary.namespace_name if settings.secondary else None,
+    }
     out["generated_at"] = now
     return out
 
