@@ -11,8 +11,9 @@ in Redis (``bridge.core.history_series``, ``bridge.state.history``). The Redis r
 run in a worker thread, on a client of their own (``StateReader``), so a slow scrape never stalls the
 event loop that answers producers.
 
-When the ingress requires authentication, ``/metrics``, ``/status.json`` and ``history.json`` require a valid API key too
-(any key: they show every entity's state, never a message or a secret); the page itself holds no data.
+When the ingress requires authentication, ``/metrics``, ``/status.json`` and ``history.json`` require a
+valid API key too (any key: they show every entity's state, never a message or a secret); the page and
+its assets hold no data.
 """
 
 from __future__ import annotations
