@@ -48,7 +48,8 @@ PAGE = """<!doctype html>
 <h2>Entities</h2>
 <table id="entities">
   <thead><tr>
-    <th>entity</th><th>mode</th><th>active</th><th id="th-primary">primary</th><th id="th-secondary">secondary</th>
+    <th>entity</th><th>mode</th><th>active</th>
+    <th id="th-primary">primary</th><th id="th-secondary">secondary</th>
     <th>outbox</th><th>oldest</th><th>dead-letter</th><th>quarantine</th>
     <th>last failover</th><th>last error</th><th>restore</th><th>receiver</th><th>operations</th>
   </tr></thead>

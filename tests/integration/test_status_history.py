@@ -16,6 +16,7 @@ the history endpoint: one sample per slot although two processes sample.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 import threading
 import time
@@ -125,13 +126,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "BRIDGE_WORKERS__PROBE_INTERVAL": "1",
         },
     )
-    T0 = time.time()
-
-    def mark(w):
-        print(f"TIMING {w} {time.time() - T0:.1f}")
-
     stack.start()
-    mark("stack")
     result = Run(base)
     try:
         stack.start_worker()
@@ -139,13 +134,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # Two samplers: the slot claim keeps one sample per slot.
         url, _ = start_serves(stack, "serve", "serve2")
         result.names = _status(url)["namespace_names"]
-        mark('result.names = _status(url)["n')
         with Traffic(url):
             _wait_samples(url, time.time(), 3, "of healthy traffic")  # 1. healthy: the lines start
             # 2. primary down, then both
             result.primary_down_at = time.time()
             stack.primary.control.outage()
-            mark("stack.primary.control.outage()")
             wait_until(
                 lambda: (
                     (s := _status(url))
@@ -158,7 +151,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             )
             _wait_samples(url, time.time(), 2, "with the primary down")
             stack.secondary.control.outage()
-            mark("stack.secondary.control.outage")
             wait_until(
                 lambda: not _entity(_status(url), ORDERS)["namespaces"]["secondary"]["available"],
                 30,
@@ -168,12 +160,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             _wait_samples(url, time.time(), 3, "with both down")
             result.down_png = base / "status-both-down.png"
             result.down_dom = chromium_page(f"{url}/status", result.down_png, window=LAPTOP)
-            mark('result.down_dom = chromium(f"{')
             # 3. both back
             stack.secondary.control.restore()
             stack.primary.control.restore()
             result.restored_at = time.time()
-            mark("result.restored_at = time.time")
             time.sleep(2)
         seen: dict[str, Any] = {}
 
@@ -196,14 +186,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             raise TimeoutError(f"{exc}; last seen {seen}") from None
         time.sleep(2 * INTERVAL)
         result.after_png = base / "status-after-restore.png"
-        mark('result.after_png = base / "sta')
         result.after_dom = chromium_page(f"{url}/status", result.after_png, window=LAPTOP)
         (base / "status-both-down.html").write_text(result.down_dom)
         (base / "status-after-restore.html").write_text(result.after_dom)
         answer = httpx.get(f"{url}/status/history.json", timeout=10)
         answer.raise_for_status()
         result.history = answer.json()
-        mark("result.history = answer.json()")
     finally:
         stack.stop()
     yield result
@@ -299,7 +287,7 @@ def test_one_sample_per_slot_although_two_processes_sample(run: Run) -> None:
         if v is not None
     ]
     assert len(times) == len(set(times)) and len(times) >= 12
-    steps = {round(b - a, 3) for a, b in zip(times, times[1:], strict=False)}
+    steps = {round(b - a, 3) for a, b in itertools.pairwise(times)}
     assert min(steps) >= INTERVAL, steps
     assert run.history["memory_bytes"] and run.history["memory_bytes"] > 0
 
