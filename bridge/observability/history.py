@@ -127,5 +127,8 @@ class HistorySampler:
             except BridgeError as exc:
                 log.debug("status history: slot not sampled: %s", exc)
                 wait = self.interval
+            except Exception:  # a sampler that died would leave the charts empty, unnoticed
+                log.exception("status history: slot not sampled")
+                wait = self.interval
             # A little past the boundary, so Redis's clock is in the new slot when this process asks.
             wait = min(self.interval, max(0.0, wait)) + 0.01
