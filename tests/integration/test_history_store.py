@@ -3,14 +3,19 @@ histograms, and two samplers that take turns instead of sampling a slot twice.""
 
 from __future__ import annotations
 
+import hashlib
+
+import httpx
 import redis
 
 from bridge.core.history import EntitySample, Sample, slot_of
+from bridge.embedded.stack import wait_until
 from bridge.observability.history import HistorySampler
 from bridge.observability.snapshot import StateReader
 from bridge.redis.clock import server_time
 from bridge.settings import load_settings
 from bridge.state.history import SAMPLES, HistoryStore, LatencyStore
+from tests.integration.ingress_support import running_ingress
 
 
 def _sample(at: float, depth: int = 0) -> Sample:
@@ -62,3 +67,37 @@ def test_two_samplers_store_one_sample_per_slot(redis_url: str, redis_client: re
     assert all(0 < w <= 60 for w in waits)
     (sample, *_) = stored
     assert sample.entities["orders"].accepted in (0, None) and sample.redis is not None
+
+
+def test_the_ingress_serves_the_history_and_the_charting_library(redis_url: str) -> None:
+    # Given an ingress that requires API keys and samples every 0.2 s
+    key = "status-key"
+    settings = load_settings(
+        redis_url=redis_url,
+        entities={"orders": {}},
+        status_history={"interval": 0.2, "window": 60},
+        ingress={"api_keys": [{"name": "ops", "sha256": hashlib.sha256(key.encode()).hexdigest()}]},
+    )
+    with running_ingress(settings, require_auth=True, sample_history=True) as url:
+        # Then the page's assets need no key and no network: the library and its licence come from the ingress
+        library = httpx.get(f"{url}/status/assets/uplot/uPlot.iife.min.js", timeout=10)
+        assert library.status_code == 200 and "uPlot" in library.text
+        assert "MIT" in httpx.get(f"{url}/status/assets/uplot/LICENSE", timeout=10).text
+        assert httpx.get(f"{url}/status/assets/status/page.js", timeout=10).status_code == 200
+        # And the history needs a key, like status.json
+        assert httpx.get(f"{url}/status/history.json", timeout=10).status_code == 401
+        history = wait_until(
+            lambda: (
+                (h := httpx.get(f"{url}/status/history.json", headers={"x-api-key": key}, timeout=10).json())
+                and len(h["times"]) >= 3
+                and h
+            ),
+            20,
+            0.2,
+            "three samples",
+        )
+        assert history["interval"] == 0.2 and history["enabled"] is True
+        assert set(history["entities"]["orders"]) >= {"accepted", "depth", "latency_p99"}
+        status = httpx.get(f"{url}/status.json", headers={"x-api-key": key}, timeout=10).json()
+        assert status["summary"]["level"] == "ok" and status["summary"]["text"].startswith("all healthy")
+        assert status["errors"] == []

@@ -44,8 +44,10 @@ function el(tag, text, cls) {
   return node;
 }
 function cell(row, field, text, cls) {
-  const td = el("td", text === null || text === undefined ? "" : text, cls);
+  const td = document.createElement("td");
   td.dataset.field = field;
+  td.textContent = text === null || text === undefined ? "" : String(text);
+  if (cls) td.className = cls;
   row.appendChild(td);
   return td;
 }
