@@ -65,13 +65,13 @@ class Operations:
     def series(self) -> dict[str, Any]:
         """The charts' data: every sample in the window, as series and bands."""
         history = self.settings.status_history
-        snapshot_names = {
+        names = {
             role: ns.namespace_name
             for role, ns in (("primary", self.settings.primary), ("secondary", self.settings.secondary))
             if ns is not None
         }
         store = self.history()
-        out = build_series(store.samples(), history.interval, snapshot_names)
+        out = build_series(store.samples(), history.interval, names)
         out.update(window=history.window, enabled=history.enabled, memory_bytes=store.memory())
         return out
 
