@@ -295,3 +295,15 @@ def test_one_sample_per_slot_although_two_processes_sample(run: Run) -> None:
 def test_the_screenshots_are_written(run: Run) -> None:
     assert run.down_png is not None and run.down_png.stat().st_size > 20_000
     assert run.after_png is not None and run.after_png.stat().st_size > 20_000
+
+
+def test_each_backlog_queue_shows_its_own_state(run: Run) -> None:
+    for dom in (run.down_dom, run.after_dom):
+        states = re.findall(
+            r'<tr data-queue="[^"]+"><td data-field="queue">[^<]*</td><td data-field="state"[^>]*>([^<]*)<',
+            dom,
+        )
+        assert len(states) == 1, dom[-3000:]
+        assert re.fullmatch(r"holding \d+|empty|draining|out of rotation|unknown", states[0]), states
+    heading = re.search(r'<span id="backlog-namespace"[^>]*>([^<]*)<', run.after_dom)
+    assert heading is not None and f"secondary ({run.names['secondary']})" in heading.group(1)
