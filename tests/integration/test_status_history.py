@@ -247,7 +247,7 @@ def test_every_chart_is_drawn_on_a_canvas(run: Run) -> None:
         assert "<canvas" in figure, figure[:500]
         points = int(_attrs(figure.split(">", 1)[0])["data-points"])
         # Latencies exist only where something was delivered: not while both namespaces are down.
-        assert points >= (1 if chart == "latency" else 8), (chart, points)
+        assert points >= (1 if chart == "latency" else 6), (chart, points)
 
 
 def test_the_outage_band_holds_points_and_the_lines_move_across_it(run: Run) -> None:
@@ -258,13 +258,14 @@ def test_the_outage_band_holds_points_and_the_lines_move_across_it(run: Run) -> 
     assert f"secondary ({run.names['secondary']}) down" in labels, labels
     primary = next(b for b in outages if b["data-label"].startswith("primary"))
     # The band starts near the fault and holds samples drawn during the outage
-    assert run.primary_down_at - 2 <= float(primary["data-start"]) <= run.primary_down_at + 15
+    assert run.primary_down_at - 2 <= float(primary["data-start"]) <= run.primary_down_at + 30
     assert int(primary["data-points"]) >= 5
-    # The outbox's line went up during the outage: its range reads "from 0 ... (max N)" with N > 0
+    # Both outbox lines start at 0 before the outage and end above it: they rose across the outage
     caption = re.search(r'<p class="range">([^<]*)</p>', figure)
     assert caption is not None
-    maxima = [int(m) for m in re.findall(r"\(max (\d+)\)", html.unescape(caption.group(1)))]
-    assert maxima and max(maxima) > 0, caption.group(1)
+    lines = re.findall(r"(\w+): (\d+) \u2192 (\d+) \(max (\d+)\)", html.unescape(caption.group(1)))
+    assert {name for name, *_ in lines} == {ORDERS, PAYMENTS}, caption.group(1)
+    assert all(first == "0" and int(last) > 0 for _, first, last, _ in lines), caption.group(1)
     # The failover bands name where the entities went
     failovers = {b["data-label"] for b in _bands(figure, "failover")}
     assert {"orders on secondary", "payments in backlog"} <= failovers, failovers
@@ -273,7 +274,7 @@ def test_the_outage_band_holds_points_and_the_lines_move_across_it(run: Run) -> 
 def test_after_the_restore_the_band_is_closed_and_the_errors_resolved(run: Run) -> None:
     figure = _figure(run.after_dom, "accepted")
     primary = next(b for b in _bands(figure, "outage") if b["data-label"].startswith("primary"))
-    assert float(primary["data-end"]) <= run.restored_at + 15
+    assert float(primary["data-end"]) <= run.restored_at + 30
     errors = re.findall(r'<li data-state="(\w+)" data-code="([^"]+)"', run.after_dom)
     assert errors and all(state == "resolved" for state, _ in errors), errors
     assert "<details>" in run.after_dom and "<summary>full text</summary>" in run.after_dom

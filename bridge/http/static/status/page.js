@@ -162,7 +162,8 @@ function makeChart(spec, figure, lines) {
     legend: {show: true, live: false},
     cursor: {points: {show: false}},
     scales: {x: {time: true}, flag: {range: [0, 1.05]}},
-    axes: [{size: 28}, {size: 46}, ...(lines.some((s) => s.scale === "flag") ? [{scale: "flag", side: 1, size: 24}] : [])],
+    axes: [{size: 28}, {size: 46}, ...(lines.some((s) => s.scale === "flag")
+      ? [{scale: "flag", side: 1, size: 24, splits: () => [0, 1], grid: {show: false}}] : [])],
     series: [{}, ...lines.map((s) => ({
       label: s.label, stroke: s.color, width: 1.5, spanGaps: false, scale: s.scale || "y",
       dash: s.dash || undefined, points: {show: false},
