@@ -32,6 +32,7 @@ from bridge.core.history import (
 from bridge.core.history_series import build_series
 from bridge.core.series import Band
 from bridge.errors import ConfigurationError
+from bridge.observability.health_view import health_view, redis_problem
 from bridge.settings import load_settings
 
 BUCKETS = len(LATENCY_BOUNDS) + 1
@@ -299,3 +300,87 @@ def test_history_settings_bound_the_samples() -> None:
     assert settings.status_history.samples == 721  # an hour at 5 s, both ends
     with pytest.raises(ConfigurationError, match="status_history"):
         load_settings(status_history={"interval": 0.2, "window": 86_400})
+
+
+def _ns(
+    available: bool, since: float | None = None, error: str | None = None, at: float | None = None
+) -> dict[str, object]:
+    return {
+        "available": available,
+        "since": since,
+        "last_error": error,
+        "last_error_at": at,
+        "configured": True,
+    }
+
+
+def test_the_health_view_reads_a_paired_failover_from_its_own_times() -> None:
+    # Given orders swapped (the primary down since 100) and payments failed over since 90 while its primary
+    # health record still says "available since 50" (failover marks it down in the snapshot)
+    refused = "NamespaceRefusedError: refused"
+    snapshot = {
+        "generated_at": 110.0,
+        "namespace_names": {"primary": "sb-east", "secondary": "sb-west"},
+        "redis": {"aof_enabled": True, "aof_last_write_ok": True, "used_memory": 1, "maxmemory": 0},
+        "entities": [
+            {
+                "name": "orders",
+                "active": "secondary",
+                "outbox_depth": 3,
+                "namespaces": {"primary": _ns(False, 100.0, refused, 100.0), "secondary": _ns(True, 20.0)},
+            },
+            {
+                "name": "payments",
+                "active": "secondary",
+                "outbox_depth": 2,
+                "paired": {
+                    "failed_over": True,
+                    "failing_since": 90.0,
+                    "failed_over_at": 95.0,
+                    "barriers": [],
+                },
+                "namespaces": {
+                    "primary": _ns(False, 50.0, refused, 92.0),
+                    "secondary": _ns(True, 60.0, "EndpointRefusedError: x", 55.0),
+                },
+            },
+        ],
+    }
+    recent = [Sample(105.0, {"orders": _entity(depth=1)})]
+    view = health_view(snapshot, recent)
+    # Then the primary has been down since the paired failover's first failure, and the outbox grows
+    assert view["summary"]["parts"] == [
+        "primary (sb-east) DOWN for 20 s",
+        "orders on secondary",
+        "payments in backlog",
+        "outbox 5 \u2191",
+    ]
+    assert view["summary"]["level"] == "degraded"
+    # And the refusal both saw is one open error; the secondary's, older than its recovery, is resolved
+    errors = {(e["role"], e["code"]): e for e in view["errors"]}
+    assert errors["primary", "NamespaceRefusedError"]["entities"] == ["orders", "payments"]
+    assert errors["primary", "NamespaceRefusedError"]["resolved"] is False
+    assert errors["secondary", "EndpointRefusedError"]["resolved_at"] == 60.0
+
+
+@pytest.mark.parametrize(
+    ("server", "problem"),
+    [
+        (None, None),
+        (
+            {"aof_enabled": False, "aof_last_write_ok": True, "used_memory": 1, "maxmemory": 0},
+            "Redis AOF off",
+        ),
+        (
+            {"aof_enabled": True, "aof_last_write_ok": False, "used_memory": 1, "maxmemory": 0},
+            "Redis AOF write failing",
+        ),
+        (
+            {"aof_enabled": True, "aof_last_write_ok": True, "used_memory": 95, "maxmemory": 100},
+            "Redis memory above 90%",
+        ),
+        ({"aof_enabled": True, "aof_last_write_ok": True, "used_memory": 95, "maxmemory": 0}, None),
+    ],
+)
+def test_redis_problem(server: dict[str, object] | None, problem: str | None) -> None:
+    assert redis_problem(server) == problem
