@@ -42,6 +42,11 @@ def latency_bucket(seconds: float) -> int:
     return len(LATENCY_BOUNDS)
 
 
+def window_start(now: float, window: float) -> float:
+    """The oldest sample time a history of ``window`` seconds keeps at ``now`` (older ones are trimmed)."""
+    return now - window
+
+
 def entry_age(entry_id: str, now: float) -> float | None:
     """Seconds since an outbox entry was written (its stream id starts with the write's milliseconds)."""
     millis = entry_id.partition("-")[0]

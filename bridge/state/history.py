@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from bridge.core.history import LATENCY_BOUNDS, Sample
+from bridge.core.history import LATENCY_BOUNDS, Sample, window_start
 from bridge.redis.errors import driver_errors
 from bridge.redis.keys import tag
 from bridge.redis.scripts import LuaScript, run_script
@@ -79,7 +79,7 @@ class HistoryStore:
         with driver_errors():
             pipe = self.client.pipeline(transaction=True)
             pipe.zadd(SAMPLES, {member: sample.at})
-            pipe.zremrangebyscore(SAMPLES, "-inf", f"({sample.at - self.window}")
+            pipe.zremrangebyscore(SAMPLES, "-inf", f"({window_start(sample.at, self.window)}")
             pipe.zremrangebyrank(SAMPLES, 0, -(self.most + 1))
             pipe.pexpire(SAMPLES, max(1000, int(self.window * 2000)))
             pipe.execute()
