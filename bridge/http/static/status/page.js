@@ -267,7 +267,7 @@ function entityRow(e, codes) {
   cell(row, "cost", e.cost.total, "num");
   return row;
 }
-function queueState(inRotation, depth, running, removed) {
+function queueState(inRotation, depth, running) {
   if (running) return "draining";
   if (!inRotation) return "out of rotation";
   if (!depth || depth.messages === null || depth.messages === undefined) return "unknown";
@@ -292,7 +292,7 @@ function renderBacklog(data) {
     row.dataset.queue = queue;
     const removed = backlog.removed[String(index)];
     const depth = (backlog.depths || {})[queue];
-    const state = queueState(inRotation.has(index), depth, running[queue], removed);
+    const state = queueState(inRotation.has(index), depth, running[queue]);
     cell(row, "queue", queue);
     cell(row, "state", state, state === "out of rotation" ? "down" : state === "empty" ? "up" : "");
     const out = "no" + (removed && removed.error ? ": " + removed.error : "");
@@ -346,5 +346,10 @@ async function pollHistory() {
   }
   setTimeout(pollHistory, historyEvery);
 }
+window.addEventListener("resize", () => {
+  for (const chart of Object.values(charts)) {
+    if (chart.uplot) chart.uplot.setSize({width: Math.max(240, chart.figure.clientWidth), height: 130});
+  }
+});
 poll();
 pollHistory();
