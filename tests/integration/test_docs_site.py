@@ -198,7 +198,9 @@ def laptop(url: str, screenshot: Path) -> dict[str, Any]:
         dom = subprocess.run(
             [*base, "--dump-dom", f"{url}?measure"], capture_output=True, text=True, timeout=120, check=True
         ).stdout
-        subprocess.run([*base, f"--screenshot={screenshot}", url], capture_output=True, timeout=120, check=True)
+        subprocess.run(
+            [*base, f"--screenshot={screenshot}", url], capture_output=True, timeout=120, check=True
+        )
     found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
     assert found, "the measuring script wrote nothing: " + dom[-2000:]
     measured: dict[str, Any] = json.loads(html.unescape(found.group(1)))

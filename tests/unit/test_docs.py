@@ -1,7 +1,7 @@
 """The README and the documentation site stay what a new user is checked against.
 
 - README.md is short (at most 200 lines) and its links to the docs pages resolve.
-- Every page in mkdocs.yml's nav exists, and every page under docs/ is in the nav.
+- Every page in mkdocs.yml's nav exists, every page under docs/ is in the nav, and the home page links each.
 - The repository cites only itself: no outside specification, seed document or issue number in the README or
   the docs (the patterns are spelled in pieces below, so this file does not match them itself).
 - Every field of the settings model (``bridge/settings.py``, walked recursively) is in docs/settings.md.
@@ -125,6 +125,26 @@ def test_readme_links_to_every_docs_page_and_each_resolves() -> None:
     linked = {(ROOT / t).resolve() for t in targets}
     unlinked = [page for page in nav_pages() if (DOCS / page).resolve() not in linked]
     assert unlinked == [], "README.md should link to each docs page"
+
+
+def test_the_home_page_links_to_every_page() -> None:
+    linked = {(DOCS / target).resolve() for target in local_links((DOCS / "index.md").read_text())}
+    unlinked = [page for page in nav_pages() if page != "index.md" and (DOCS / page).resolve() not in linked]
+    assert unlinked == [], "docs/index.md lists every page of the site"
+
+
+def test_benchmarks_open_with_the_key_numbers_and_keep_commands_out_of_headings() -> None:
+    text = (DOCS / "benchmarks.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert headings[:2] == ["# Benchmarks", "## Key numbers"]
+    key_numbers = text.split("## Key numbers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in key_numbers.splitlines() if line.startswith("| ") and "---" not in line]
+    assert 8 <= len(rows) <= 14, "one screen of key numbers"
+    for page in ("benchmarks.md", "outages.md", "chaos.md"):
+        with_commands = [
+            h for h in (DOCS / page).read_text().splitlines() if h.startswith("#") and "python -m" in h
+        ]
+        assert with_commands == [], f"{page}: a command belongs in the section's text, not its heading"
 
 
 def test_links_between_docs_pages_resolve() -> None:
