@@ -2,6 +2,7 @@
 
 - README.md is short (at most 200 lines) and its links to the docs pages resolve.
 - Every page in mkdocs.yml's nav exists, every page under docs/ is in the nav, and the home page links each.
+- Benchmarks open with the key numbers and keep commands out of headings; reference pages tell no history.
 - The repository cites only itself: no outside specification, seed document or issue number in the README or
   the docs (the patterns are spelled in pieces below, so this file does not match them itself).
 - Every field of the settings model (``bridge/settings.py``, walked recursively) is in docs/settings.md.
@@ -145,6 +146,25 @@ def test_benchmarks_open_with_the_key_numbers_and_keep_commands_out_of_headings(
             h for h in (DOCS / page).read_text().splitlines() if h.startswith("#") and "python -m" in h
         ]
         assert with_commands == [], f"{page}: a command belongs in the section's text, not its heading"
+
+
+# Pages that report measurements or past runs; every other page is reference and says how things are.
+REPORT_PAGES = {"benchmarks.md", "chaos.md", "outages.md", "findings.md"}
+HISTORY = re.compile(
+    r"used to be|was fixed|now fixed|before this change|after this change|before the change|after the change"
+    r"|this round|earlier round",
+    re.IGNORECASE,
+)
+
+
+def test_reference_pages_describe_the_present_not_the_history() -> None:
+    found = []
+    for path in sorted(DOCS.rglob("*.md")):
+        if path.relative_to(DOCS).as_posix() in REPORT_PAGES:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {m.group(0)}" for m in HISTORY.finditer(line)]
+    assert found == [], "history belongs in CHANGELOG.md"
 
 
 def test_links_between_docs_pages_resolve() -> None:
