@@ -95,6 +95,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
 
         # What the page says happened did: the outage swapped orders' roles, nothing was lost.
         assert re.search(r"orders\s+│\s+passive\s+│\s+secondary", out), out
+        assert re.search(r"payments\s+│\s+paired\s+│\s+secondary \(backlog\)", out), out
         summary = json.loads((data_dir / "report" / "summary.json").read_text())
         entities = summary["entities"]
         assert entities["orders"]["accepted"] == 9, summary
