@@ -255,9 +255,9 @@ class BacklogSyphon:
         return self.report.stopped is None
 
     def _close_link(self) -> None:
-        # No idle backlog link may keep credit between runs (``NamespacePool.close_receiver``).
+        # No idle backlog link may keep credit between runs (``QueueReceivers.close_receiver``).
         try:
-            self.ctx.pool.close_receiver("secondary", self.queue)
+            self.ctx.pool.queues.close_receiver("secondary", self.queue)
         except NamespaceError as error:
             log.debug("closing the receiver of %s failed: %s", self.queue, describe_error(error))
 
@@ -275,7 +275,7 @@ class BacklogSyphon:
         ctx = self.ctx
         started = self.monotonic()
         try:
-            messages = ctx.pool.receive_batch(
+            messages = ctx.pool.queues.receive_batch(
                 "secondary", self.queue, ctx.settings.paired.syphon_batch_size, wait
             )
         except NamespaceError as error:
@@ -356,7 +356,7 @@ class BacklogSyphon:
         try:
             started = self.monotonic()
             try:
-                got = pool.receive_deferred("secondary", self.queue, numbers)
+                got = pool.queues.receive_deferred("secondary", self.queue, numbers)
             finally:
                 self._count_receive()
             if got is not None:
@@ -367,7 +367,7 @@ class BacklogSyphon:
             for number in numbers:
                 started = self.monotonic()
                 try:
-                    one = pool.receive_deferred("secondary", self.queue, [number])
+                    one = pool.queues.receive_deferred("secondary", self.queue, [number])
                 finally:
                     self._count_receive()
                 if one:
@@ -375,7 +375,7 @@ class BacklogSyphon:
                     out.extend(one)
                     continue
                 try:
-                    peeked = pool.peek("secondary", self.queue, number, 1)
+                    peeked = pool.queues.peek("secondary", self.queue, number, 1)
                 finally:
                     self._count_receive()
                 if peeked and peeked[0].sequence_number == number:
@@ -520,7 +520,7 @@ class BacklogSyphon:
         number = _number(message)
         try:
             if decision.action is SyphonAction.COMPLETE:
-                pool.complete("secondary", self.queue, message)
+                pool.queues.complete("secondary", self.queue, message)
                 self.report.sent += 1 if counts else 0
                 if counts and destination is not None:
                     self.journal.syphoned(destination, message.message_id, self.ctx.clock())
@@ -528,7 +528,7 @@ class BacklogSyphon:
                     self.aside.remove(self.queue, destination, [number])
             elif decision.action is SyphonAction.DEAD_LETTER:
                 reason, description = split_reason(decision.reason)
-                pool.dead_letter("secondary", self.queue, message, reason, description)
+                pool.queues.dead_letter("secondary", self.queue, message, reason, description)
                 self.report.dead_lettered += 1
                 self.journal.dead_lettered(destination, message.message_id, self.ctx.clock(), reason)
                 if batch.from_aside and destination is not None:
@@ -538,10 +538,10 @@ class BacklogSyphon:
                 )
             elif destination is None:
                 # Cannot happen (only restorable messages are set aside); never strand one: abandon it.
-                pool.abandon("secondary", self.queue, message)
+                pool.queues.abandon("secondary", self.queue, message)
             else:
                 batch.set_aside.add(index)
-                pool.defer("secondary", self.queue, message)
+                pool.queues.defer("secondary", self.queue, message)
                 self.report.abandoned += 1
                 log.debug("syphon set %s aside in %s: %s", message.message_id, self.queue, decision.reason)
         except NamespaceError as error:
@@ -568,7 +568,7 @@ class BacklogSyphon:
             return
         messages = [batch.messages[i] for i in sorted(batch.unsettled)]
         try:
-            expiries = self.ctx.pool.renew_locks("secondary", self.queue, messages)
+            expiries = self.ctx.pool.queues.renew_locks("secondary", self.queue, messages)
         except NamespaceError as error:
             log.info("renewing locks in %s failed: %s", self.queue, describe_error(error))
             return

@@ -15,7 +15,6 @@ PACKAGES = ("bridge", "workers", "tasks", "bench")
 MAX_LINES = 500
 
 ALLOWED: dict[str, str] = {
-    "bridge/servicebus/pool.py": "to split: the receive side leaves the pool",
     "bridge/paired/syphon.py": "to split: the batch decisions go to a pure plan in the core",
     "bench/chaos.py": "to split",
     "bench/chaos_checker.py": "to split",
