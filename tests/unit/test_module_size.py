@@ -16,10 +16,6 @@ MAX_LINES = 500
 
 ALLOWED: dict[str, str] = {
     "bridge/paired/syphon.py": "to split: the batch decisions go to a pure plan in the core",
-    "bench/chaos.py": "to split",
-    "bench/chaos_checker.py": "to split",
-    "bench/outage.py": "to split",
-    "bench/workers.py": "to split",
 }
 
 
