@@ -1,11 +1,12 @@
 """The ASGI app of ``bridge serve``: routes, start-up checks, health and readiness.
 
-``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis (URL forms
-in ``bridge.redis.connection``), has the outbox's read side check what the settings demand of it
-(``AsyncOutboxView.check_start_up``: ``ingress.require_appendfsync``, ``WAIT`` not on a Cluster) and refuses
-to start otherwise. Routes reach Redis only through the outbox (``AsyncOutbox``, ``AsyncOutboxView``).
-``require_auth`` is decided by the caller from the bind address (``bridge serve`` requires keys on any
-non-loopback address); without keys configured, an app that requires authentication refuses to be built.
+``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis through the
+outbox's opener (``bridge.outbox.opener``; URL forms in ``bridge.redis.connection``), has the outbox's read
+side check what the settings demand of it (``AsyncOutboxView.check_start_up``:
+``ingress.require_appendfsync``, ``WAIT`` not on a Cluster) and refuses to start otherwise. Routes reach Redis
+only through the outbox (``AsyncOutbox``, ``AsyncOutboxView``). ``require_auth`` is decided by the caller from
+the bind address (``bridge serve`` requires keys on any non-loopback address); without keys configured, an app
+that requires authentication refuses to be built.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from bridge.http import api_docs, operations, rest_door, v1
 from bridge.http.ingress import Ingress
 from bridge.http.openapi import document
 from bridge.http.problems import http_error, server_error
+from bridge.outbox.opener import AsyncRedis, open_async
 from bridge.outbox.store import AsyncOutbox
 from bridge.outbox.view import AsyncOutboxView
-from bridge.redis.connection import async_client
-from bridge.redis.types import AsyncRedis
 from bridge.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        redis_client = client if client is not None else async_client(settings.redis_url.get_secret_value())
+        redis_client = client if client is not None else open_async(settings.redis_url.get_secret_value())
         await AsyncOutboxView(redis_client, settings).check_start_up()
         app.state.ingress = Ingress(settings, AsyncOutbox(redis_client, settings), require_auth=require_auth)
         log.info("ingress ready (authentication %s)", "required" if require_auth else "optional")
