@@ -109,7 +109,7 @@ PINGS = Counter(
 )
 SYPHON_MESSAGES = Counter(
     "bridge_syphon_messages_total",
-    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned; "
+    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, set_aside; "
     "recovered: deferred messages whose set-aside record Redis had lost, found by the scan).",
     ["queue", "result"],
 )
@@ -341,7 +341,7 @@ class SyphonQueueReport(Protocol):
     queue: str
     sent: int
     dead_lettered: int
-    abandoned: int
+    set_aside: int
     recovered: int
 
 
@@ -351,7 +351,7 @@ def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
         for result, count in (
             ("sent", q.sent),
             ("dead_lettered", q.dead_lettered),
-            ("abandoned", q.abandoned),
+            ("set_aside", q.set_aside),
             ("recovered", q.recovered),
         ):
             if count:

@@ -91,8 +91,8 @@ class QueueReport:
     received: int = 0
     sent: int = 0
     dead_lettered: int = 0
-    abandoned: int = 0
-    """Messages set aside (deferred) for a later pass."""
+    set_aside: int = 0
+    """Messages set aside (deferred, their numbers recorded) until their destination can take them."""
     lock_renewals: int = 0
     barriers: int = 0
     """Restore barriers reached in order (``bridge.state.backlog``)."""
@@ -108,11 +108,6 @@ class QueueReport:
     def progress(self) -> int:
         """Messages that left the backlog, and barriers passed."""
         return self.sent + self.dead_lettered + self.barriers
-
-    @property
-    def set_aside(self) -> int:
-        """Messages set aside (deferred) until their destination can take them."""
-        return self.abandoned
 
 
 def _number(message: ReceivedMessage) -> int:
@@ -454,7 +449,7 @@ class BacklogSyphon:
             else:
                 batch.set_aside.add(index)
                 pool.queues.defer("secondary", self.queue, message)
-                self.report.abandoned += 1
+                self.report.set_aside += 1
                 log.debug("syphon set %s aside in %s: %s", message.message_id, self.queue, decision.reason)
         except NamespaceError as error:
             # The message stays locked until its lock expires and then comes back (a deferred one stays
