@@ -2,7 +2,7 @@
 
 ``/metrics`` serves this process's series and the shared state read from Redis at scrape time
 (``bridge.observability``); ``/status.json`` is ``bridge status --json`` with the extras of
-``bridge.observability.snapshot`` (oldest outbox age, backlog depths, syphon, receiver counters), and
+``bridge.status.snapshot`` (oldest outbox age, backlog depths, syphon, receiver counters), and
 ``/status`` the page that polls it. The Redis reads are blocking and run in a worker thread, on a client
 of their own (``StateReader``), so a slow scrape never stalls the event loop that answers producers.
 
@@ -21,9 +21,9 @@ from starlette.routing import Route
 
 from bridge.http.status_page import PAGE
 from bridge.http.v1 import answers_errors, ingress_of
-from bridge.observability.exposition import CONTENT_TYPE, process_registry, render
-from bridge.observability.snapshot import StateReader
 from bridge.settings import Settings
+from bridge.status.exposition import CONTENT_TYPE, process_registry, render
+from bridge.status.snapshot import StateReader
 
 
 class Operations:

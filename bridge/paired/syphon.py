@@ -75,6 +75,7 @@ from bridge.servicebus.messages import (
     RestoredMessage,
     barrier_of,
     from_backlog_message,
+    message_id_of,
 )
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
@@ -372,7 +373,10 @@ class BacklogSyphon:
         assert all(isinstance(item, RestoredMessage) for item in items)
         outgoing = [item.message for item in items]
         primary = ctx.settings.primary
-        result = send_spans.syphon_send(ctx.pool.send, primary, self.queue, destination, outgoing)
+        ids = [message_id_of(message) for message in outgoing]
+        result = send_spans.syphon_send(
+            ctx.pool.send, primary, self.queue, destination, outgoing, message_ids=ids
+        )
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).
