@@ -18,7 +18,7 @@ from bridge.receiving.keys import ReceiverKeys
 from bridge.receiving.window import DedupWindow
 
 if TYPE_CHECKING:
-    from bench.chaos import Chaos
+    from bench.chaos_stack import Chaos
 
 
 def group_rss(pgid: int) -> int:

@@ -318,7 +318,8 @@ def ingress_cost(rounds: int, calls: int = 20, per_call: int = 1000) -> None:
 def hot_path(messages: int, rounds: int) -> None:
     """``bench.workers``' end-to-end measurement (outbox write -> accepted by the primary, 4 shards,
     ``bridge worker --concurrency 2``) on a stack with the journal off and one with it on, alternated."""
-    from bench.workers import BRIDGE_ENTITY, _queue_counter, bridge_rate
+    from bench.queue_counts import queue_counter
+    from bench.workers import BRIDGE_ENTITY, bridge_rate
     from bridge.embedded.stack import LocalStack
     from bridge.producer import Producer
     from bridge.settings import JournalSettings, Settings
@@ -340,9 +341,7 @@ def hot_path(messages: int, rounds: int) -> None:
                     with Producer(settings=settings) as producer:
                         stack.start_worker(concurrency=2)
                         stack.start_beat()
-                        rate, fill_rate = bridge_rate(
-                            stack, producer, _queue_counter(stack.primary), messages
-                        )
+                        rate, fill_rate = bridge_rate(stack, producer, queue_counter(stack.primary), messages)
                 rates[enabled].append((rate, fill_rate))
                 print(
                     f"  journal {'on ' if enabled else 'off'}: end to end {rate:8,.0f} msgs/s, "

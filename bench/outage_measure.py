@@ -23,7 +23,7 @@ import redis
 from bench.chaos_memory import Sampler, group_rss
 
 if TYPE_CHECKING:
-    from bench.outage import Outage
+    from bench.outage_stack import Outage
 
 KINDS = ("worker", "beat", "receive-", "serve")
 """Bridge process kinds by name prefix (``bridge.embedded.up`` names them)."""

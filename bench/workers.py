@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,13 +41,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from celery import Celery
+
+from bench.queue_counts import queue_counter, wait_count
+from bench.workers_failover import DEADLINE, FAILOVER_ENTITY, failovers
 
 BODY = b"x" * 1024
 BATCH = 100
 BRIDGE_ENTITY = "bench-bridge"
-FAILOVER_ENTITY = "bench-failover"
 BACKLOG_ENTITY = "bench-backlog"
 RAW_QUEUE = "bench-raw"
 NAIVE_QUEUE = "bench-naive"
@@ -77,36 +78,6 @@ def naive_send(queue: str, body: str) -> None:
 
 
 # ---- measuring ---------------------------------------------------------------------------------------------
-def _queue_counter(ns: Any) -> Callable[[str], int]:
-    """``count(queue)``: active messages in a queue of ``ns`` (0 while it does not exist)."""
-    from bridge.errors import NamespaceEntityNotFoundError
-    from bridge.servicebus.admin import NamespaceAdmin
-    from bridge.settings import NamespaceSettings
-
-    admin = NamespaceAdmin(
-        NamespaceSettings(connection_string=ns.connection_string, certificate=ns.certificate)
-    )
-
-    def count(queue: str) -> int:
-        try:
-            return int(admin.queue_runtime_properties(queue).active_message_count or 0)
-        except NamespaceEntityNotFoundError:
-            return 0
-
-    return count
-
-
-def _wait_count(count: Callable[[str], int], queue: str, target: int, timeout: float) -> float:
-    """Poll until ``queue`` holds ``target`` messages; the perf_counter time it was first seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if count(queue) >= target:
-            return time.perf_counter()
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{queue}: only {count(queue)} of {target} messages after {timeout:.0f}s")
-        time.sleep(0.05)
-
-
 def raw_sdk(conn: str, total: int) -> tuple[float, float]:
     """Baseline: msgs/s of one SDK sender sending batches of 100 (warm-up excluded), and the CPU seconds
     its process spent on them (all threads: the SDK's own included)."""
@@ -170,11 +141,11 @@ def bridge_rate(
     client = redis.Redis.from_url(stack.redis.url)
     warm = 1000
     fill(producer, BRIDGE_ENTITY, warm, per_call=100)
-    _wait_count(count, BRIDGE_ENTITY, warm, 120)
+    wait_count(count, BRIDGE_ENTITY, warm, 120)
     cpu = bridge_cpu(stack, client)
     started = time.perf_counter()
     fill_rate = fill(producer, BRIDGE_ENTITY, total)
-    done = _wait_count(count, BRIDGE_ENTITY, warm + total, 600)
+    done = wait_count(count, BRIDGE_ENTITY, warm + total, 600)
     spent = {name: used - cpu.get(name, 0.0) for name, used in bridge_cpu(stack, client).items()}
     client.close()
     return float(total / (done - started)), fill_rate, spent
@@ -218,11 +189,11 @@ def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency:
         warm = 4 * concurrency
         for _ in range(warm):
             naive_send.delay(NAIVE_QUEUE, BODY.decode())
-        _wait_count(count, NAIVE_QUEUE, warm, 120)
+        wait_count(count, NAIVE_QUEUE, warm, 120)
         started = time.perf_counter()
         for _ in range(total):
             naive_send.delay(NAIVE_QUEUE, BODY.decode())
-        done = _wait_count(count, NAIVE_QUEUE, warm + total, 900)
+        done = wait_count(count, NAIVE_QUEUE, warm + total, 900)
         return total / (done - started)
     finally:
         proc.terminate()
@@ -232,139 +203,6 @@ def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency:
             proc.kill()
             proc.wait(5)
         log.close()
-
-
-def failover_gap(
-    stack: Any, producer: Any, rate: float, before: float, after: float, fault: str = "outage"
-) -> dict[str, float]:
-    """Steady produce, ``fault`` (outage or blackhole) of the primary, then: gap to the secondary's first
-    accept, delayed messages."""
-    # The worker must be delivering to the primary before the fault (on a loaded machine it can still be
-    # starting): a few messages through, then out of the way.
-    producer.send_batch(FAILOVER_ENTITY, [b"warm"] * 10)
-    _wait_count(_queue_counter(stack.primary), FAILOVER_ENTITY, 10, 120)
-    _receive_all(stack.primary.connection_string, FAILOVER_ENTITY, 5)
-    stop = threading.Event()
-    produced = [0]
-
-    def produce() -> None:
-        step = 10 / rate  # 10 messages per call
-        next_at = time.monotonic()
-        while not stop.is_set():
-            now = time.time()
-            producer.send_batch(
-                FAILOVER_ENTITY, [{"body": BODY, "application_properties": {"t": now}} for _ in range(10)]
-            )
-            produced[0] += 10
-            next_at += step
-            time.sleep(max(0.0, next_at - time.monotonic()))
-
-    thread = threading.Thread(target=produce)
-    thread.start()
-    time.sleep(before)
-    outage_at = time.time()
-    getattr(stack.primary.control, fault)()
-    applied_at = time.time()  # the namespace switched the fault on before it answered
-    time.sleep(after)
-    stop.set()
-    thread.join()
-    noticed = _unavailable_since(stack, FAILOVER_ENTITY)
-    _wait_outbox_empty(stack, FAILOVER_ENTITY, 120)  # a worker that lags is not cut off mid-backlog
-    secondary = _receive_all(stack.secondary.connection_string, FAILOVER_ENTITY, 30)
-    stack.primary.control.restore()
-    primary = _receive_all(stack.primary.connection_string, FAILOVER_ENTITY, 10)
-
-    def latency(m: Any) -> float:
-        return float(m.enqueued_time_utc.timestamp() - float(m.application_properties[b"t"]))
-
-    first = min(m.enqueued_time_utc.timestamp() for m in secondary) if secondary else float("nan")
-    healthy = [latency(m) for m in primary if float(m.application_properties[b"t"]) < outage_at - 0.5]
-    waited = [m for m in secondary if float(m.application_properties[b"t"]) < first]
-    return {
-        "gap": first - outage_at,
-        "gap_applied": first - applied_at,
-        "control": applied_at - outage_at,
-        "noticed": noticed - applied_at,
-        "delayed": len(waited),
-        "max_delay": max((latency(m) for m in waited), default=0.0),
-        "healthy_p50": statistics.median(healthy) if healthy else float("nan"),
-        "produced": produced[0],
-        "received": len(primary) + len(secondary),
-        "unique": len({m.message_id for m in primary} | {m.message_id for m in secondary}),
-    }
-
-
-DEADLINE = 10.0
-"""``retry.attempt_deadline``'s default: what a blackholed primary costs the first send."""
-
-
-def _failovers(stack: Any, producer: Any, args: Any) -> dict[str, dict[str, float]]:
-    """The failover gap of each fault asked for; the entity's roles are put back between them."""
-    import redis
-
-    from bridge.state import keys
-
-    faults = ["outage", "blackhole"] if args.failover_fault == "both" else [args.failover_fault]
-    out: dict[str, dict[str, float]] = {}
-    for fault in faults:
-        after = 6.0 if fault == "outage" else DEADLINE + 6.0
-        out[fault] = failover_gap(stack, producer, args.failover_rate, 5.0, after, fault)
-        client = redis.Redis.from_url(stack.redis.url)
-        client.delete(keys.role(FAILOVER_ENTITY))  # the primary is active again for the next fault
-        client.close()
-    return out
-
-
-def _unavailable_since(stack: Any, entity: str) -> float:
-    """When the workers recorded the primary unavailable for ``entity`` (its health record's ``since``:
-    written right after the failed send returned), NaN when they did not."""
-    import redis
-
-    from bridge.core.roles import NamespaceHealth
-    from bridge.state import keys
-
-    client = redis.Redis.from_url(stack.redis.url)
-    try:
-        health = NamespaceHealth.from_fields(client.hgetall(keys.health(entity, "primary")))
-    finally:
-        client.close()
-    return float("nan") if health.available or health.since is None else health.since
-
-
-def _wait_outbox_empty(stack: Any, entity: str, timeout: float) -> None:
-    """Wait until every outbox shard of ``entity`` is empty (an entry is deleted once a namespace took it)."""
-    import redis
-
-    from bridge.outbox import keys
-
-    client = redis.Redis.from_url(stack.redis.url)
-    shards = int(stack.entities[entity].get("outbox_shards", 1))
-    deadline = time.monotonic() + timeout
-    try:
-        while (
-            sum(int(client.xlen(keys.outbox(entity, s))) for s in range(shards))
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.2)
-    finally:
-        client.close()
-
-
-def _receive_all(conn: str, queue: str, quiet: float) -> list[Any]:
-    """Receive-and-delete everything in ``queue``: until a receive comes back empty, at most ``quiet`` s."""
-    got: list[Any] = []
-    mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE
-    with (
-        ServiceBusClient.from_connection_string(conn, retry_total=1) as client,
-        client.get_queue_receiver(queue, receive_mode=mode) as receiver,
-    ):
-        deadline = time.monotonic() + quiet
-        while time.monotonic() < deadline:
-            batch = receiver.receive_messages(max_message_count=250, max_wait_time=1)
-            if not batch and got:
-                break
-            got.extend(batch)
-    return got
 
 
 def _rss_mb(root: int) -> tuple[float, int]:
@@ -490,7 +328,7 @@ def main() -> None:
             }
         )
         producer = Producer(settings=settings)
-        count = _queue_counter(stack.primary)
+        count = queue_counter(stack.primary)
         stack.start_worker(concurrency=args.concurrency)
         stack.start_beat()
         results: dict[str, Any] = {}
@@ -507,7 +345,7 @@ def main() -> None:
             results["naive"] = naive_rate(stack, count, args.naive_messages, args.concurrency)
             print(f"  naive Celery task per message            {results['naive']:10,.1f} msgs/s", flush=True)
         if "failover" not in args.skip:
-            results["failover"] = _failovers(stack, producer, args)
+            results["failover"] = failovers(stack, producer, args)
         if "rss" not in args.skip:
             results["rss"] = worker_rss(stack, producer, args.pending, args.rss_seconds, args.concurrency)
         producer.close()

@@ -29,10 +29,9 @@ from bridge.core.envelope import Envelope
 from bridge.core.validation import build_envelope, check_batch, validate_entity
 from bridge.errors import BridgeError, UnknownEntityError
 from bridge.observability.tracing import DoorTrace, producer_trace
+from bridge.outbox.opener import AsyncRedis, SyncRedis, open_async, open_sync
 from bridge.outbox.store import AsyncOutbox, SyncOutbox
 from bridge.outbox.writer import Ack, Group, OutboxWriter
-from bridge.redis.connection import async_client, sync_client
-from bridge.redis.types import AsyncRedis, SyncRedis
 from bridge.settings import Settings, load_settings
 
 Message = bytes | str | Mapping[str, Any]
@@ -113,7 +112,7 @@ class Producer:
     ) -> None:
         self.settings = settings or load_settings()
         url = redis_url or self.settings.redis_url.get_secret_value()
-        self._outbox = SyncOutbox(client if client is not None else sync_client(url), self.settings)
+        self._outbox = SyncOutbox(client if client is not None else open_sync(url), self.settings)
 
     def send(self, entity: str, body: bytes | str, **props: Any) -> str:
         """Store one message; return its MessageId. Properties as in the envelope (``docs/doors/http.md``)."""
@@ -156,7 +155,7 @@ class AsyncProducer:
     ) -> None:
         self.settings = settings or load_settings()
         url = redis_url or self.settings.redis_url.get_secret_value()
-        self._outbox = AsyncOutbox(client if client is not None else async_client(url), self.settings)
+        self._outbox = AsyncOutbox(client if client is not None else open_async(url), self.settings)
 
     async def send(self, entity: str, body: bytes | str, **props: Any) -> str:
         """Store one message; return its MessageId."""

@@ -26,9 +26,9 @@ from celery.signals import setup_logging, worker_process_init, worker_process_sh
 from bridge.delivery.context import get_context, reset_after_fork
 from bridge.delivery.service import DrainService
 from bridge.observability import messaging_metrics, tracing
-from bridge.observability.exposition import child_exited
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings, load_settings
+from bridge.status.exposition import child_exited
 
 
 def paired_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -143,7 +143,7 @@ def _stop_drainers(**_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _child_metrics(pid: int | None = None, **_: Any) -> None:
-    # The child's live-gauge metric files go; its counters stay summed (bridge.observability.exposition).
+    # The child's live-gauge metric files go; its counters stay summed (bridge.status.exposition).
     child_exited(pid or os.getpid())
 
 

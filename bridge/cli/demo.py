@@ -1,4 +1,4 @@
-"""``bridge demo``: the whole bridge on this machine and a story told live (see ``bridge.embedded.story``).
+"""``bridge demo``: the whole bridge on this machine and a story told live (see ``bridge.embedded.demo``).
 
 ``--fast`` runs the story with short intervals (a minute or two); ``--no-input`` never asks to go on (for
 scripts; also implied when stdin is not a terminal). The exit status is 0 only when the final line says
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from bridge.embedded.story import Outcome, Phase, Story
+    from bridge.embedded.demo import Outcome, Phase, Story
 
 INTERRUPTED = 130
 
@@ -26,7 +26,7 @@ def _table(story: Any, status: dict[str, Any]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from bridge.embedded.story import ENTITIES, entity
+    from bridge.embedded.demo import ENTITIES, entity
 
     table = Table(title="entities (from /status.json)", expand=False)
     for column in ("entity", "mode", "active", "primary", "secondary"):
@@ -64,7 +64,7 @@ def _table(story: Any, status: dict[str, Any]) -> Any:
 
 
 def _plain(status: dict[str, Any]) -> str:
-    from bridge.embedded.story import ENTITIES, entity
+    from bridge.embedded.demo import ENTITIES, entity
 
     parts = []
     for name in ENTITIES:
@@ -111,7 +111,7 @@ class _Screen:
 
 
 def _start(screen: _Screen, story: Story) -> None:
-    from bridge.embedded.story import env_file_hint
+    from bridge.embedded.demo import env_file_hint
 
     screen.say(
         "starting Redis, two local Service Bus namespaces, ingress, worker, two beats and receivers ..."
@@ -213,7 +213,7 @@ def demo(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from bridge.embedded.story import FAST, NORMAL, Outcome, Story
+    from bridge.embedded.demo import FAST, NORMAL, Outcome, Story
 
     console = Console()
     progress = Progress(

@@ -99,7 +99,7 @@ def _handler(
 
 
 def _start_operations(settings: Settings) -> None:
-    from bridge.observability.process import start_process
+    from bridge.status.process import start_process
 
     start_process(settings, "receiver")
 

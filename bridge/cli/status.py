@@ -42,7 +42,7 @@ def status(
     """Print the replication and outbox state."""
     from bridge.outbox.problems import list_problems
     from bridge.redis.connection import sync_client
-    from bridge.status import collect_status
+    from bridge.status.collect import collect_status
 
     settings = settings_or_exit()
     try:

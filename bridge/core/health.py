@@ -5,7 +5,7 @@ how long, where each entity sends instead, what Redis lacks, and whether the out
 (sb-east) DOWN for 38 s · orders on secondary · payments in backlog · outbox 170 ↑``). The error list
 folds the same error text seen by several entities into one entry with a short code; an error is
 *resolved* once the namespace it came from is available again for every entity that saw it.
-Pure: the adapter (``bridge.observability.health_view``) reads the snapshot into these values.
+Pure: the adapter (``bridge.status.health_view``) reads the snapshot into these values.
 """
 
 from __future__ import annotations

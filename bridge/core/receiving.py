@@ -5,7 +5,7 @@ and with passive or paired replication a retried send may arrive twice too; ever
 MessageId. The receiver keeps a window of MessageIds in Redis and asks it, for every copy it receives,
 what to do (a *claim*, atomic in Redis, answered with a ``Claim``):
 
-- ``HANDLE``: nobody handled the id within the window and nobody is handling it now. The caller now holds
+- ``HANDLE``: nobody handled the id within the window and nobody is handling it now. The caller then holds
   the id's in-flight mark (with an expiry, so a crash does not block the other copies for ever; it is
   renewed until the done mark is written, and answers a ``Renewal`` each time), calls the handler, and
   only after the handler returned sets the id's *done* mark, then completes the copy. A crash

@@ -11,8 +11,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from bridge.core.backoff import BackoffPolicy
 from bridge.core.error_classes import EscalationPolicy
@@ -23,6 +23,7 @@ from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.redis.clock import RedisClock
 from bridge.redis.connection import sync_client
+from bridge.redis.types import SyncRedis
 from bridge.servicebus.pool import NamespacePool
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
@@ -40,7 +41,7 @@ class DeliveryContext:
     """Everything a drain, sweep, ping or syphon needs in this process."""
 
     settings: Settings
-    redis: Any
+    redis: SyncRedis
     reader: OutboxReader
     pool: NamespacePool
     roles: RoleStore
@@ -56,11 +57,11 @@ class DeliveryContext:
     """The shared delivery-latency histograms of the status page's history; None: not recorded."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     current_backlog: dict[str, int] = field(default_factory=dict)
-    clock: Any = time.time
+    clock: Callable[[], float] = time.time
     """What this process reads as "now" (epoch seconds). ``build`` makes it Redis's clock
     (``bridge.redis.clock.RedisClock``): times stored for other processes, on other hosts, to compare with
     their own "now" (failover timer, pings, probes, rotation, role swaps) are then on one clock."""
-    monotonic: Any = time.monotonic
+    monotonic: Callable[[], float] = time.monotonic
     """This process's monotonic clock, for how long ago this process saw something (``ROLES_FRESH``):
     ``clock`` follows Redis's, which may step back or forward when Redis fails over to another server."""
 
@@ -95,7 +96,7 @@ class DeliveryContext:
 
     def seen_back(self, role: Role, entity: str, why: str) -> None:
         """Tell every worker that a namespace took messages again, so their backing-off shards try now.
-        Best effort: without it they wait out their backoffs, as before."""
+        Best effort: without it they wait out their backoffs."""
         try:
             self.resume.seen_back(role, entity, why)
         except StateStoreUnavailableError as exc:

@@ -1,11 +1,12 @@
 """The ASGI app of ``bridge serve``: routes, start-up checks, health and readiness.
 
-``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis (URL forms
-in ``bridge.redis.connection``), has the outbox's read side check what the settings demand of it
-(``AsyncOutboxView.check_start_up``: ``ingress.require_appendfsync``, ``WAIT`` not on a Cluster) and refuses
-to start otherwise. Routes reach Redis only through the outbox (``AsyncOutbox``, ``AsyncOutboxView``).
-``require_auth`` is decided by the caller from the bind address (``bridge serve`` requires keys on any
-non-loopback address); without keys configured, an app that requires authentication refuses to be built.
+``create_app(settings, require_auth=...)`` builds a Starlette app; its lifespan connects to Redis through the
+outbox's opener (``bridge.outbox.opener``; URL forms in ``bridge.redis.connection``), has the outbox's read
+side check what the settings demand of it (``AsyncOutboxView.check_start_up``:
+``ingress.require_appendfsync``, ``WAIT`` not on a Cluster) and refuses to start otherwise. Routes reach Redis
+only through the outbox (``AsyncOutbox``, ``AsyncOutboxView``). ``require_auth`` is decided by the caller from
+the bind address (``bridge serve`` requires keys on any non-loopback address); without keys configured, an app
+that requires authentication refuses to be built.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from bridge.http import api_docs, operations, rest_door, v1
 from bridge.http.ingress import Ingress
 from bridge.http.openapi import document
 from bridge.http.problems import http_error, server_error
-from bridge.observability.history import HistorySampler
-from bridge.observability.snapshot import StateReader
+from bridge.outbox.opener import AsyncRedis, open_async
 from bridge.outbox.store import AsyncOutbox
 from bridge.outbox.view import AsyncOutboxView
-from bridge.redis.connection import async_client
-from bridge.redis.types import AsyncRedis
 from bridge.settings import Settings
+from bridge.status.history import HistorySampler
+from bridge.status.snapshot import StateReader
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def create_app(
 ) -> SingleMessageFastPath:
     """The ingress app; ``client`` (an asyncio Redis client) defaults to one built from ``redis_url``.
 
-    ``sample_history`` runs the status page's sampler (``bridge.observability.history``) while the app
+    ``sample_history`` runs the status page's sampler (``bridge.status.history``) while the app
     lives; by default when ``status_history.enabled`` and the app makes its own client (an app handed a
     client is embedded, e.g. in a test, and samples only when asked).
     """
@@ -138,7 +138,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        redis_client = client if client is not None else async_client(settings.redis_url.get_secret_value())
+        redis_client = client if client is not None else open_async(settings.redis_url.get_secret_value())
         await AsyncOutboxView(redis_client, settings).check_start_up()
         app.state.ingress = Ingress(settings, AsyncOutbox(redis_client, settings), require_auth=require_auth)
         log.info("ingress ready (authentication %s)", "required" if require_auth else "optional")

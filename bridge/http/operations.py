@@ -4,9 +4,9 @@ the page works offline).
 
 ``/metrics`` serves this process's series and the shared state read from Redis at scrape time
 (``bridge.observability``); ``/status.json`` is ``bridge status --json`` with the extras of
-``bridge.observability.snapshot`` (oldest outbox age, backlog depths, syphon, receiver counters), and
+``bridge.status.snapshot`` (oldest outbox age, backlog depths, syphon, receiver counters), and
 ``/status`` the page that polls it; ``status.json`` also carries the page's one-line ``summary`` and its
-``errors`` (``bridge.observability.health_view``), and ``history.json`` the charts' series of the samples
+``errors`` (``bridge.status.health_view``), and ``history.json`` the charts' series of the samples
 in Redis (``bridge.core.history_series``, ``bridge.state.history``). The Redis reads are blocking and
 run in a worker thread, on a client of their own (``StateReader``), so a slow scrape never stalls the
 event loop that answers producers.
@@ -28,14 +28,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from bridge.core.history_series import build_series
 from bridge.http.status_page import PAGE
 from bridge.http.v1 import answers_errors, ingress_of
-from bridge.observability.exposition import CONTENT_TYPE, process_registry, render
-from bridge.observability.health_view import TREND_SAMPLES, health_view
-from bridge.observability.snapshot import StateReader
 from bridge.settings import Settings
-from bridge.state.history import HistoryStore
+from bridge.status.exposition import CONTENT_TYPE, process_registry, render
+from bridge.status.page_model import PageModel
+from bridge.status.snapshot import StateReader
 
 ASSETS = Path(__file__).resolve().parent / "static"
 """The page's vendored assets: uPlot (MIT, its licence beside it), ``docs/operations.md``."""
@@ -48,32 +46,15 @@ class Operations:
         self.settings = settings
         self.reader = StateReader(settings)
         self.registry = process_registry(self.reader)
-
-    def history(self) -> HistoryStore:
-        """The history store on the reader's client."""
-        history = self.settings.status_history
-        return HistoryStore(self.reader.client(), history.window, history.samples)
+        self.page = PageModel(settings, self.reader)
 
     def status(self) -> dict[str, Any]:
         """The snapshot with the page's summary and error list."""
-        snapshot = self.reader.snapshot()
-        interval = self.settings.status_history.interval
-        recent = self.history().samples(since=snapshot["generated_at"] - (TREND_SAMPLES + 1) * interval)
-        snapshot.update(health_view(snapshot, recent))
-        return snapshot
+        return self.page.status()
 
     def series(self) -> dict[str, Any]:
         """The charts' data: every sample in the window, as series and bands."""
-        history = self.settings.status_history
-        names = {
-            role: ns.namespace_name
-            for role, ns in (("primary", self.settings.primary), ("secondary", self.settings.secondary))
-            if ns is not None
-        }
-        store = self.history()
-        out = build_series(store.samples(), history.interval, names)
-        out.update(window=history.window, enabled=history.enabled, memory_bytes=store.memory())
-        return out
+        return self.page.series()
 
 
 _LOCK = threading.Lock()

@@ -5,11 +5,11 @@ Two kinds of series:
 * **Per-process events** — ingress answers, send results and latencies, failovers, pings, syphon moves —
   are counters and histograms kept in the process that saw the event. Under Celery's prefork pool each
   child writes its own file in ``PROMETHEUS_MULTIPROC_DIR`` and the worker's main process serves their sum
-  (``bridge.observability.exposition``), so a child's counts survive its exit and nothing is counted
+  (``bridge.status.exposition``), so a child's counts survive its exit and nothing is counted
   twice.
 * **Shared state** that lives in Redis — outbox depth and oldest age, roles, namespace availability,
   backlog depth, billable operations, receiver counters — is read from Redis at scrape time by
-  ``bridge.observability.collector.StateCollector`` under the names defined here, so every endpoint that
+  ``bridge.status.collector.StateCollector`` under the names defined here, so every endpoint that
   serves it reports the same numbers (aggregate those with ``max``, never ``sum``).
 
 Naming follows Prometheus practice: the ``bridge_`` prefix, base units (seconds, bytes), ``_total`` on
@@ -109,7 +109,7 @@ PINGS = Counter(
 )
 SYPHON_MESSAGES = Counter(
     "bridge_syphon_messages_total",
-    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, abandoned; "
+    "Backlog messages the syphon handled, by backlog queue and result (sent, dead_lettered, set_aside; "
     "recovered: deferred messages whose set-aside record Redis had lost, found by the scan).",
     ["queue", "result"],
 )
@@ -250,7 +250,7 @@ def forget_entity(entity: str) -> int:
 
     In multiprocess mode (a prefork worker's pool process) the values live in the process's metrics file,
     which keeps every value it was given, so nothing is removed here: the serving process leaves out the
-    series of entities no longer listed (``bridge.observability.exposition``), and a returning entity goes
+    series of entities no longer listed (``bridge.status.exposition``), and a returning entity goes
     on from its earlier count.
     """
     if multiprocess():
@@ -341,7 +341,7 @@ class SyphonQueueReport(Protocol):
     queue: str
     sent: int
     dead_lettered: int
-    abandoned: int
+    set_aside: int
     recovered: int
 
 
@@ -351,7 +351,7 @@ def record_syphon(queues: Iterable[SyphonQueueReport]) -> None:
         for result, count in (
             ("sent", q.sent),
             ("dead_lettered", q.dead_lettered),
-            ("abandoned", q.abandoned),
+            ("set_aside", q.set_aside),
             ("recovered", q.recovered),
         ):
             if count:

@@ -26,7 +26,6 @@ from bridge.observability.tracing import (
     parent_context,
     span_context,
 )
-from bridge.servicebus.messages import message_id_of
 
 
 class Sent(Protocol):
@@ -103,14 +102,17 @@ def syphon_send(
     queue: str,
     destination: str,
     messages: Sequence[Any],
+    *,
+    message_ids: Sequence[str | None],
 ) -> R:
     """``send("primary", destination, messages)`` inside a ``syphon <destination>`` span when tracing, and
-    counted in the messaging metrics (operation ``syphon``) when they are on."""
+    counted in the messaging metrics (operation ``syphon``) when they are on. ``message_ids`` are the
+    messages' MessageIds, for the span's links."""
     traced = tracing.enabled()
     if not traced and not messaging_metrics.enabled():
         return send("primary", destination, messages)
     address = primary.endpoint_host.rsplit(":", 1)[0] if primary is not None else None
-    span = _syphon_span(queue, destination, messages, address) if traced else None
+    span = _syphon_span(queue, destination, messages, message_ids, address) if traced else None
     started = time.perf_counter()
     try:
         result = send("primary", destination, messages)
@@ -133,7 +135,11 @@ def syphon_send(
 
 
 def _syphon_span(
-    queue: str, destination: str, messages: Sequence[Any], address: str | None
+    queue: str,
+    destination: str,
+    messages: Sequence[Any],
+    message_ids: Sequence[str | None],
+    address: str | None,
 ) -> SendSpan | None:
     attributes: dict[str, str | int | bool] = {
         "bridge.namespace.role": "primary",
@@ -146,7 +152,7 @@ def _syphon_span(
         "syphon",
         destination,
         message_contexts([m.application_properties for m in messages]),
-        [message_id_of(m) for m in messages],
+        message_ids,
         attributes,
     )
 

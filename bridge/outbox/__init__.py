@@ -4,5 +4,6 @@
 replies to acks, no I/O), ``store`` (``SyncOutbox`` / ``AsyncOutbox``: one set of steps, two shells),
 ``batcher`` (coalescing HTTP writes), ``reader`` (the send workers' consumer-group side), ``problems``
 (quarantine and dead-letter entries and their listing), ``view`` (the asyncio read side the HTTP API uses:
-depth, problem entries, readiness, the start-up durability check), ``redis_door`` (the ingress stream).
+depth, problem entries, readiness, the start-up durability check), ``redis_door`` (the ingress stream),
+``opener`` (the Redis client of the outbox's users: the ingress, the ``Producer``).
 """

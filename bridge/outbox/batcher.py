@@ -29,8 +29,6 @@ class WriteBatcher:
         self._queue: list[tuple[Group, asyncio.Future[list[Ack]]]] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self.round_trips = 0
-        self.groups_written = 0
 
     async def submit(self, group: Group) -> list[Ack]:
         """Store ``group``; return its acks once Redis answered, or raise the error that refused it."""
@@ -53,8 +51,6 @@ class WriteBatcher:
             self._in_flight -= 1
 
     async def _write(self, batch: Sequence[tuple[Group, asyncio.Future[list[Ack]]]]) -> None:
-        self.round_trips += 1
-        self.groups_written += len(batch)
         try:
             results = await self.outbox.write([group for group, _ in batch])
         except BridgeError as exc:

@@ -87,7 +87,7 @@ def scan_deferred(ctx: DeliveryContext, queue: str, until: float, page: int = SC
             aside.save_scan_pass(queue, current)
             break
         try:
-            peeked = ctx.pool.peek("secondary", queue, current.next, page)
+            peeked = ctx.pool.queues.peek("secondary", queue, current.next, page)
         finally:
             result.peeks += 1
             ctx.cost.add(queue, Operation.SYPHON_RECEIVE)

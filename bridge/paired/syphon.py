@@ -27,13 +27,10 @@ because those messages reappear at their place in the queue later and nobody rec
 first records again the deferred messages whose record a replaced Redis server lost (``aside_scan``).
 
 Before each send the batch's locks are renewed when half of their lock time has passed or less than one
-attempt deadline is left (``lock_renewal_due``). Lock times are measured on this process's monotonic clock
-from the queue's LockDuration (read once per run with the administration client), never by comparing
-Service Bus's ``locked_until`` with this host's clock: a lock began no earlier than the call that took it
-started and no later than it returned (``LockSpan``), so renewals come in time and the marker a later run
-waits for outlives the locks whatever the two clocks say. Without the LockDuration (no Manage right, say)
-the locks' own expiries stand in, against the delivery context's clock (Redis's), bounded by the
-provisioned minute: docs/replication.md, "Clocks".
+attempt deadline is left; lock times are this process's monotonic clock's, never Service Bus's
+``locked_until`` against this host's clock (``bridge.paired.syphon_locks``). The batch's decisions are a
+pure plan (``bridge.core.syphon_batch``): what settles first, what goes in one send, which restore
+barriers pass, what is set aside when a run stops.
 
 Every receive, receive-deferred and peek call is counted as a syphon receive (billed even when it returns
 nothing), on the backlog queue's counters; every message the primary accepted as a syphon send, on its
@@ -45,9 +42,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import cast
 
 from bridge.core.aliasing import Restored, UnaliasDecision
@@ -55,37 +51,36 @@ from bridge.core.cost import Operation
 from bridge.core.error_classes import ErrorClass, classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import PairedState, backlog_queue_index
-from bridge.core.syphon import (
-    Barrier,
-    SyphonAction,
-    SyphonDecision,
-    plan_received,
-    split_reason,
-    syphon_after_send,
+from bridge.core.syphon import Barrier, SyphonAction, SyphonDecision, plan_received, split_reason
+from bridge.core.syphon_batch import (
+    after_send,
+    leftovers,
+    passing_barriers,
+    send_groups,
+    settle_first,
+    to_record,
 )
-from bridge.core.syphon_timing import LockSpan, lock_renewal_due, lock_span, may_poll, receive_wait
+from bridge.core.syphon_timing import may_poll, receive_wait
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import NamespaceError
 from bridge.journal.emit import SyphonJournal
 from bridge.observability import send_spans
 from bridge.paired.aside_scan import scan_deferred
 from bridge.paired.entities import paired_entities
-from bridge.paired.queue_lock import ASSUMED_LOCK, queue_lock_duration
+from bridge.paired.queue_lock import ASSUMED_LOCK
+from bridge.paired.syphon_locks import LOCK_MARGIN, Batch, RunLocks
 from bridge.servicebus.messages import (
     ReceivedMessage,
     RestoreDecision,
     RestoredMessage,
     barrier_of,
     from_backlog_message,
+    message_id_of,
 )
 from bridge.state.aside import AsideStore
 from bridge.state.backlog import BacklogLedger
 
 log = logging.getLogger(__name__)
-
-LOCK_MARGIN = 2.0
-"""Seconds added to a lock's expiry before a later run may assume it ended (in-flight calls; the marker's
-expiry is Redis's clock, the lock's Service Bus's: they only need to agree on how long a second is)."""
 
 
 @dataclass
@@ -97,8 +92,8 @@ class QueueReport:
     received: int = 0
     sent: int = 0
     dead_lettered: int = 0
-    abandoned: int = 0
-    """Messages set aside (deferred) for a later pass."""
+    set_aside: int = 0
+    """Messages set aside (deferred, their numbers recorded) until their destination can take them."""
     lock_renewals: int = 0
     barriers: int = 0
     """Restore barriers reached in order (``bridge.state.backlog``)."""
@@ -114,11 +109,6 @@ class QueueReport:
     def progress(self) -> int:
         """Messages that left the backlog, and barriers passed."""
         return self.sent + self.dead_lettered + self.barriers
-
-    @property
-    def set_aside(self) -> int:
-        """Messages set aside (deferred) until their destination can take them."""
-        return self.abandoned
 
 
 def _number(message: ReceivedMessage) -> int:
@@ -144,21 +134,13 @@ def _item(message: ReceivedMessage, now: float) -> Item:
     return barrier_of(message) or from_backlog_message(message, now)
 
 
-class _Batch:
-    """Messages received in one call: which are unsettled, which were set aside before, lock times.
-
-    ``lock_from`` and ``locked_until`` are on the syphon's monotonic clock: when the calls that took the
-    locks started, and the earliest their locks may end (None: unknown, never renewed)."""
-
-    def __init__(
-        self, messages: Sequence[ReceivedMessage], window: tuple[float, float] | None, from_aside: bool
-    ) -> None:
-        self.messages = list(messages)
-        self.from_aside = from_aside
-        self.unsettled = set(range(len(messages)))
-        self.set_aside: set[int] = set()
-        self.lock_from: float = 0.0 if window is None else window[0]
-        self.locked_until: float | None = None if window is None else window[1]
+def _outcomes(failed: Mapping[int, NamespaceError]) -> dict[int, Outcome]:
+    """The outcome of each failed position; one error shared by several messages is classified once."""
+    by_error: dict[int, Outcome] = {}
+    for error in failed.values():
+        if id(error) not in by_error:
+            by_error[id(error)] = Outcome.from_classification(classify(error), describe_error(error))
+    return {position: by_error[id(error)] for position, error in failed.items()}
 
 
 class BacklogSyphon:
@@ -177,10 +159,8 @@ class BacklogSyphon:
         self.holds = holds
         self.aside = aside or AsideStore(ctx.redis)
         self.monotonic = monotonic
-        """The clock lock times are measured on (``_Batch``): this process's, immune to any host's skew."""
-        self._lock_duration: float | None = None
-        self._lock_read = False
-        self._window: tuple[float, float] | None = None
+        """The clock receive calls are timed on (``RunLocks``): this process's, immune to any host's skew."""
+        self.locks = RunLocks(ctx, queue, self.aside, monotonic)
         self.report = QueueReport(queue)
         self.paired = paired_entities(ctx.settings)
         self._states: dict[str, PairedState] = {}
@@ -248,16 +228,16 @@ class BacklogSyphon:
         # Peeks are billed (aside_scan counts them) but are no receive: retire_empty reads ``receives``.
         self.report.recovered, self.report.peeks = scan.recovered, scan.peeks
         if scan.recovered:
-            self.aside.note_locks(self.queue, (self._queue_lock() or ASSUMED_LOCK) + LOCK_MARGIN)
+            self.aside.note_locks(self.queue, (self.locks.queue_lock() or ASSUMED_LOCK) + LOCK_MARGIN)
             self.report.stopped = f"{scan.recovered} set-aside records recovered; waiting for older locks"
         elif not scan.complete:
             self.report.stopped = f"scanning for lost set-aside records; resumes at {scan.resumes_at}"
         return self.report.stopped is None
 
     def _close_link(self) -> None:
-        # No idle backlog link may keep credit between runs (``NamespacePool.close_receiver``).
+        # No idle backlog link may keep credit between runs (``QueueReceivers.close_receiver``).
         try:
-            self.ctx.pool.close_receiver("secondary", self.queue)
+            self.ctx.pool.queues.close_receiver("secondary", self.queue)
         except NamespaceError as error:
             log.debug("closing the receiver of %s failed: %s", self.queue, describe_error(error))
 
@@ -275,7 +255,7 @@ class BacklogSyphon:
         ctx = self.ctx
         started = self.monotonic()
         try:
-            messages = ctx.pool.receive_batch(
+            messages = ctx.pool.queues.receive_batch(
                 "secondary", self.queue, ctx.settings.paired.syphon_batch_size, wait
             )
         except NamespaceError as error:
@@ -283,51 +263,13 @@ class BacklogSyphon:
             return None
         finally:
             self._count_receive()
-        self._note_locks(messages, started)
+        self.locks.note(messages, started)
         self.report.received += len(messages)
         self.journal.receive_call(len(messages), ctx.clock())
         # A batch is not always in queue order: with prefetch 0 the SDK releases a message that reaches the
         # link between two receive calls, and the namespace hands it out again behind its successors. The
         # queue's sequence number is the order the workers sent them in (one key, one queue).
         return sorted(messages, key=_number)
-
-    def _note_locks(self, messages: Sequence[ReceivedMessage], started: float) -> None:
-        """``messages`` came locked from a call that started at ``started`` (monotonic): the next batch
-        renews by them, and a marker outlives them."""
-        ended = self.monotonic()
-        span = self._span([m.locked_until_utc for m in messages], ended - started)
-        if span is None:
-            return
-        until = started + span.shortest
-        window = self._window
-        self._window = (
-            (started, until) if window is None else (min(window[0], started), min(window[1], until))
-        )
-        self._mark_locks(ended + span.longest)
-
-    def _span(self, expiries: Sequence[datetime | None], call: float) -> LockSpan | None:
-        """The ``LockSpan`` of a call that took ``call`` seconds and returned locks ending at ``expiries``."""
-        if not expiries:
-            return None
-        known = [t.timestamp() for t in expiries if t is not None]
-        now = self.ctx.clock()
-        left = (min(known) - now, max(known) - now) if known else None
-        return lock_span(call, self._queue_lock(), left, ASSUMED_LOCK)
-
-    def _queue_lock(self) -> float | None:
-        """The queue's LockDuration, read once per run (``queue_lock_duration``)."""
-        if not self._lock_read:
-            self._lock_read = True
-            self._lock_duration = queue_lock_duration(self.ctx.settings, self.queue)
-        return self._lock_duration
-
-    def _mark_locks(self, until: float) -> None:
-        """This run holds locks until ``until`` (monotonic) at the latest: a marker with that much PX."""
-        self.aside.note_locks(self.queue, until - self.monotonic() + LOCK_MARGIN)
-
-    def _take_window(self) -> tuple[float, float] | None:
-        window, self._window = self._window, None
-        return window
 
     # ---- set-aside messages first ----------------------------------------------------------------------
     def move_aside(self, until: float) -> bool:
@@ -356,26 +298,26 @@ class BacklogSyphon:
         try:
             started = self.monotonic()
             try:
-                got = pool.receive_deferred("secondary", self.queue, numbers)
+                got = pool.queues.receive_deferred("secondary", self.queue, numbers)
             finally:
                 self._count_receive()
             if got is not None:
-                self._note_locks(got, started)
+                self.locks.note(got, started)
                 return sorted(got, key=_number), False
             # Some number names no deferred message: go one by one, in order, to find it.
             out: list[ReceivedMessage] = []
             for number in numbers:
                 started = self.monotonic()
                 try:
-                    one = pool.receive_deferred("secondary", self.queue, [number])
+                    one = pool.queues.receive_deferred("secondary", self.queue, [number])
                 finally:
                     self._count_receive()
                 if one:
-                    self._note_locks(one, started)
+                    self.locks.note(one, started)
                     out.extend(one)
                     continue
                 try:
-                    peeked = pool.peek("secondary", self.queue, number, 1)
+                    peeked = pool.queues.peek("secondary", self.queue, number, 1)
                 finally:
                     self._count_receive()
                 if peeked and peeked[0].sequence_number == number:
@@ -397,42 +339,24 @@ class BacklogSyphon:
 
     # ---- one batch -------------------------------------------------------------------------------------
     def move(self, messages: Sequence[ReceivedMessage], from_aside: bool = False) -> bool:
-        """Restore, send, settle one batch in order; True when some message left the backlog."""
+        """Restore, send, settle one batch in order (``bridge.core.syphon_batch``); True when some message
+        left the backlog."""
         ctx = self.ctx
         moved_before = self.report.progress
-        batch = _Batch(messages, self._take_window(), from_aside)
+        batch = Batch(messages, self.locks.take_window(), from_aside)
         now = ctx.clock()
         restored = [_item(message, now) for message in messages]
+        destinations = [_destination(item) for item in restored]
         held = set() if from_aside else set(self.aside.destinations(self.queue))
         plan = plan_received([_core_decision(r) for r in restored], self._state, held)
-        groups: dict[str, list[int]] = {}
-        for index, decision in enumerate(plan):
-            if decision.action is SyphonAction.SEND:
-                item = restored[index]
-                assert isinstance(item, RestoredMessage)
-                groups.setdefault(item.destination, []).append(index)
-        later = (SyphonAction.SEND, SyphonAction.PASS_BARRIER)
-        self._settle_all(batch, restored, {i: d for i, d in enumerate(plan) if d.action not in later})
-        for destination, indexes in groups.items():
+        self._settle_all(batch, restored, settle_first(plan))
+        for destination, indexes in send_groups(plan, destinations).items():
             if self.report.stopped is not None:
                 break
             self._send_group(batch, restored, destination, indexes)
-        # A barrier passes only once everything before it of its destination in this batch has gone: after
-        # the sends, and not at all if one of them was set aside instead (then it is set aside behind it).
-        barriers = {i: d for i, d in enumerate(plan) if d.action is SyphonAction.PASS_BARRIER}
-        passing = {
-            i: d
-            for i, d in barriers.items()
-            if self.report.stopped is None
-            and not any(
-                j < i and _destination(restored[j]) == _destination(restored[i]) for j in batch.set_aside
-            )
-        }
-        self._settle_all(batch, restored, passing)
-        leftover = {
-            i: SyphonDecision(SyphonAction.SET_ASIDE, "syphon stopped") for i in sorted(batch.unsettled)
-        }
-        self._settle_all(batch, restored, leftover)
+        stopped = self.report.stopped is not None
+        self._settle_all(batch, restored, passing_barriers(plan, destinations, batch.set_aside, stopped))
+        self._settle_all(batch, restored, leftovers(batch.unsettled))
         moved = self.report.progress > moved_before
         if moved:
             self.report.last_moved_at = ctx.clock()
@@ -440,54 +364,41 @@ class BacklogSyphon:
         return moved
 
     def _send_group(
-        self, batch: _Batch, restored: Sequence[Item], destination: str, indexes: list[int]
+        self, batch: Batch, restored: Sequence[Item], destination: str, indexes: list[int]
     ) -> None:
         ctx = self.ctx
-        self._renew_locks_if_due(batch)
+        if self.locks.renew_if_due(batch):
+            self.report.lock_renewals += 1
         items = [cast(RestoredMessage, restored[index]) for index in indexes]
         assert all(isinstance(item, RestoredMessage) for item in items)
         outgoing = [item.message for item in items]
         primary = ctx.settings.primary
-        result = send_spans.syphon_send(ctx.pool.send, primary, self.queue, destination, outgoing)
+        ids = [message_id_of(message) for message in outgoing]
+        result = send_spans.syphon_send(
+            ctx.pool.send, primary, self.queue, destination, outgoing, message_ids=ids
+        )
         if result.accepted:
             ctx.cost.add(destination, Operation.SYPHON_SEND, len(result.accepted))
             # Journaled before any backlog message is completed (bridge.journal.emit).
             self.journal.sent(destination, [items[p].fields.message_id for p in result.accepted], ctx.clock())
-        accepted = set(result.accepted)
-        outcomes: dict[int, Outcome] = {}
-        decisions: dict[int, SyphonDecision] = {}
-        for position, index in enumerate(indexes):
-            if position in accepted:
-                decision = syphon_after_send(Outcome.success(), destination)
-            else:
-                error = result.failed[position]
-                key = id(error)
-                if key not in outcomes:
-                    outcomes[key] = Outcome.from_classification(classify(error), describe_error(error))
-                decision = syphon_after_send(outcomes[key], destination)
-            if decision.action is SyphonAction.SET_ASIDE:
-                self._send_failed = True
-            if decision.action is SyphonAction.STOP:
-                self.report.stopped = f"primary failed for {destination}: {decision.reason}"
-                decision = SyphonDecision(SyphonAction.SET_ASIDE, decision.reason)
-            decisions[index] = decision
-        self._settle_all(batch, restored, decisions)
+        verdict = after_send(indexes, set(result.accepted), _outcomes(result.failed), destination)
+        self._send_failed = self._send_failed or verdict.passing_failure
+        if verdict.stopped is not None:
+            self.report.stopped = verdict.stopped
+        self._settle_all(batch, restored, verdict.decisions)
 
     # ---- settling --------------------------------------------------------------------------------------
     def _settle_all(
-        self, batch: _Batch, restored: Sequence[Item], decisions: dict[int, SyphonDecision]
+        self, batch: Batch, restored: Sequence[Item], decisions: dict[int, SyphonDecision]
     ) -> None:
         """Settle ``decisions`` in index order; set-aside numbers are recorded before any deferral."""
         if not decisions:
             return
         if not batch.from_aside:
-            fresh: dict[str, list[int]] = {}
-            for index, decision in decisions.items():
-                name = _destination(restored[index])
-                if decision.action is SyphonAction.SET_ASIDE and name is not None:
-                    fresh.setdefault(name, []).append(_number(batch.messages[index]))
-            for name, numbers in fresh.items():
-                self.aside.add(self.queue, name, numbers)
+            destinations = [_destination(item) for item in restored]
+            numbers = [_number(message) for message in batch.messages]
+            for name, fresh in to_record(decisions, destinations, numbers).items():
+                self.aside.add(self.queue, name, fresh)
         for index in sorted(decisions):
             item = restored[index]
             if decisions[index].action is SyphonAction.PASS_BARRIER and isinstance(item, Barrier):
@@ -510,7 +421,7 @@ class BacklogSyphon:
 
     def _settle(
         self,
-        batch: _Batch,
+        batch: Batch,
         index: int,
         decision: SyphonDecision,
         destination: str | None,
@@ -520,7 +431,7 @@ class BacklogSyphon:
         number = _number(message)
         try:
             if decision.action is SyphonAction.COMPLETE:
-                pool.complete("secondary", self.queue, message)
+                pool.queues.complete("secondary", self.queue, message)
                 self.report.sent += 1 if counts else 0
                 if counts and destination is not None:
                     self.journal.syphoned(destination, message.message_id, self.ctx.clock())
@@ -528,7 +439,7 @@ class BacklogSyphon:
                     self.aside.remove(self.queue, destination, [number])
             elif decision.action is SyphonAction.DEAD_LETTER:
                 reason, description = split_reason(decision.reason)
-                pool.dead_letter("secondary", self.queue, message, reason, description)
+                pool.queues.dead_letter("secondary", self.queue, message, reason, description)
                 self.report.dead_lettered += 1
                 self.journal.dead_lettered(destination, message.message_id, self.ctx.clock(), reason)
                 if batch.from_aside and destination is not None:
@@ -538,11 +449,11 @@ class BacklogSyphon:
                 )
             elif destination is None:
                 # Cannot happen (only restorable messages are set aside); never strand one: abandon it.
-                pool.abandon("secondary", self.queue, message)
+                pool.queues.abandon("secondary", self.queue, message)
             else:
                 batch.set_aside.add(index)
-                pool.defer("secondary", self.queue, message)
-                self.report.abandoned += 1
+                pool.queues.defer("secondary", self.queue, message)
+                self.report.set_aside += 1
                 log.debug("syphon set %s aside in %s: %s", message.message_id, self.queue, decision.reason)
         except NamespaceError as error:
             # The message stays locked until its lock expires and then comes back (a deferred one stays
@@ -560,22 +471,3 @@ class BacklogSyphon:
             if classify(error).error_class is ErrorClass.OUTAGE and self.report.stopped is None:
                 self.report.stopped = f"secondary failed: {describe_error(error)}"
         batch.unsettled.discard(index)
-
-    def _renew_locks_if_due(self, batch: _Batch) -> None:
-        now = self.monotonic()
-        margin = self.ctx.pool.attempt_deadline
-        if not batch.unsettled or not lock_renewal_due(batch.lock_from, batch.locked_until, now, margin):
-            return
-        messages = [batch.messages[i] for i in sorted(batch.unsettled)]
-        try:
-            expiries = self.ctx.pool.renew_locks("secondary", self.queue, messages)
-        except NamespaceError as error:
-            log.info("renewing locks in %s failed: %s", self.queue, describe_error(error))
-            return
-        ended = self.monotonic()
-        span = self._span(list(expiries), ended - now)
-        batch.lock_from = now
-        batch.locked_until = None if span is None else now + span.shortest
-        if span is not None:
-            self._mark_locks(ended + span.longest)
-        self.report.lock_renewals += 1

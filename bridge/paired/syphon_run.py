@@ -72,7 +72,7 @@ class SyphonReport:
             "receives": sum(q.receives for q in self.queues),
             "sent": sum(q.sent for q in self.queues),
             "dead_lettered": sum(q.dead_lettered for q in self.queues),
-            "abandoned": sum(q.abandoned for q in self.queues),
+            "set_aside": sum(q.set_aside for q in self.queues),
             "recovered": sum(q.recovered for q in self.queues),
             "peeks": sum(q.peeks for q in self.queues),
             "stopped": {q.queue: q.stopped for q in self.queues if q.stopped},

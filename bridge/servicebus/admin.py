@@ -20,7 +20,6 @@ None for a missing entity, so callers check existence without catching anything.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -32,36 +31,12 @@ from azure.servicebus.management import (
     TopicProperties,
 )
 
-from bridge.errors import NamespaceConfigurationError, NamespaceEntityNotFoundError
-from bridge.servicebus.credentials import admin_client
+from bridge.errors import NamespaceEntityNotFoundError
+from bridge.servicebus.credentials import admin_client, management_host
 from bridge.servicebus.translate import translated
 from bridge.settings import NamespaceSettings
 
 T = TypeVar("T")
-_ENDPOINT = re.compile(r"(?i)(endpoint\s*=\s*)[^;]*")
-
-
-def management_host(namespace: NamespaceSettings) -> str | None:
-    """``host[:port]`` of ``management_endpoint``, when set."""
-    if not namespace.management_endpoint:
-        return None
-    host = namespace.management_endpoint.split("://", 1)[-1].rstrip("/")
-    if not host:
-        raise NamespaceConfigurationError("management_endpoint has no host")
-    return host
-
-
-def management_connection_string(namespace: NamespaceSettings) -> str:
-    """The connection string for the administration client (Endpoint replaced by ``management_endpoint``)."""
-    if namespace.connection_string is None:
-        raise NamespaceConfigurationError("the namespace signs in with Entra ID: it has no connection string")
-    secret = namespace.connection_string.get_secret_value()
-    if not namespace.management_endpoint:
-        return secret
-    host = namespace.management_endpoint.split("://", 1)[-1].rstrip("/")
-    if not host:
-        raise NamespaceConfigurationError("management_endpoint has no host")
-    return _ENDPOINT.sub(lambda match: f"{match.group(1)}sb://{host}/", secret, count=1)
 
 
 class NamespaceAdmin:

@@ -26,6 +26,7 @@ Secrets (client secret, proxy password) are handed to azure-identity and the SDK
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -42,6 +43,7 @@ from azure.identity import (
 from azure.servicebus import ServiceBusClient, TransportType
 from azure.servicebus.management import ServiceBusAdministrationClient
 
+from bridge.errors import NamespaceConfigurationError
 from bridge.settings import NamespaceSettings
 
 AZURE_CLI_TIMEOUT = 60
@@ -160,8 +162,30 @@ def admin_client(
     if namespace.connection_string is None:
         host = management_host or namespace.endpoint_host
         return ServiceBusAdministrationClient(host, credential_for(namespace), **options)
-    from bridge.servicebus.admin import management_connection_string
-
     return ServiceBusAdministrationClient.from_connection_string(
         management_connection_string(namespace), **options
     )
+
+
+_ENDPOINT = re.compile(r"(?i)(endpoint\s*=\s*)[^;]*")
+
+
+def management_host(namespace: NamespaceSettings) -> str | None:
+    """``host[:port]`` of ``management_endpoint``, when set."""
+    if not namespace.management_endpoint:
+        return None
+    host = namespace.management_endpoint.split("://", 1)[-1].rstrip("/")
+    if not host:
+        raise NamespaceConfigurationError("management_endpoint has no host")
+    return host
+
+
+def management_connection_string(namespace: NamespaceSettings) -> str:
+    """The connection string for the administration client (Endpoint replaced by ``management_endpoint``)."""
+    if namespace.connection_string is None:
+        raise NamespaceConfigurationError("the namespace signs in with Entra ID: it has no connection string")
+    secret = namespace.connection_string.get_secret_value()
+    host = management_host(namespace)
+    if host is None:
+        return secret
+    return _ENDPOINT.sub(lambda match: f"{match.group(1)}sb://{host}/", secret, count=1)

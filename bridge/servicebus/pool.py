@@ -19,10 +19,11 @@ the address refused a moment ago fails without being tried.
 
 One ``ServiceBusClient`` per role ("primary", "secondary"), created lazily; one sender per (role, entity
 path) — ``get_queue_sender`` for queues and topics alike, the AMQP link target is just the path — and one
-PEEK_LOCK receiver per (role, queue). A fault of the outage class (lost connection, refused connection,
-deadline overrun) retires the role's whole client: calls in flight finish on it, the next call opens a
-fresh one. An overrun closes the stuck client at once on a background thread. Senders idle for
-``workers.idle_sender_close`` are closed, and idle ones younger than that refreshed (``refresh``).
+PEEK_LOCK receiver per (role, queue), used through ``queues`` (``bridge.servicebus.queue_receivers``). A fault
+of the outage class (lost connection, refused connection, deadline overrun) retires the role's whole client:
+calls in flight finish on it, the next call opens a fresh one. An overrun closes the stuck client at once on a
+background thread. Senders idle for ``workers.idle_sender_close`` are closed, and idle ones younger than that
+refreshed (``refresh``).
 
 Close/fault coupling (after the .NET paired client; the decision is ``bridge.core.coupling``): when one
 role's client faults or is closed and its partner is not closed within ``coupling_grace`` (5 s), the
@@ -47,17 +48,13 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
 from azure.servicebus import (
     ServiceBusMessageBatch,
-    ServiceBusReceivedMessage,
-    ServiceBusReceiver,
     ServiceBusSender,
 )
-from azure.servicebus.exceptions import MessageNotFoundError
 
 from bridge.core.coupling import (
     COUPLING_GRACE,
@@ -85,6 +82,7 @@ from bridge.servicebus.clients import RoleClient
 from bridge.servicebus.connect_probe import ConnectProbe
 from bridge.servicebus.deadline import DEFAULT_MAX_STUCK, AttemptRunner, Watch
 from bridge.servicebus.messages import OutgoingMessage, scheduled_time_of
+from bridge.servicebus.queue_receivers import QueueReceivers
 from bridge.servicebus.refresh import LinkRefresher
 from bridge.servicebus.sending import SendResult, SharedBatches, send_in_batches
 from bridge.servicebus.standby import REOPEN_THREADS, open_standby, reopen_wanted
@@ -152,6 +150,8 @@ class NamespacePool:
         self._reopen_threads = ProcessThreads(REOPEN_THREADS, "servicebus-reopen")
         self._closed = False  # set by ``close``: no reopen makes a client after it
         self._refresher = LinkRefresher.of(settings, self._live_clients)
+        self.queues = QueueReceivers(self._using, self._call, self.sdk_timeout)
+        """The receive side: receive, settle, defer, peek and renew locks on queues (the syphon's)."""
 
     # ---- public operations -----------------------------------------------------------------------------
     def send(
@@ -255,111 +255,6 @@ class NamespacePool:
                 f"cancel on {entity}",
                 lambda: sender.cancel_scheduled_messages(numbers, timeout=timeout),
             )
-
-    def receive_batch(
-        self, role: Role, queue: str, max_count: int, max_wait: float
-    ) -> list[ServiceBusReceivedMessage]:
-        """Up to ``max_count`` PEEK_LOCK messages from ``queue``, waiting at most ``max_wait`` seconds."""
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receiver(queue)
-            return self._call(
-                client,
-                f"receive from {queue}",
-                lambda: receiver.receive_messages(max_message_count=max_count, max_wait_time=max_wait),
-                extra=max_wait,
-            )
-
-    def close_receiver(self, role: Role, queue: str) -> None:
-        """Close the cached receiver of ``queue`` (the next receive opens a new link).
-
-        With prefetch 0 the SDK leaves credit on an idle link: a message that reaches it after the last
-        receive call stays locked to this process, unseen, until the link is used again or the lock
-        expires — an idle cached backlog link in one worker would hold messages back from the syphon that
-        runs in another, and their successors would be moved first. Closing the link at the end of a run
-        hands such deliveries back to the namespace at once. Errors are ignored: the link is gone anyway.
-        """
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receivers.pop(queue, None)
-            if receiver is None:
-                return
-            try:
-                receiver.close()
-            except Exception as exc:  # a faulted link; the client's own close or retirement follows
-                logger.debug("closing the %s receiver of %s failed: %s", role, queue, type(exc).__name__)
-
-    def complete(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
-        """Complete a message received from ``queue``; raises ``NamespaceError``."""
-        self._settle(role, queue, "complete", lambda r: r.complete_message(message))
-
-    def abandon(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
-        """Abandon a message received from ``queue`` (it becomes receivable again)."""
-        self._settle(role, queue, "abandon", lambda r: r.abandon_message(message))
-
-    def defer(self, role: Role, queue: str, message: ServiceBusReceivedMessage) -> None:
-        """Defer a message received from ``queue``; only ``receive_deferred`` by its number gets it again."""
-        self._settle(role, queue, "defer", lambda r: r.defer_message(message))
-
-    def receive_deferred(
-        self, role: Role, queue: str, sequence_numbers: Sequence[int]
-    ) -> list[ServiceBusReceivedMessage] | None:
-        """The deferred messages ``sequence_numbers`` of ``queue``, PEEK_LOCK, in the order asked.
-
-        None when some number does not name a deferred message (it is active, locked, or gone): Service Bus
-        then returns none of them, so ask again one at a time to find out which.
-        """
-        numbers = list(sequence_numbers)
-        if not numbers:
-            return []
-        timeout = self.sdk_timeout
-
-        def call() -> list[ServiceBusReceivedMessage] | None:
-            try:
-                got = receiver.receive_deferred_messages(numbers, timeout=timeout)
-            except MessageNotFoundError:
-                return None
-            by_number = {m.sequence_number: m for m in got}
-            return [by_number[n] for n in numbers if n in by_number]
-
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receiver(queue)
-            return self._call(client, f"receive deferred from {queue}", call)
-
-    def peek(
-        self, role: Role, queue: str, from_sequence_number: int, max_count: int
-    ) -> list[ServiceBusReceivedMessage]:
-        """Up to ``max_count`` messages of ``queue`` from ``from_sequence_number`` on, any state, unlocked."""
-        timeout = self.sdk_timeout
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receiver(queue)
-            return self._call(
-                client,
-                f"peek {queue}",
-                lambda: receiver.peek_messages(
-                    max_message_count=max_count, sequence_number=from_sequence_number, timeout=timeout
-                ),
-            )
-
-    def dead_letter(
-        self, role: Role, queue: str, message: ServiceBusReceivedMessage, reason: str, description: str = ""
-    ) -> None:
-        """Dead-letter a message received from ``queue`` with ``reason`` (and ``description``)."""
-        self._settle(
-            role,
-            queue,
-            "dead-letter",
-            lambda r: r.dead_letter_message(message, reason=reason, error_description=description or None),
-        )
-
-    def renew_locks(
-        self, role: Role, queue: str, messages: Sequence[ServiceBusReceivedMessage]
-    ) -> list[datetime]:
-        """Renew the locks of ``messages`` received from ``queue``; their new expiry times, in order."""
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receiver(queue)
-            return [
-                self._call(client, f"renew lock on {queue}", partial(receiver.renew_message_lock, message))
-                for message in messages
-            ]
 
     def close(self) -> None:
         """Close both roles' clients (on background threads) and stop the coupling timer."""
@@ -481,13 +376,6 @@ class NamespacePool:
                 client.closing = True
         if close_now:
             self._runner.discard(client.close, f"{client.role} client {client.generation}")
-
-    def _settle(
-        self, role: Role, queue: str, what: str, settle: Callable[[ServiceBusReceiver], object]
-    ) -> None:
-        with self._using(role, f"receive:{queue}") as client:
-            receiver = client.receiver(queue)
-            self._call(client, f"{what} on {queue}", lambda: settle(receiver))
 
     def _call(
         self, client: RoleClient, what: str, call: Callable[[], T], extra: float = 0.0, probe: bool = False

@@ -10,7 +10,7 @@ So a cached sender left unused for ``retry.link_refresh_after`` seconds (default
 idle timeout) is replaced by a freshly opened one on this module's thread: the new link is opened (its
 connection, CBS token and attach: about half a second) while sends keep using the old one, then swapped in
 under the sender's lock, and the old one is closed. The next send after an idle period then finds a live
-link. A refresh that fails only drops the cached sender (the next send opens one itself, as before) and
+link. A refresh that fails only drops the cached sender (the next send opens one itself) and
 is logged at DEBUG: the namespace's health is judged by real sends, not by this housekeeping.
 
 A sender no send wanted for ``workers.idle_sender_close`` seconds (default 900) is closed instead, on the

@@ -16,10 +16,10 @@ from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 
 from bridge.core.paired import PING_CONTENT_TYPE
 from bridge.embedded.stack import LocalStack, wait_until
-from bridge.observability.snapshot import BacklogProbe
 from bridge.servicebus.credentials import service_bus_client
 from bridge.servicebus.provisioning import provision
 from bridge.settings import NamespaceSettings, Settings
+from bridge.status.snapshot import BacklogProbe
 from tests.integration.entra_support import client_id
 from tests.integration.paired_support import PAIRED_SETTINGS, cost, paired_state
 from tests.integration.worker_support import entity_status, make_stack, producer

@@ -10,11 +10,11 @@ import redis
 
 from bridge.core.history import EntitySample, Sample, slot_of
 from bridge.embedded.stack import wait_until
-from bridge.observability.history import HistorySampler
-from bridge.observability.snapshot import StateReader
 from bridge.redis.clock import server_time
 from bridge.settings import load_settings
 from bridge.state.history import SAMPLES, HistoryStore, LatencyStore
+from bridge.status.history import HistorySampler
+from bridge.status.snapshot import StateReader
 from tests.integration.ingress_support import running_ingress
 
 

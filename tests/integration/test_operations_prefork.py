@@ -2,7 +2,7 @@
 
 Celery replaces a pool child after ``--max-tasks-per-child`` tasks. A per-child HTTP server would serve only
 the child that happens to answer, and a dead child's counts would vanish; in multiprocess mode the worker's
-main process serves the sum over every child's file (``bridge.observability.exposition``).
+main process serves the sum over every child's file (``bridge.status.exposition``).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from prometheus_client import generate_latest
 from bridge import Producer
 from bridge.core.paired import EngageFailover, MarkAvailable, RecordError
 from bridge.embedded.ports import free_port
-from bridge.observability.collector import StateCollector
-from bridge.observability.snapshot import StateReader, collect_snapshot
 from bridge.settings import Settings
 from bridge.state.paired import PairedStore
+from bridge.status.collector import StateCollector
+from bridge.status.snapshot import StateReader, collect_snapshot
 from tests.integration.operations_support import Scrape
 
 

@@ -21,12 +21,12 @@ from bridge.core.barriers import barrier_token
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.service import DrainService
 from bridge.embedded.stack import LocalStack, wait_until
-from bridge.observability.collector import families_from_snapshot
-from bridge.observability.snapshot import collect_snapshot
 from bridge.paired.syphon import BacklogSyphon
 from bridge.servicebus.messages import barrier_message
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
+from bridge.status.collector import families_from_snapshot
+from bridge.status.snapshot import collect_snapshot
 from tests.integration.operations_support import chromium, chromium_binary, start_serve
 from tests.integration.order_checker import check
 from tests.integration.paired_support import (

@@ -59,14 +59,14 @@ def ctx(stack: LocalStack) -> Iterator[DeliveryContext]:
 
 def slow_peeks(ctx: DeliveryContext, seconds: float) -> list[int]:
     """Every peek of ``ctx``'s pool takes ``seconds`` longer; returns the sequence numbers peeks start at."""
-    real_peek, starts = ctx.pool.peek, []
+    real_peek, starts = ctx.pool.queues.peek, []
 
     def peek(role: Any, queue: str, from_sequence_number: int, max_count: int) -> Any:
         starts.append(from_sequence_number)
         time.sleep(seconds)
         return real_peek(role, queue, from_sequence_number, max_count)
 
-    ctx.pool.peek = peek  # type: ignore[method-assign]
+    ctx.pool.queues.peek = peek  # type: ignore[method-assign]
     return starts
 
 
@@ -147,8 +147,8 @@ def test_the_scan_starts_at_the_first_message_whatever_the_receiver_received_bef
         fill_backlog(pool, queue, down[6:])
     ctx.paired.apply("down", [MarkAvailable(time.time(), "test: primary back")])
     # And the pool's receiver of the queue has received (and given back) the seventh message
-    (seventh,) = ctx.pool.receive_batch("secondary", queue, 1, 5)
-    ctx.pool.abandon("secondary", queue, seventh)
+    (seventh,) = ctx.pool.queues.receive_batch("secondary", queue, 1, 5)
+    ctx.pool.queues.abandon("secondary", queue, seventh)
     # When the syphon runs
     first = syphon(ctx, queue, 2)
     # Then its scan found the six from the first sequence number on, not only those after the seventh

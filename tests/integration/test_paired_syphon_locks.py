@@ -62,7 +62,7 @@ def ctx(redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace]) -
 
 def _link_open(context: DeliveryContext, queue: str) -> bool:
     try:
-        context.pool.peek("secondary", queue, 0, 1)
+        context.pool.queues.peek("secondary", queue, 0, 1)
     except NamespaceError:
         return False
     return True

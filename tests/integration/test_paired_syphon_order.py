@@ -100,7 +100,7 @@ def test_a_settlement_that_fails_for_one_message_does_not_let_the_next_overtake_
         fill_backlog(pool, queue, down)
     mark_failed_over(stack, "down")
     failed: list[str] = []
-    pool = ctx.pool
+    pool = ctx.pool.queues
     real_defer, real_abandon = pool.defer, pool.abandon
 
     def flaky(real: Any) -> Any:

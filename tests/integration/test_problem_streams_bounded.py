@@ -28,7 +28,7 @@ from bridge.outbox.store import SyncOutbox
 from bridge.producer import Producer
 from bridge.redis.connection import sync_client
 from bridge.settings import JournalSettings, Settings
-from bridge.status import entity_status
+from bridge.status.collect import entity_status
 from tests.integration.paired_support import namespace_settings
 from tests.integration.worker_support import receive_all
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from bridge.observability.collector import families_from_snapshot
 from bridge.redis.server_info import server_state
+from bridge.status.collector import families_from_snapshot
 
 
 def test_the_server_state_follows_the_servers_aof_setting(redis_client: redis.Redis) -> None:

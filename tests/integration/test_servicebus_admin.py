@@ -11,7 +11,8 @@ from pydantic import SecretStr
 from bridge.core.envelope import Envelope
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.errors import NamespaceConfigurationError, NamespaceError, NamespaceOutageError
-from bridge.servicebus.admin import NamespaceAdmin, management_connection_string
+from bridge.servicebus.admin import NamespaceAdmin
+from bridge.servicebus.credentials import management_connection_string
 from bridge.servicebus.messages import to_message
 from bridge.settings import NamespaceSettings
 from tests.integration.servicebus_support import pool_for, settings_for

@@ -89,7 +89,7 @@ def test_backlog_round_trip_restores_every_field(
         assert isinstance(aliased, BacklogMessage) and aliased.destination == "orders"
         assert pool.send("secondary", BACKLOG, [aliased.message]).accepted == [0]
         # Then the broker message carries no SessionId, TTL, schedule or partition key, only aliases
-        (in_backlog,) = pool.receive_batch("secondary", BACKLOG, max_count=10, max_wait=3)
+        (in_backlog,) = pool.queues.receive_batch("secondary", BACKLOG, max_count=10, max_wait=3)
         assert in_backlog.session_id is None and in_backlog.partition_key is None
         assert in_backlog.scheduled_enqueue_time_utc is None
         assert in_backlog.time_to_live is None or in_backlog.time_to_live > timedelta(days=365)
@@ -105,7 +105,7 @@ def test_backlog_round_trip_restores_every_field(
         assert restored.fields.application_properties == PROPERTIES  # exact Python types restored
         assert restored.fields.time_to_live is not None and 590 < restored.fields.time_to_live < 600
         assert pool.send("primary", restored.destination, [restored.message]).accepted == [0]
-        pool.complete("secondary", BACKLOG, in_backlog)
+        pool.queues.complete("secondary", BACKLOG, in_backlog)
     # Then the primary receives the original message with the remaining TTL, and the backlog is empty
     (got,) = drain(primary, "orders", 1, max_wait=6)
     assert (got.message_id, body_of(got), got.session_id, got.partition_key) == (
@@ -141,7 +141,7 @@ def test_expired_and_foreign_backlog_messages_are_decisions(
     foreign = to_message(Envelope(entity=BACKLOG, message_id="foreign", body=b"y", accepted_at=time.time()))
     with pool_for(primary, secondary) as pool:
         assert pool.send("secondary", BACKLOG, [aliased.message, foreign]).accepted == [0, 1]
-        got = pool.receive_batch("secondary", BACKLOG, max_count=10, max_wait=3)
+        got = pool.queues.receive_batch("secondary", BACKLOG, max_count=10, max_wait=3)
         assert [m.message_id for m in got] == ["short", "foreign"]
         # Given the short TTL ran out while it waited in the backlog
         expired = from_backlog_message(got[0], time.time() + 2)
@@ -150,7 +150,7 @@ def test_expired_and_foreign_backlog_messages_are_decisions(
         not_aliased = from_backlog_message(got[1], time.time())
         assert isinstance(not_aliased, NotAliased) and "x-ms-path" in not_aliased.reason
         # The syphon dead-letters both with the decision's reason
-        pool.dead_letter("secondary", BACKLOG, got[0], expired.reason)
-        pool.dead_letter("secondary", BACKLOG, got[1], not_aliased.reason)
+        pool.queues.dead_letter("secondary", BACKLOG, got[0], expired.reason)
+        pool.queues.dead_letter("secondary", BACKLOG, got[1], not_aliased.reason)
     dead = drain(secondary, f"{BACKLOG}/$deadletterqueue", 2)
     assert [m.dead_letter_reason for m in dead] == [expired.reason, not_aliased.reason]

@@ -153,23 +153,23 @@ def test_receive_settle_and_renew(shared_namespace: LocalNamespace, unique_name:
         messages = [to_message(envelope(unique_name, i)) for i in range(3)]
         assert pool.send("primary", unique_name, messages).accepted == [0, 1, 2]
         # When the pool peek-locks them
-        got = pool.receive_batch("primary", unique_name, max_count=10, max_wait=2)
+        got = pool.queues.receive_batch("primary", unique_name, max_count=10, max_wait=2)
         while len(got) < 3:
-            more = pool.receive_batch("primary", unique_name, max_count=10, max_wait=2)
+            more = pool.queues.receive_batch("primary", unique_name, max_count=10, max_wait=2)
             assert more
             got.extend(more)
         assert [m.message_id for m in got] == ["m-0", "m-1", "m-2"]
         # Then their locks renew, and each settles one way
         before = [m.locked_until_utc for m in got]
-        renewed = pool.renew_locks("primary", unique_name, got)
+        renewed = pool.queues.renew_locks("primary", unique_name, got)
         assert len(renewed) == 3 and all(r >= b for r, b in zip(renewed, before, strict=True) if b)
-        pool.complete("primary", unique_name, got[0])
-        pool.dead_letter("primary", unique_name, got[1], "expired_in_backlog", "TTL ended")
-        pool.abandon("primary", unique_name, got[2])
+        pool.queues.complete("primary", unique_name, got[0])
+        pool.queues.dead_letter("primary", unique_name, got[1], "expired_in_backlog", "TTL ended")
+        pool.queues.abandon("primary", unique_name, got[2])
         # The abandoned one comes back; the dead-lettered one is in the dead-letter queue with its reason
-        again = pool.receive_batch("primary", unique_name, max_count=10, max_wait=2)
+        again = pool.queues.receive_batch("primary", unique_name, max_count=10, max_wait=2)
         assert [m.message_id for m in again] == ["m-2"]
-        pool.complete("primary", unique_name, again[0])
+        pool.queues.complete("primary", unique_name, again[0])
     (dead,) = drain(shared_namespace, f"{unique_name}/$deadletterqueue", 1)
     assert dead.message_id == "m-1" and dead.dead_letter_reason == "expired_in_backlog"
     assert dead.dead_letter_error_description == "TTL ended"

@@ -31,7 +31,7 @@ from bridge.state.paired import PairedStore
 from bridge.state.resume import KEEP, ResumeSignals
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
-from bridge.status import collect_status
+from bridge.status.collect import collect_status
 
 pytestmark = pytest.mark.cluster
 

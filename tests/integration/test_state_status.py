@@ -26,7 +26,7 @@ from bridge.state.cost import CostStore
 from bridge.state.paired import PairedStore
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
-from bridge.status import collect_status
+from bridge.status.collect import collect_status
 from tests.integration.outbox_support import shard_lease
 
 SECRET = "TOPSECRETkey0123456789abcdef+/="

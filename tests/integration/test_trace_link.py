@@ -22,11 +22,11 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.service import DrainService
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
-from bridge.observability.snapshot import collect_snapshot
 from bridge.producer import Producer
 from bridge.receiving.receiver import Receiver
 from bridge.settings import Settings
 from bridge.state.roles import RoleStore
+from bridge.status.snapshot import collect_snapshot
 from tests.integration.ingress_support import running_ingress
 from tests.integration.operations_support import chromium, chromium_binary
 from tests.integration.paired_support import namespace_settings

@@ -2,8 +2,9 @@
 
 Every ``def`` (module functions, methods, nested functions) under bridge/, workers/ and tasks/ is measured
 from its ``def`` line to its last line, docstring and comments included. A long function is split into
-well-named steps; an exception is listed in ``ALLOWED`` with why, and a declarative one must stay a literal
-(its body is one ``return`` of a dict, list or tuple display, after an optional docstring).
+well-named steps (decide in the core, do in the adapter); an exception is listed in ``ALLOWED`` with why,
+and a declarative one must stay a literal (its body is one ``return`` of a dict, list or tuple display,
+after an optional docstring). The rule is stated once, in docs/architecture.md ("Size limits").
 """
 
 from __future__ import annotations
@@ -14,12 +15,35 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("bridge", "workers", "tasks")
-MAX_LINES = 80
+MAX_LINES = 60
 
 ALLOWED: dict[tuple[str, str], str] = {
+    ("bridge/cli/emulator.py", "emulator"): (
+        "a typer command: 54 of its lines are the declared options, each with its help text"
+    ),
+    ("bridge/cli/report.py", "report"): "a typer command: half of it is the declared options with their help",
+    ("bridge/core/validation.py", "build_envelope"): (
+        "one check per envelope field in the order the door documents them; split, the order would scatter"
+    ),
+    ("bridge/delivery/shard_state.py", "ShardState.__init__"): (
+        "the drainer's tenure state, one attribute per line; it becomes a dataclass"
+    ),
+    (
+        "bridge/embedded/up.py",
+        "start",
+    ): "starts the stack's processes in their dependency order, one per step",
     ("bridge/http/openapi.py", "document"): (
         "declarative: the OpenAPI document as one literal; splitting it would scatter the schema"
     ),
+    ("bridge/ledger/html.py", "render"): "the report page as one template: sections in page order",
+    ("bridge/ledger/tables.py", "classify"): "one Spark column expression, a table of when/otherwise cases",
+    ("bridge/outbox/writer.py", "OutboxWriter.group"): (
+        "one pipeline round trip: the writes and the reading of their replies must stay side by side"
+    ),
+    ("bridge/receiving/engine.py", "ReceiveEngine.__init__"): (
+        "wiring of the receive threads' collaborators, one per line"
+    ),
+    ("bridge/servicebus/messages.py", "_build"): "one assignment per SDK message field, in the wire's order",
 }
 DECLARATIVE = {("bridge/http/openapi.py", "document")}
 

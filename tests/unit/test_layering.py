@@ -176,6 +176,9 @@ def test_no_import_cycles() -> None:
         ("bridge.journal", "bridge.outbox"),
         ("bridge.journal", "bridge.state"),
         ("bridge.http", "redis"),  # HTTP reaches Redis only through the outbox
+        ("bridge.http", "bridge.redis"),  # ... its opener included (``bridge.outbox.opener``)
+        ("bridge.http", "bridge.state"),
+        ("bridge.http", "bridge.journal"),
         ("bridge.redis", "bridge.outbox"),
         ("bridge.redis", "bridge.state"),
         ("bridge.core", "bridge.redis"),
@@ -257,3 +260,82 @@ def test_delivery_and_paired_do_not_import_each_other_at_load_time() -> None:
         "bridge.paired -> bridge.delivery": _load_time_edges("bridge.paired", "bridge.delivery"),
     }
     assert not all(both_ways.values()), both_ways
+
+
+# ---- packages: no cycle between them, and each imports only packages of its own layer or below -----------
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to: ``bridge.<sub>`` for a subpackage, the module itself for a module
+    directly under ``bridge/`` (``bridge.settings``), ``workers`` and ``tasks`` as wholes."""
+    parts = module.split(".")
+    if parts[0] != "bridge" or len(parts) == 1:
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Every import between packages, deferred ones inside functions included."""
+    graph: dict[str, set[str]] = {}
+    for root in PACKAGES:
+        for module, targets in _imports_of(root).items():
+            source = _package(module)
+            edges = graph.setdefault(source, set())
+            edges.update(_package(t) for t in targets if t in MODULES and _package(t) != source)
+    return graph
+
+
+PACKAGE_GRAPH = _package_graph()
+
+LAYERS: dict[str, int] = {
+    # 0: the pure core and the one exception tree.
+    "bridge.core": 0, "bridge.errors": 0,
+    # 1: settings, the per-process thread pools, the local Service Bus (imports only the exception tree).
+    "bridge.settings": 1, "bridge.namespace_settings": 1, "bridge.receiver_settings": 1,
+    "bridge.journal_settings": 1, "bridge.history_settings": 1, "bridge.stray_variables": 1,
+    "bridge.process_threads": 1,
+    "bridge.emulator": 1,
+    # 2: the adapters of outside systems that build on nothing of ours but the core, and the instruments
+    # (metrics, spans, transitions, Sentry, logs) that every layer above records into.
+    "bridge.redis": 2, "bridge.servicebus": 2, "bridge.observability": 2, "bridge.embedded": 2,
+    # 3: the journal on Redis; 4: the outbox (which journals) and the replication state, siblings.
+    "bridge.journal": 3,
+    "bridge.outbox": 4, "bridge.state": 4,
+    # 5: what reads and writes the stores: the doors, the send side, the receiving end, reports, and the
+    # status read model (bridge status, the status page, the scrape).
+    "bridge.producer": 5, "bridge.http": 5, "bridge.delivery": 5, "bridge.receiving": 5,
+    "bridge.ledger": 5, "bridge.status": 5,
+    # 6: paired mode's beat work builds on the send side.
+    "bridge.paired": 6,
+    # 7: wiring: the package's front door, the Celery app and its tasks, the command line.
+    "bridge": 7, "workers": 7, "tasks": 8, "bridge.cli": 9,
+}  # fmt: skip
+"""Each package's layer, as docs/architecture.md draws them: a package imports only its own layer or lower."""
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {_package(m) for m in MODULES}
+    assert sorted(packages - set(LAYERS)) == []
+    assert sorted(set(LAYERS) - packages) == []
+
+
+def test_packages_import_their_own_layer_or_below() -> None:
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, targets in PACKAGE_GRAPH.items()
+        for target in targets
+        if LAYERS[target] > LAYERS[source]
+    )
+    assert upward == []
+
+
+def test_the_package_graph_sees_the_layers() -> None:
+    # A parser that missed the imports would pass the two rules; make sure it sees known edges.
+    assert {"bridge.redis", "bridge.journal"} <= PACKAGE_GRAPH["bridge.outbox"]
+    assert "bridge.outbox" in PACKAGE_GRAPH["bridge.status"]
+    assert "bridge.cli" in PACKAGE_GRAPH and "bridge.embedded" in PACKAGE_GRAPH["bridge.cli"]
+
+
+def test_no_import_cycles_between_packages() -> None:
+    graph = {p: PACKAGE_GRAPH.get(p, set()) for p in LAYERS}
+    assert _cycles(graph) == []

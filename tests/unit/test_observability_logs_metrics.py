@@ -17,9 +17,9 @@ import pytest
 from prometheus_client import Counter, Histogram
 
 from bridge.observability import metrics
-from bridge.observability.exposition import remove_orphaned_dirs
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings
+from bridge.status.exposition import remove_orphaned_dirs
 
 NAMESPACE_KEY = "bmFtZXNwYWNlLWtleS1mb3ItbG9ncw=="
 API_KEY = "an-api-key-that-clients-send-123"

@@ -32,8 +32,8 @@ from bridge.core.history import (
 from bridge.core.history_series import build_series
 from bridge.core.series import Band
 from bridge.errors import ConfigurationError
-from bridge.observability.health_view import health_view, redis_problem
 from bridge.settings import load_settings
+from bridge.status.health_view import health_view, redis_problem
 
 BUCKETS = len(LATENCY_BOUNDS) + 1
 

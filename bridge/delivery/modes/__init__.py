@@ -12,7 +12,7 @@ mode        module
 ==========  =====================================================================================
 passive     ``passive.PassiveSender``: the active namespace, the backup on an outage, roles swap
 active      ``active.ActiveSender``: both namespaces, ``success_policy`` "any" or "all"
-none        ``single.SingleSender``: the primary only
+none        ``none.NoneSender``: the primary only
 paired      ``paired.PairedSender``: the primary, or aliased to a backlog queue while failed over
 ==========  =====================================================================================
 """
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from bridge.delivery.modes.active import ActiveSender
 from bridge.delivery.modes.base import Sender, SendPort
+from bridge.delivery.modes.none import NoneSender
 from bridge.delivery.modes.paired import PairedSender
 from bridge.delivery.modes.passive import PassiveSender
-from bridge.delivery.modes.single import SingleSender
 
 _SENDERS: dict[str, Sender] = {
     "passive": PassiveSender(),
     "active": ActiveSender(),
-    "none": SingleSender(),
+    "none": NoneSender(),
     "paired": PairedSender(),
 }
 

@@ -56,7 +56,7 @@ class ActiveSender:
                 send = BatchSend(target.namespace, port.entity, messages, op, shared=shared)
                 sends.append((target, todo, send))
         # Both copies at once: each namespace gets the shard's batches in order, the next batch goes
-        # after both answered, as before; only the two namespaces' work overlaps.
+        # after both answered; only the two namespaces' work overlaps.
         results = port.send_each([send for _, _, send in sends])
         for (target, todo, _), result in zip(sends, results, strict=True):
             for j, i in enumerate(todo):

@@ -19,21 +19,21 @@ encoded message is the codec's job (``Namespace`` is given it), so this module s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.emulator.errors import ArgumentError
 from bridge.emulator.model.descriptions import SqlRuleAction
+from bridge.emulator.model.sql_tokens import Lexicon, Tokens
 
 Expression = Callable[[Mapping[str, Any]], Any]
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>\d+(?:\.\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op>[-+*/%=();])"
-    r"|(?P<param>@[A-Za-z_][A-Za-z0-9_]*)|(?P<ident>\[[^\]]+\]|[A-Za-z_][A-Za-z0-9_.$-]*))"
+_LEXICON = Lexicon(
+    "SqlRuleAction",
+    operators=r"[-+*/%=();]",
+    keywords=frozenset({"SET", "REMOVE", "TRUE", "FALSE", "NULL"}),
+    shown=100,
 )
-_KEYWORDS = {"SET", "REMOVE", "TRUE", "FALSE", "NULL"}
 _MISSING = object()
 
 
@@ -86,80 +86,61 @@ def evaluate(actions: Sequence[Action], properties: Mapping[str, Any]) -> Change
 
 class _Parser:
     def __init__(self, text: str, parameters: Mapping[str, Any]) -> None:
-        self.text = text
         self.parameters = {k.lstrip("@").lower(): v for k, v in parameters.items()}
-        self.tokens = _tokenize(text)
-        self.pos = 0
-
-    def _fail(self, reason: str) -> ArgumentError:
-        return ArgumentError(f"SqlRuleAction {self.text[:100]!r}: {reason}")
-
-    def _peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _take(self) -> tuple[str, str]:
-        token = self._peek()
-        if token is None:
-            raise self._fail("unexpected end")
-        self.pos += 1
-        return token
-
-    def _accept(self, kind: str, value: str) -> bool:
-        if self._peek() == (kind, value):
-            self.pos += 1
-            return True
-        return False
+        self.tokens = Tokens(text, _LEXICON)
 
     def statements(self) -> tuple[Statement, ...]:
         out: list[Statement] = []
-        while self._peek() is not None:
-            if self._accept("op", ";"):
+        while self.tokens.peek() is not None:
+            if self.tokens.accept("op", ";"):
                 continue
-            kind, word = self._take()
+            kind, word = self.tokens.take()
             if (kind, word) == ("kw", "SET"):
                 name = self._target()
-                if not self._accept("op", "="):
-                    raise self._fail(f"SET {name} needs '='")
+                if not self.tokens.accept("op", "="):
+                    raise self.tokens.fail(f"SET {name} needs '='")
                 out.append(Statement(name, self._sum()))
             elif (kind, word) == ("kw", "REMOVE"):
                 out.append(Statement(self._target(), None))
             else:
-                raise self._fail(f"expected SET or REMOVE, got {word!r}")
-            if self._peek() is not None and not self._accept("op", ";"):
-                raise self._fail(f"unexpected {self._peek()[1]!r}")  # type: ignore[index]
+                raise self.tokens.fail(f"expected SET or REMOVE, got {word!r}")
+            if self.tokens.peek() is not None and not self.tokens.accept("op", ";"):
+                raise self.tokens.fail(f"unexpected {self.tokens.peek()[1]!r}")  # type: ignore[index]
         if not out:
-            raise self._fail("no statement")
+            raise self.tokens.fail("no statement")
         return tuple(out)
 
     def _target(self) -> str:
-        kind, ident = self._take()
+        kind, ident = self.tokens.take()
         if kind != "ident":
-            raise self._fail(f"expected a property name, got {ident!r}")
+            raise self.tokens.fail(f"expected a property name, got {ident!r}")
         name = _name(ident)
         if name.lower().startswith("sys."):
-            raise self._fail(f"{ident} is a system property; the local Service Bus sets user properties only")
+            raise self.tokens.fail(
+                f"{ident} is a system property; the local Service Bus sets user properties only"
+            )
         return name
 
     def _sum(self) -> Expression:
         left = self._product()
-        while (token := self._peek()) is not None and token[0] == "op" and token[1] in "+-":
-            self.pos += 1
+        while (token := self.tokens.peek()) is not None and token[0] == "op" and token[1] in "+-":
+            self.tokens.take()
             left = _binary(left, token[1], self._product())
         return left
 
     def _product(self) -> Expression:
         left = self._factor()
-        while (token := self._peek()) is not None and token[0] == "op" and token[1] in "*/%":
-            self.pos += 1
+        while (token := self.tokens.peek()) is not None and token[0] == "op" and token[1] in "*/%":
+            self.tokens.take()
             left = _binary(left, token[1], self._factor())
         return left
 
     def _factor(self) -> Expression:
-        kind, value = self._take()
+        kind, value = self.tokens.take()
         if (kind, value) == ("op", "("):
             inner = self._sum()
-            if not self._accept("op", ")"):
-                raise self._fail("missing ')'")
+            if not self.tokens.accept("op", ")"):
+                raise self.tokens.fail("missing ')'")
             return inner
         if (kind, value) == ("op", "-"):
             operand = self._factor()
@@ -176,7 +157,7 @@ class _Parser:
         if kind == "param":
             key = value[1:].lower()
             if key not in self.parameters:
-                raise self._fail(f"parameter {value} is not among the action's parameters")
+                raise self.tokens.fail(f"parameter {value} is not among the action's parameters")
             bound = self.parameters[key]
             return lambda _props: bound
         if kind == "ident":
@@ -184,23 +165,7 @@ class _Parser:
             if name.lower().startswith("sys."):
                 name = "sys." + name[4:]
             return lambda props: props.get(name, _MISSING)
-        raise self._fail(f"unexpected {value!r}")
-
-
-def _tokenize(text: str) -> list[tuple[str, str]]:
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text) and text[pos:].strip():
-        match = _TOKEN.match(text, pos)
-        if not match:
-            raise ArgumentError(f"SqlRuleAction {text[:100]!r}: cannot parse near {text[pos : pos + 20]!r}")
-        kind = match.lastgroup or ""
-        value = match.group(kind)
-        if kind == "ident" and value.upper() in _KEYWORDS:
-            kind, value = "kw", value.upper()
-        tokens.append((kind, value))
-        pos = match.end()
-    return tokens
+        raise self.tokens.fail(f"unexpected {value!r}")
 
 
 def _name(ident: str) -> str:

@@ -11,20 +11,21 @@ is created, with the reason, rather than silently matching everything.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from bridge.emulator.errors import ArgumentError
 from bridge.emulator.model.descriptions import CorrelationRuleFilter, RuleFilter, SqlRuleFilter
+from bridge.emulator.model.sql_tokens import Lexicon, Tokens
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><>|!=|<=|>=|=|<|>|\(|\))"
-    r"|(?P<param>@[A-Za-z_][A-Za-z0-9_]*)|(?P<ident>\[[^\]]+\]|[A-Za-z_][A-Za-z0-9_.$-]*))"
+_LEXICON = Lexicon(
+    "SQL filter",
+    operators=r"<>|!=|<=|>=|=|<|>|\(|\)",
+    keywords=frozenset({"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}),
+    signed_numbers=True,
 )
-_KEYWORDS = {"AND", "OR", "NOT", "IS", "NULL", "TRUE", "FALSE"}
 _MISSING = object()
 
 # Correlation filter fields → the system property they compare.
@@ -67,58 +68,22 @@ class _SqlParser:
     """Recursive descent: or_expr := and_expr (OR and_expr)*; and_expr := not_expr (AND not_expr)*."""
 
     def __init__(self, text: str, parameters: Mapping[str, Any] | None = None) -> None:
-        self.text = text
         self.parameters = {k.lstrip("@").lower(): v for k, v in (parameters or {}).items()}
-        self.tokens = self._tokenize(text)
-        self.pos = 0
-
-    def _tokenize(self, text: str) -> list[tuple[str, str]]:
-        tokens: list[tuple[str, str]] = []
-        pos = 0
-        while pos < len(text):
-            if text[pos:].strip() == "":
-                break
-            match = _TOKEN.match(text, pos)
-            if not match:
-                raise ArgumentError(f"SQL filter {text!r}: cannot parse near {text[pos : pos + 20]!r}")
-            kind = match.lastgroup or ""
-            value = match.group(kind)
-            if kind == "ident" and value.upper() in _KEYWORDS:
-                kind, value = "kw", value.upper()
-            tokens.append((kind, value))
-            pos = match.end()
-        return tokens
-
-    def _peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _take(self) -> tuple[str, str]:
-        tok = self._peek()
-        if tok is None:
-            raise ArgumentError(f"SQL filter {self.text!r}: unexpected end")
-        self.pos += 1
-        return tok
-
-    def _accept(self, kind: str, value: str) -> bool:
-        tok = self._peek()
-        if tok == (kind, value):
-            self.pos += 1
-            return True
-        return False
+        self.tokens = Tokens(text, _LEXICON)
 
     def parse(self) -> Predicate:
         """The whole expression as one predicate; trailing tokens are an error, not ignored."""
-        if not self.tokens:
+        if not self.tokens.items:
             raise ArgumentError("SQL filter is empty")
         pred = self._or()
-        rest = self._peek()
+        rest = self.tokens.peek()
         if rest is not None:
-            raise ArgumentError(f"SQL filter {self.text!r}: unexpected {rest[1]!r}")
+            raise self.tokens.fail(f"unexpected {rest[1]!r}")
         return pred
 
     def _or(self) -> Predicate:
         parts = [self._and()]
-        while self._accept("kw", "OR"):
+        while self.tokens.accept("kw", "OR"):
             parts.append(self._and())
         if len(parts) == 1:
             return parts[0]
@@ -126,38 +91,38 @@ class _SqlParser:
 
     def _and(self) -> Predicate:
         parts = [self._not()]
-        while self._accept("kw", "AND"):
+        while self.tokens.accept("kw", "AND"):
             parts.append(self._not())
         if len(parts) == 1:
             return parts[0]
         return lambda props: all(p(props) for p in parts)
 
     def _not(self) -> Predicate:
-        if self._accept("kw", "NOT"):
+        if self.tokens.accept("kw", "NOT"):
             inner = self._not()
             return lambda props: not inner(props)
         return self._atom()
 
     def _atom(self) -> Predicate:
-        if self._accept("op", "("):
+        if self.tokens.accept("op", "("):
             inner = self._or()
-            if not self._accept("op", ")"):
-                raise ArgumentError(f"SQL filter {self.text!r}: missing ')'")
+            if not self.tokens.accept("op", ")"):
+                raise self.tokens.fail("missing ')'")
             return inner
         left = self._operand()
-        if self._accept("kw", "IS"):
-            negate = self._accept("kw", "NOT")
-            if not self._accept("kw", "NULL"):
-                raise ArgumentError(f"SQL filter {self.text!r}: IS must be followed by [NOT] NULL")
+        if self.tokens.accept("kw", "IS"):
+            negate = self.tokens.accept("kw", "NOT")
+            if not self.tokens.accept("kw", "NULL"):
+                raise self.tokens.fail("IS must be followed by [NOT] NULL")
             return lambda props: (left(props) is _MISSING or left(props) is None) != negate
-        kind, op = self._take()
+        kind, op = self.tokens.take()
         if kind != "op" or op in "()":
-            raise ArgumentError(f"SQL filter {self.text!r}: expected a comparison, got {op!r}")
+            raise self.tokens.fail(f"expected a comparison, got {op!r}")
         right = self._operand()
         return _comparison(left, op, right)
 
     def _operand(self) -> Callable[[Mapping[str, Any]], Any]:
-        kind, value = self._take()
+        kind, value = self.tokens.take()
         if kind == "num":
             number: Any = float(value) if "." in value else int(value)
             return lambda _props: number
@@ -172,15 +137,13 @@ class _SqlParser:
         if kind == "param":
             key = value[1:].lower()
             if key not in self.parameters:
-                raise ArgumentError(
-                    f"SQL filter {self.text!r}: parameter {value} is not among its parameters"
-                )
+                raise self.tokens.fail(f"parameter {value} is not among its parameters")
             bound = self.parameters[key]
             return lambda _props: bound
         if kind == "ident":
             name = _property_name(value)
             return lambda props: props.get(name, _MISSING)
-        raise ArgumentError(f"SQL filter {self.text!r}: unexpected {value!r}")
+        raise self.tokens.fail(f"unexpected {value!r}")
 
 
 def _property_name(ident: str) -> str:

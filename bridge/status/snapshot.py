@@ -43,7 +43,7 @@ from bridge.redis.errors import driver_errors
 from bridge.redis.server_info import server_state
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
-from bridge.status import collect_status
+from bridge.status.collect import collect_status
 
 BACKLOG_TIMEOUT = 3.0
 

@@ -45,10 +45,10 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import REGISTRY, Collector
 
 from bridge.errors import BridgeError
-from bridge.observability.collector import StateCollector
-from bridge.observability.snapshot import StateReader
 from bridge.outbox.reader import OutboxReader
 from bridge.settings import Settings
+from bridge.status.collector import StateCollector
+from bridge.status.snapshot import StateReader
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``HistorySampler`` wakes at each slot boundary (``status_history.interval`` seconds on Redis's clock),
 claims the slot (``bridge.state.history.HistoryStore.claim``: one process per slot, however many serve
 processes run) and, when it won, stores one ``bridge.core.history.Sample`` read from the same snapshot
-the page shows (``bridge.observability.snapshot``), plus the outbox's accepted counter and the workers'
+the page shows (``bridge.status.snapshot``), plus the outbox's accepted counter and the workers'
 latency histograms. A failed read skips the slot: the chart shows a gap, the next slot is tried as usual.
 
 Connection: the ``StateReader``'s blocking client (``redis_url``); nothing here reads a secret.

@@ -2,7 +2,7 @@
 
 Outbox depth and oldest age, roles, availability, backlog depth and rotation, billable operations and the
 receiver's counters live in Redis, written by whichever process acted; a per-process gauge would only
-know what its own process saw. Reading them when scraped (``bridge.observability.snapshot``) gives every
+know what its own process saw. Reading them when scraped (``bridge.status.snapshot``) gives every
 endpoint the same numbers. Series names and help are defined in ``bridge.observability.metrics``.
 
 A scrape during a Redis outage yields ``bridge_state_up 0`` and nothing else from this collector, so the
@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from bridge.errors import BridgeError
 from bridge.observability import metrics as m
-from bridge.observability.snapshot import StateReader
+from bridge.status.snapshot import StateReader
 
 log = logging.getLogger(__name__)
 

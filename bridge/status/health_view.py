@@ -1,4 +1,4 @@
-"""The status page's summary line and error list, read from a snapshot (``bridge.observability.snapshot``)
+"""The status page's summary line and error list, read from a snapshot (``bridge.status.snapshot``)
 and the last samples of the history; the decisions are ``bridge.core.health``'s."""
 
 from __future__ import annotations

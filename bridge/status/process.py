@@ -2,17 +2,17 @@
 
 ``bridge serve`` serves ``/metrics`` on its own port; ``bridge worker``, ``bridge beat`` (and the receiver)
 call ``start_process`` before their real work, which serves this process's series and the shared state on
-``metrics_host:metrics_port`` when ``metrics_port`` is set (see ``bridge.observability.exposition``).
+``metrics_host:metrics_port`` when ``metrics_port`` is set (see ``bridge.status.exposition``).
 """
 
 from __future__ import annotations
 
 from bridge.observability import messaging_metrics, tracing
-from bridge.observability.exposition import prepare_multiprocess, process_registry, serve_process_metrics
 from bridge.observability.logs import configure_logging
 from bridge.observability.sentry import init_sentry
-from bridge.observability.snapshot import StateReader
 from bridge.settings import Settings
+from bridge.status.exposition import prepare_multiprocess, process_registry, serve_process_metrics
+from bridge.status.snapshot import StateReader
 
 
 def start_process(settings: Settings, component: str, *, prefork: bool = False) -> int | None:

@@ -11,7 +11,7 @@ from bridge.delivery.modes.base import SendPort, final, send_entries
 from bridge.outbox.reader import OutboxEntry
 
 
-class SingleSender:
+class NoneSender:
     """Mode ``none``."""
 
     def settle(self, port: SendPort, entries: Sequence[OutboxEntry]) -> list[Settlement]:
