@@ -151,15 +151,17 @@ import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
 # Rough seconds on two busy cores (from ``--durations``); only the order of the work depends on them.
-# Tests that run minutes of real processes on their own, by node id prefix:
+# Tests that run minutes of real processes on their own, by node id prefix (each test of a file named
+# here costs the figure, so a file of many short tests carries a small one):
 KNOWN_COST = {
     "tests/integration/test_chaos.py": 200.0,
     "tests/integration/test_demo.py": 200.0,
     "tests/integration/test_up.py": 40.0,
     "tests/integration/test_sdk_samples.py": 60.0,
     "tests/integration/test_up_sas.py": 35.0,
-    "tests/integration/test_js_admin.py": 30.0,
-    "tests/integration/test_ingress_fuzz.py": 30.0,
+    # 14 tests, about 40 s together; 49 tests, about 150 s together.
+    "tests/integration/test_js_admin.py": 3.0,
+    "tests/integration/test_ingress_fuzz.py": 3.0,
     "tests/integration/test_workers_entities.py::test_one_message_to_each_of_300": 35.0,
     # The whole stack through a compressed outage (and a disaster) of the primary: bench/outage.py.
     "tests/integration/test_outage_bench.py::test_a_compressed_outage": 150.0,
@@ -167,8 +169,10 @@ KNOWN_COST = {
     "tests/integration/test_tracing_processes.py": 40.0,
     # A scripted outage with two serve processes sampling and two Chromium page loads.
     "tests/integration/test_status_history.py": 70.0,
-    # Builds an image (and, on a machine's first run, its debootstrap base): docs/containers.md.
-    "tests/integration/test_container_images.py": 150.0,
+    # Two tests sharing an image build: under a minute warm, 8 to 9 minutes on a machine's first run (its
+    # debootstrap base, the dependencies' wheels and layer: docs/containers.md). The longest unit of a
+    # first run, so it starts first.
+    "tests/integration/test_container_images.py": 250.0,
     "tests/integration/test_container_compose.py": 400.0,
 }
 # The rest by the fixtures they take, plus a base cost for an integration or a unit test:

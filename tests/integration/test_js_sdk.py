@@ -137,8 +137,8 @@ def test_scheduling_deferral_dead_lettering_max_delivery_and_modified_properties
 ) -> None:
     env = {**sas_env(ns), "QUEUE": "js-settle", "MAX_DELIVERY_QUEUE": "js-max-delivery"}
     got = run(js, "settlement.js", env)
-    # A scheduled message peeks as scheduled and arrives when due; the cancelled one never shows
-    assert got["scheduled"] == {"peeked": [["scheduled", "scheduled"]], "received": "scheduled"}
+    # A scheduled message peeks as scheduled, the cancelled one never shows; one due soon arrives, not early
+    assert got["scheduled"] == {"peeked": [["later", "scheduled"]], "received": "scheduled", "early": False}
     assert got["scheduledSequence"] is True
     # A deferred message comes back by its sequence number, its lock renewable before
     assert got["deferred"] == {"body": "deferred", "state": "deferred"}

@@ -4,7 +4,13 @@ A lock's expiry (``locked_until_utc``) is Service Bus's time. The syphon renews 
 run out and leaves a marker in Redis that outlives them (a later run after a crash waits for it); both must
 hold whatever this host's clock says. The skew is injected as the delivery context's clock
 (``DeliveryContext.clock``, what the syphon reads as "now"), 30 s off; nothing sleeps to make clocks differ.
-Real Redis and two local namespaces, the backlog queue with a 4 s lock, through the SDK.
+Real Redis and two local namespaces, the backlog queue with a 6 s lock, through the SDK.
+
+Timing under load: the primary's stall delays its CBS replies as well as its transfers, so a send that has
+to open its link first (the pool reopens a role's client after a fault, e.g. a backlog link that did not open
+in time on a busy machine) takes two stalls. The attempt deadline (10 s, the default: the SDK's own timeout
+is half of it) leaves room for that and for a starved CPU, so a send is never cut short by the test's own
+fault; the batch still outlasts its lock by the stalls alone.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from tests.integration.worker_support import count_in
 pytestmark = pytest.mark.timeout(120)
 ENTITIES = ("a", "b", "c", "d")
 SKEW = 30.0
-LOCK = 4.0
+LOCK = 6.0
+STALL = 1.6
+"""Seconds the primary takes per send: four sends (6.4 s) outlast one lock."""
 
 
 @pytest.fixture
 def ctx(redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace]) -> Iterator[DeliveryContext]:
-    """A delivery context on the pair, one backlog queue with a 4 s lock, four paired entities."""
+    """A delivery context on the pair, one backlog queue with a 6 s lock, four paired entities."""
     primary, secondary = namespace_pair
     settings = Settings.model_validate(
         {
@@ -43,7 +51,7 @@ def ctx(redis_url: str, namespace_pair: tuple[LocalNamespace, LocalNamespace]) -
             "primary": namespace_settings(primary),
             "secondary": namespace_settings(secondary),
             "entities": {name: {"replication": "paired"} for name in ENTITIES},
-            "retry": {"attempt_deadline": 3, "retry_total": 0},
+            "retry": {"attempt_deadline": 10, "retry_total": 0},
             "paired": {
                 "backlog_queue_count": 1,
                 "syphon_batch_size": 40,
@@ -73,13 +81,13 @@ def _skewed(ctx: DeliveryContext, skew: float) -> None:
 
 
 def _slow_batch(ctx: DeliveryContext, primary: LocalNamespace) -> list[str]:
-    """40 backlog messages for four destinations on a primary that takes 1.2 s per send: the batch outlasts
-    its 4 s lock unless the locks are renewed."""
+    """40 backlog messages for four destinations on a primary that takes 1.6 s per send: the batch outlasts
+    its 6 s lock unless the locks are renewed."""
     ids = fill_backlog(ctx.pool, backlog(ctx.settings), [envelope(n, i) for n in ENTITIES for i in range(10)])
     warm = [envelope(name, -1) for name in ENTITIES]  # senders attached and authorized before the stall
     for message in warm:
         assert ctx.pool.send("primary", message.entity, [to_message(message)]).ok
-    primary.control.stall(delay=1.2)
+    primary.control.stall(delay=STALL)
     return ids + [m.message_id for m in warm]
 
 
@@ -99,7 +107,7 @@ def test_a_syphon_whose_clock_runs_behind_service_bus_still_renews_its_locks_in_
     ctx: DeliveryContext, namespace_pair: tuple[LocalNamespace, LocalNamespace]
 ) -> None:
     primary, secondary = namespace_pair
-    # Given this host's clock 30 s behind Service Bus's: a 4 s lock looks 34 s long against it
+    # Given this host's clock 30 s behind Service Bus's: a 6 s lock looks 36 s long against it
     _skewed(ctx, -SKEW)
     expected = _slow_batch(ctx, primary)
     # When one run moves the batch of 40 through four slow sends
@@ -117,7 +125,7 @@ def test_a_syphon_whose_clock_runs_ahead_of_service_bus_leaves_a_lock_marker_tha
     ctx: DeliveryContext, namespace_pair: tuple[LocalNamespace, LocalNamespace]
 ) -> None:
     primary, _ = namespace_pair
-    # Given this host's clock 30 s ahead of Service Bus's: a 4 s lock looks long gone against it
+    # Given this host's clock 30 s ahead of Service Bus's: a 6 s lock looks long gone against it
     _skewed(ctx, SKEW)
     _slow_batch(ctx, primary)
     aside, queue = AsideStore(ctx.redis), backlog(ctx.settings)

@@ -15,15 +15,26 @@ run(async () => {
   const sender = sb.createSender(queue);
   const receiver = sb.createReceiver(queue);
 
-  const soon = new Date(Date.now() + 2000);
-  const [kept] = await sender.scheduleMessages({ body: "scheduled" }, soon);
-  const [cancelled] = await sender.scheduleMessages({ body: "cancelled" }, new Date(Date.now() + 3600e3));
+  // A message scheduled an hour ahead peeks as scheduled whenever the peek runs (a busy machine cannot make
+  // it due); a cancelled one never shows. Then one scheduled 2 s ahead: it arrives, and not before its time
+  // (the namespace runs on this host's clock).
+  const later = new Date(Date.now() + 3600e3);
+  const [waiting] = await sender.scheduleMessages({ body: "later" }, later);
+  const [cancelled] = await sender.scheduleMessages({ body: "cancelled" }, later);
   await sender.cancelScheduledMessages(cancelled);
   const peeked = await receiver.peekMessages(10);
-  const due = await receiveOne(receiver);
+  await sender.cancelScheduledMessages(waiting);
+  const soon = new Date(Date.now() + 2000);
+  const [kept] = await sender.scheduleMessages({ body: "scheduled" }, soon);
+  const due = await receiveOne(receiver, 30000);
+  const arrivedAt = Date.now();
   await receiver.completeMessage(due);
   result({
-    scheduled: { peeked: peeked.map((m) => [text(m.body), m.state]), received: text(due.body) },
+    scheduled: {
+      peeked: peeked.map((m) => [text(m.body), m.state]),
+      received: text(due.body),
+      early: arrivedAt < soon.getTime(),
+    },
     scheduledSequence: Number(kept) === Number(due.sequenceNumber),
   });
 
