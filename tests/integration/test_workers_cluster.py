@@ -1,0 +1,80 @@
+"""Send workers on a real Redis Cluster of three masters with a replica each.
+
+Every part is real: six ``redis-server`` processes in cluster mode, two local namespaces, ``bridge
+worker`` processes (Celery, prefork) whose broker is a Redis of its own (a Cluster cannot be a Celery
+broker). Faults are ``kill -9`` of a master and the promotion of its replica.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.embedded.stack import LocalStack, wait_until
+from bridge.producer import Producer
+from bridge.redis.connection import sync_client
+from bridge.settings import Settings
+from bridge.state import keys as state_keys
+from tests.integration.cluster_support import ClusterWithReplicas
+from tests.integration.worker_support import make_stack, receive_all
+
+__all__ = ["make_stack"]
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+ENTITIES = {f"c{i}": {"outbox_shards": 2} for i in range(4)}
+
+
+@pytest.fixture
+def cluster() -> Iterator[ClusterWithReplicas]:
+    with ClusterWithReplicas() as started:
+        yield started
+
+
+def cluster_stack(make_stack: Any, cluster: ClusterWithReplicas, **settings: str) -> LocalStack:
+    """A stack whose outbox and state live on ``cluster``; its own Redis is only Celery's broker."""
+    stack: LocalStack = make_stack(ENTITIES, settings={"BRIDGE_REDIS_URL": cluster.url, **settings})
+    stack.extra_settings["BRIDGE_CELERY_BROKER_URL"] = stack.redis.url
+    return stack
+
+
+def holders(client: Any) -> dict[tuple[str, int], bytes | None]:
+    """Who holds each shard's drain lease now."""
+    return {
+        (entity, shard): client.get(state_keys.shard_lease(entity, shard))
+        for entity in ENTITIES
+        for shard in range(2)
+    }
+
+
+def test_leases_are_renewed_on_a_cluster_and_delivery_goes_on(make_stack: Any, cluster: ClusterWithReplicas):
+    # Given a worker on the Cluster with a 3 s lease TTL (renewed every second)
+    stack = cluster_stack(make_stack, cluster, BRIDGE_WORKERS__LEASE_TTL="3")
+    worker = stack.start_worker(concurrency=1)
+    settings = Settings(redis_url=cluster.url, entities=ENTITIES)
+    client = sync_client(cluster.url)
+    sent: dict[str, list[str]] = {entity: [] for entity in ENTITIES}
+    with Producer(settings=settings) as producer:
+        for entity in ENTITIES:
+            sent[entity] += producer.send_batch(entity, [b"first"] * 5)
+        first = wait_until(
+            lambda: all(holders(client).values()) and holders(client), 60, what="every lease held"
+        )
+        # When it runs for four TTLs with traffic all along
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            for entity in ENTITIES:
+                sent[entity] += producer.send_batch(entity, [b"more"] * 2)
+            time.sleep(0.25)
+            now = holders(client)
+            # Then no lease ever lapsed or changed hands: each was renewed by its first holder
+            assert now == first, f"a lease lapsed or moved: {first} -> {now}\n{worker.log_tail()}"
+    # And everything sent was delivered
+    for entity, ids in sent.items():
+        got = receive_all(stack.primary, entity, len(ids), timeout=60)
+        assert {m.message_id for m in got} == set(ids)
+    assert "not renewed" not in worker.log_tail(100_000)
+    client.close()
