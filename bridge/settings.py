@@ -376,7 +376,7 @@ class Settings(BaseSettings):
     receiver: ReceiverSettings = Field(default_factory=ReceiverSettings)
     journal: JournalSettings = Field(default_factory=JournalSettings)
     celery_broker_url: SecretStr | None = Field(
-        default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
+        default=None, description="Celery broker; default redis_url (required when redis_url is a Cluster)."
     )
     # Operations (docs/operations.md): Sentry, the Prometheus endpoint of the non-HTTP processes.
     sentry_dsn: SecretStr | None = Field(default=None, description="Report errors and failovers to Sentry.")
@@ -441,6 +441,20 @@ class Settings(BaseSettings):
     def entity(self, name: str) -> EntitySettings:
         """The entity's settings; an entity that is not configured gets the defaults."""
         return self.entities.get(name, EntitySettings())
+
+    def celery_broker(self) -> str:
+        """Celery's broker URL: ``celery_broker_url``, else ``redis_url``. A Redis Cluster cannot be a Celery
+        broker (kombu has no Cluster transport and would fall back to ``redis://localhost``), so a Cluster
+        ``redis_url`` without ``celery_broker_url`` is a ``ConfigurationError``."""
+        if self.celery_broker_url is not None:
+            return self.celery_broker_url.get_secret_value()
+        url = self.redis_url.get_secret_value()
+        if url.partition("://")[0].endswith("+cluster"):
+            raise ConfigurationError(
+                "redis_url is a Redis Cluster, which cannot be Celery's broker: set celery_broker_url "
+                "(BRIDGE_CELERY_BROKER_URL) to a single Redis or a Sentinel-managed one"
+            )
+        return url
 
 
 def load_settings(**overrides: Any) -> Settings:
