@@ -321,6 +321,11 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds between probes of namespaces that carry no traffic (passive backup); None: off.",
     )
+    reclaim_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between a drainer's re-reads of its own pending entries (acks a failover lost).",
+    )
     discover_interval: float = Field(
         default=10.0,
         gt=0,

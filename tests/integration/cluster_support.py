@@ -100,19 +100,21 @@ class ClusterWithReplicas:
             time.sleep(0.1)
 
     def shard_of(self, key: str) -> Shard:
-        """The master serving ``key``'s slot now, and its replica."""
+        """The master serving ``key``'s slot now, and a replica of it."""
         with contextlib.closing(self.admin(self._any_live())) as node:
             slot = int(node.cluster("keyslot", key))
-            for entry in node.execute_command("CLUSTER", "SHARDS"):
-                fields = dict(zip(entry[::2], entry[1::2], strict=True))
-                ranges = fields[b"slots"]
-                bounds = zip(ranges[::2], ranges[1::2], strict=True)
-                if not any(int(lo) <= slot <= int(hi) for lo, hi in bounds):
-                    continue
-                nodes = [dict(zip(n[::2], n[1::2], strict=True)) for n in fields[b"nodes"]]
-                master = next(n for n in nodes if n[b"role"] == b"master" and n[b"health"] == b"online")
-                replica = next(n for n in nodes if n[b"role"] == b"replica")
-                return Shard(self._by_port(int(master[b"port"])), self._by_port(int(replica[b"port"])))
+            nodes = node.cluster("nodes")
+        for address, info in nodes.items():
+            flags = info["flags"]
+            if "master" not in flags or "fail" in flags:
+                continue
+            if any(int(lo) <= slot <= int(hi) for lo, hi, *_ in info["slots"]):
+                replica = next(
+                    a
+                    for a, i in nodes.items()
+                    if i["master_id"] == info["node_id"] and "fail" not in i["flags"]
+                )
+                return Shard(self._by_address(address), self._by_address(replica))
         raise AssertionError(f"no master serves {key}")
 
     def masters(self) -> list[RedisServer]:
@@ -176,7 +178,8 @@ class ClusterWithReplicas:
     def _any_live(self) -> RedisServer:
         return next(s for s in self.servers if s.running)
 
-    def _by_port(self, port: int) -> RedisServer:
+    def _by_address(self, address: str) -> RedisServer:
+        port = int(address.split("@")[0].rpartition(":")[2])
         return next(s for s in self.servers if s.port == port)
 
     def close(self) -> None:

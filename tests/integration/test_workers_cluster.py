@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from bridge.embedded.stack import LocalStack, wait_until
+from bridge.outbox import keys as outbox_keys
 from bridge.producer import Producer
 from bridge.redis.connection import sync_client
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
-from tests.integration.cluster_support import ClusterWithReplicas
+from tests.integration.cluster_support import ClusterWithReplicas, can_cut_links
 from tests.integration.worker_support import make_stack, receive_all
 
 __all__ = ["make_stack"]
@@ -77,4 +79,55 @@ def test_leases_are_renewed_on_a_cluster_and_delivery_goes_on(make_stack: Any, c
         got = receive_all(stack.primary, entity, len(ids), timeout=60)
         assert {m.message_id for m in got} == set(ids)
     assert "not renewed" not in worker.log_tail(100_000)
+    client.close()
+
+
+def pending(client: Any, entity: str) -> int:
+    """Entries of the entity's one shard read by a drainer and not acknowledged (-1: no group yet)."""
+    try:
+        return int(client.xpending(outbox_keys.outbox(entity, 0), outbox_keys.SENDERS_GROUP)["pending"])
+    except redis.exceptions.ResponseError:
+        return -1
+
+
+@pytest.mark.skipif(not can_cut_links(), reason="cutting a replication link needs iptables (root)")
+def test_acknowledgements_a_failover_lost_are_claimed_again(make_stack: Any, cluster: ClusterWithReplicas):
+    # Given a worker whose lease outlives the test, and an entity whose entries are pending under it (its
+    # namespace is down), with the replica holding all of that
+    entity = "stuck"
+    stack: LocalStack = make_stack(
+        {entity: {"replication": "none"}},
+        settings={
+            "BRIDGE_REDIS_URL": cluster.url,
+            "BRIDGE_WORKERS__LEASE_TTL": "120",
+            "BRIDGE_WORKERS__RECLAIM_INTERVAL": "3",
+        },
+    )
+    stack.extra_settings["BRIDGE_CELERY_BROKER_URL"] = stack.redis.url
+    worker = stack.start_worker(concurrency=1)
+    settings = Settings(redis_url=cluster.url, entities={entity: {"replication": "none"}})
+    client = sync_client(cluster.url)
+    shard = cluster.shard_of(outbox_keys.outbox(entity, 0))
+    stack.primary.control.outage()
+    with Producer(settings=settings) as producer:
+        ids = producer.send_batch(entity, [f"m{i}" for i in range(20)])
+    wait_until(lambda: pending(client, entity) == 20, 60, what="the entries pending under the worker")
+    holder = client.get(state_keys.shard_lease(entity, 0))
+    cluster.wait_replicated(shard)
+    # When they are delivered and acknowledged on the master while its replica hears nothing, and the
+    # master is killed and the replica promoted
+    with cluster.cut_replication(shard):
+        stack.primary.control.restore()
+        wait_until(lambda: pending(client, entity) == 0, 60, what="the acknowledgements on the master")
+        cluster.kill_master(shard)
+    cluster.promote(shard)
+    client.close()
+    client = sync_client(cluster.url)
+    assert pending(client, entity) == 20, "the promoted replica should have missed the acknowledgements"
+    # Then the worker, still holding its lease, claims them again: every entry is delivered, none pending
+    wait_until(lambda: pending(client, entity) == 0, 30, what=f"no entry pending\n{worker.log_tail()}")
+    assert client.get(state_keys.shard_lease(entity, 0)) == holder
+    assert client.xlen(outbox_keys.outbox(entity, 0)) == 0
+    got = receive_all(stack.primary, entity, 40, timeout=30)
+    assert {m.message_id for m in got} == set(ids)
     client.close()
