@@ -179,7 +179,7 @@ class ClusterWithReplicas:
         return next(s for s in self.servers if s.running)
 
     def _by_address(self, address: str) -> RedisServer:
-        port = int(address.split("@")[0].rpartition(":")[2])
+        port = int(address.split("@", maxsplit=1)[0].rpartition(":")[2])
         return next(s for s in self.servers if s.port == port)
 
     def close(self) -> None:
