@@ -37,9 +37,12 @@ class Shard:
 class ClusterWithReplicas:
     """Three masters with a replica each; ``url`` is the bridge's ``redis+cluster://`` URL (all six)."""
 
-    def __init__(self) -> None:
+    def __init__(self, full_coverage: bool = False) -> None:
         self._stack = ExitStack()
         self.servers: list[RedisServer] = []
+        # ``no`` as docs/durability.md recommends: the healthy masters serve while a dead one's slots wait
+        # for its replica (``yes`` makes every node refuse every command meanwhile).
+        self.full_coverage = "yes" if full_coverage else "no"
 
     def start(self) -> ClusterWithReplicas:
         """Start six nodes and create the cluster (``--cluster-replicas 1``)."""
@@ -52,6 +55,8 @@ class ClusterWithReplicas:
                     "nodes.conf",
                     "--cluster-node-timeout",
                     str(NODE_TIMEOUT_MS),
+                    "--cluster-require-full-coverage",
+                    self.full_coverage,
                     # The bus port defaults to port + 10000, past 65535 for a high free port: name one.
                     "--cluster-port",
                     str(free_port()),
@@ -65,7 +70,27 @@ class ClusterWithReplicas:
             timeout=60,
         )
         self.wait_ok()
+        self._wait_paired()
         return self
+
+    def _wait_paired(self, timeout: float = 30.0) -> None:
+        """Until every node knows three masters with a replica each (the replicas' ``CLUSTER REPLICATE``
+        spreads by gossip after ``--cluster create`` returns) and every replica finished its first sync (a
+        replica that never synced refuses to be promoted)."""
+        deadline = time.monotonic() + timeout
+        for server in self.servers:
+            with contextlib.closing(self.admin(server)) as node:
+                while True:
+                    nodes = node.cluster("nodes").values()
+                    masters = {i["node_id"] for i in nodes if "master" in i["flags"]}
+                    followed = {i["master_id"] for i in nodes if "slave" in i["flags"]}
+                    replication = node.info("replication")
+                    synced = replication["role"] == "master" or replication.get("master_link_status") == "up"
+                    if len(masters) == 3 and masters == followed and synced:
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the replicas did not all join")
+                    time.sleep(0.1)
 
     @property
     def addresses(self) -> list[str]:
@@ -132,9 +157,16 @@ class ClusterWithReplicas:
         """``kill -9`` the shard's master."""
         shard.master.kill()
 
+    def hold_failover(self, shard: Shard) -> None:
+        """The shard's replica does not take over by itself (``cluster-replica-no-failover``) until
+        ``promote``: a failover as slow as the test needs."""
+        with contextlib.closing(self.admin(shard.replica)) as node:
+            node.config_set("cluster-replica-no-failover", "yes")
+
     def promote(self, shard: Shard, timeout: float = 30.0) -> None:
         """Make the replica the master now (``CLUSTER FAILOVER TAKEOVER``) and wait for a healthy cluster."""
         with contextlib.closing(self.admin(shard.replica)) as node:
+            node.config_set("cluster-replica-no-failover", "no")
             node.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
             deadline = time.monotonic() + timeout
             while node.info("replication")["role"] != "master":
@@ -142,6 +174,14 @@ class ClusterWithReplicas:
                     raise TimeoutError("the replica was not promoted")
                 time.sleep(0.05)
         self.wait_ok(timeout)
+
+    def replica_promoted(self, shard: Shard) -> bool:
+        """True once the shard's replica is a master (promoted by the cluster or by ``promote``)."""
+        with contextlib.closing(self.admin(shard.replica)) as node:
+            try:
+                return node.info("replication")["role"] == "master"
+            except redis.RedisError:
+                return False
 
     def wait_replicated(self, shard: Shard, timeout: float = 10.0) -> None:
         """Until the replica has every write its master made so far (``WAIT 1``)."""
