@@ -323,6 +323,11 @@ class WorkerSettings(BaseModel):
         gt=0,
         description="Seconds between probes of namespaces that carry no traffic (passive backup); None: off.",
     )
+    reclaim_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between a drainer's re-reads of its own pending entries (acks a failover lost).",
+    )
     discover_interval: float = Field(
         default=10.0,
         gt=0,
@@ -379,7 +384,7 @@ class Settings(BaseSettings):
     journal: JournalSettings = Field(default_factory=JournalSettings)
     status_history: HistorySettings = Field(default_factory=HistorySettings)
     celery_broker_url: SecretStr | None = Field(
-        default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
+        default=None, description="Celery broker; default redis_url (required when redis_url is a Cluster)."
     )
     # Operations (docs/operations.md): Sentry, the Prometheus endpoint of the non-HTTP processes.
     sentry_dsn: SecretStr | None = Field(default=None, description="Report errors and failovers to Sentry.")
@@ -444,6 +449,20 @@ class Settings(BaseSettings):
     def entity(self, name: str) -> EntitySettings:
         """The entity's settings; an entity that is not configured gets the defaults."""
         return self.entities.get(name, EntitySettings())
+
+    def celery_broker(self) -> str:
+        """Celery's broker URL: ``celery_broker_url``, else ``redis_url``. A Redis Cluster cannot be a Celery
+        broker (kombu has no Cluster transport and would fall back to ``redis://localhost``), so a Cluster
+        ``redis_url`` without ``celery_broker_url`` is a ``ConfigurationError``."""
+        if self.celery_broker_url is not None:
+            return self.celery_broker_url.get_secret_value()
+        url = self.redis_url.get_secret_value()
+        if url.partition("://")[0].endswith("+cluster"):
+            raise ConfigurationError(
+                "redis_url is a Redis Cluster, which cannot be Celery's broker: set celery_broker_url "
+                "(BRIDGE_CELERY_BROKER_URL) to a single Redis or a Sentinel-managed one"
+            )
+        return url
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -2,7 +2,7 @@
 
 ``bridge worker`` and ``bridge beat`` start it (``celery -A workers.app worker`` works too). Settings are
 the bridge's one settings model, read once when this module is imported; the broker is
-``celery_broker_url`` when set (a Redis Cluster cannot be a Celery broker), else ``redis_url``.
+``Settings.celery_broker``: ``celery_broker_url``, else ``redis_url`` (required for a Cluster).
 
 Every pool process (prefork child, or the worker itself with ``--pool solo``) runs a ``DrainService``
 (``bridge.delivery.service``) from ``worker_process_init`` until ``worker_process_shutdown``: it owns a fair
@@ -76,7 +76,7 @@ def journal_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
 def create_app(settings: Settings) -> Celery:
     """A configured Celery app (tasks are registered by ``tasks.*`` modules listed in ``include``)."""
-    broker = (settings.celery_broker_url or settings.redis_url).get_secret_value()
+    broker = settings.celery_broker()
     app = Celery(
         "bridge",
         broker=broker,

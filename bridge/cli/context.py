@@ -29,14 +29,18 @@ def warn_unknown_variables() -> int:
     return len(unknown)
 
 
-def settings_or_exit(**overrides: Any) -> Settings:
-    """The validated settings, or one ``bridge: configuration error: ...`` line on stderr and exit 2.
+def settings_or_exit(*, celery: bool = False, **overrides: Any) -> Settings:
+    """The validated settings, or one ``bridge: configuration error: ...`` line on stderr and exit 2;
+    ``celery``: the command runs Celery, so its broker must be usable too (``Settings.celery_broker``).
 
     A ``BRIDGE_*`` variable that names no setting is reported on stderr first (a warning: the command runs).
     """
     warn_unknown_variables()
     try:
-        return load_settings(**overrides)
+        settings = load_settings(**overrides)
+        if celery:
+            settings.celery_broker()
+        return settings
     except ConfigurationError as exc:
         # One line, even if a reason ever spans several, so log collectors keep it as one record.
         message = " ".join(str(exc).split())

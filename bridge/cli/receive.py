@@ -94,8 +94,7 @@ def _handler(
     if spec is not None:
         return load_handler(spec)
     assert task is not None
-    broker = (settings.celery_broker_url or settings.redis_url).get_secret_value()
-    return CeleryTaskHandler(broker, task, celery_queue)
+    return CeleryTaskHandler(settings.celery_broker(), task, celery_queue)
 
 
 def _start_operations(settings: Settings) -> None:

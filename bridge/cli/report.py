@@ -150,7 +150,9 @@ def _live_inputs(
     """Roll the live journal and snapshot the outbox; Redis unreachable means an offline report."""
     from dataclasses import asdict
 
+    from bridge.journal.folders import JournalFolders
     from bridge.journal.store import JournalStore
+    from bridge.ledger.gather import gather
     from bridge.ledger.live import outbox_entities, roll_now, take_snapshot
     from bridge.redis.connection import sync_client
 
@@ -165,11 +167,15 @@ def _live_inputs(
         snapshot = take_snapshot(client, settings, entities)
         step("rolling the live journal")
         rolled = roll_now(client, settings, journal_dir, entities)
+        step("gathering the journal folders of every host")
+        gathered = gather(JournalFolders(client).all(), journal_dir)
     finally:
         client.close()
     paths = snapshot.write(out / "inputs")
     roll_info = asdict(rolled)
     roll_info["files"] = len(rolled.files)
+    roll_info["gathered_files"] = gathered.copied
+    roll_info["unreadable_folders"] = gathered.unreadable
     return paths, snapshot.unchecked, snapshot.depths, roll_info, entities
 
 

@@ -58,7 +58,7 @@ def _print_help_if_asked(args: list[str], text: str) -> None:
 def worker(ctx: typer.Context) -> None:
     """Run Celery send workers that drain the outbox to Service Bus (celery worker flags accepted)."""
     _print_help_if_asked(ctx.args, WORKER_HELP)
-    settings = settings_or_exit()
+    settings = settings_or_exit(celery=True)
     from bridge.status.process import start_process
 
     # Before Celery forks its pool: the children's metrics go to files the main process serves.
@@ -76,7 +76,7 @@ def worker(ctx: typer.Context) -> None:
 def beat(ctx: typer.Context) -> None:
     """Run the periodic tasks: sweeper, and ping and syphon for paired mode (celery beat flags accepted)."""
     _print_help_if_asked(ctx.args, BEAT_HELP)
-    settings = settings_or_exit()
+    settings = settings_or_exit(celery=True)
     from bridge.status.process import start_process
 
     start_process(settings, "beat")

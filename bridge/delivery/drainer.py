@@ -194,6 +194,7 @@ class ShardDrainer(ShardSending, ShardSettling):
                 return TurnEnd(None, DOUBT_WAIT)
             if self._holds_due():
                 self.claiming = True
+            self._reclaim_if_due(now)
             ahead: Ahead | None = None
             if self.claiming:
                 self._release_due_holds()
@@ -221,10 +222,21 @@ class ShardDrainer(ShardSending, ShardSettling):
                 read = ahead.read
                 entries = read.entries
                 if not entries:
-                    # Empty: wait for a write, or until the earliest held key may be tried again.
-                    due = max(0.0, min(self.holds.values()) - now) if self.holds else None
-                    return TurnEnd(read.last_delivered or "0-0", due)
+                    # Empty: wait for a write, or until the earliest held key may be tried again, or the
+                    # pending list is read again.
+                    due = min([*self.holds.values(), self.reclaim_at])
+                    return TurnEnd(read.last_delivered or "0-0", max(0.0, due - now))
             self._serve_batch(entries, ahead)
+
+    def _reclaim_if_due(self, now: float) -> None:
+        """Every ``workers.reclaim_interval``, claim the whole pending list again from ``0-0``: an
+        acknowledgement a Redis failover lost (the promoted replica never received it) leaves an entry
+        pending under this consumer, which keeps its lease and would otherwise never look at it again."""
+        if now < self.reclaim_at:
+            return
+        self.reclaim_at = now + self.reclaim_interval
+        if not self.claiming:
+            self.claiming, self.claim_from = True, "0-0"
 
     def _read_next(self) -> Ahead:
         """The next batch's read, with the entity's layout and roles read after the entries in the same

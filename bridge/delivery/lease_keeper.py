@@ -88,6 +88,8 @@ class LeaseKeeper:
                 log.warning("%d shard leases not renewed: %s", len(batch), exc)
                 continue
             for held, ok in zip(batch, renewed, strict=True):
+                if ok is None:  # its Redis node did not answer (a Cluster master failing over)
+                    continue
                 if ok:
                     held.renewed_at, held.valid_until = sent, sent + self.ttl
                 else:

@@ -126,6 +126,9 @@ class ShardState:
         """The next read claims pending entries (from ``claim_from``) instead of reading new ones."""
         self.prune = True
         """The next claim also deletes the group's other consumers that have nothing pending."""
+        self.reclaim_interval = ctx.settings.workers.reclaim_interval
+        self.reclaim_at = ctx.clock() + self.reclaim_interval
+        """When this tenure claims its whole pending list again from ``0-0`` (``ShardDrainer._turn``)."""
         self._taken_over = False
         settings = ctx.settings
         self.journal = BatchJournal(

@@ -10,6 +10,7 @@ key                                      holds
 ``bridge:{E}:journal``                   the events of entity E (stream; fields: ``bridge.core.journal``)
 ``bridge:{E}:journal:overflow``          hash kind -> events not written because the stream was full
 ``bridge:{bridge}:journals``             set of journal owners ever written by a ``JournalStore``
+``bridge:{bridge}:journal-folders``      hash folder id -> where rolls wrote (``bridge.journal.folders``)
 ``bridge:{lease:journal-roll}``          the one roller's lease (``bridge.state.lease``)
 =======================================  =================================================================
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 from bridge.redis.keys import tag
 
 REGISTRY = "bridge:{bridge}:journals"
+FOLDERS = "bridge:{bridge}:journal-folders"
 ROLL_LEASE = "journal-roll"
 
 

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from bridge.core.journal import EventKind, JournalEvent, event_id, split_stream_id
 from bridge.core.journal_files import COLUMNS, columns_from_entries, group_by_partition, partition_of, to_row
+from bridge.journal.folders import JournalFolders
 from bridge.journal.keys import ROLL_LEASE
 from bridge.journal.store import JournalStore
 from bridge.redis.lease import Lease
@@ -233,6 +234,8 @@ def roll(
         return report
     started = clock()
     try:
+        # Before any file: a report must learn of every folder that may hold some (several hosts).
+        JournalFolders(store.client).record(directory, started)
         for owner in store.owners(owners):
             report.owners += 1
             while True:

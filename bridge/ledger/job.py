@@ -335,6 +335,8 @@ def _notes(summary: Mapping[str, Any], inputs: ReportInputs) -> list[str]:
         notes.append("the outbox was assumed drained (--drained): every open message counts as lost")
     elif inputs.snapshot is None:
         notes.append("the live outbox was not checked: open messages count as pending, none as lost")
+    for folder in inputs.roll.get("unreadable_folders", []):
+        notes.append(f"journal folder {folder} cannot be read from this host: its events are missing")
     for name, reason in sorted(inputs.unchecked.items()):
         notes.append(f"{name}: outbox not checked ({reason}); its open messages count as pending")
     if summary.get("journal_overflow"):

@@ -14,6 +14,7 @@ refused calls are sent again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +23,11 @@ import redis
 
 from bridge.errors import BackpressureError, BridgeError, OutboxLayoutChangedError, OutboxUnavailableError
 from bridge.outbox import keys
+from bridge.outbox.cluster_globals import ClusterGlobals
 from bridge.outbox.scripts import WRITE
 from bridge.outbox.writer import Ack, Command, Group, OutboxWriter
 from bridge.redis.connection import is_cluster
-from bridge.redis.errors import driver_errors, translate
+from bridge.redis.errors import DRIVER_ERRORS, driver_errors, translate
 from bridge.redis.scripts import is_noscript, load, load_async, run_script, run_script_async
 from bridge.redis.types import AsyncRedis, SyncRedis
 from bridge.settings import Settings
@@ -43,6 +45,8 @@ class Pipeline:
 
     calls: list[tuple[Any, ...]]
     errors_as_values: bool = False
+    best_effort: bool = False
+    """A driver error is the reply (an ``Exception``, not a list): the caller goes on without it."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +65,17 @@ Step = Pipeline | Script | Load
 Steps = Generator[Step, Any, list[GroupResult]]
 
 
-def _write_steps(writer: OutboxWriter, groups: Sequence[Group]) -> Steps:
-    """Every round trip of one ``write`` call, and what its replies mean (no I/O here)."""
-    if writer.cluster and any(writer.over_seen_totals(g) for g in groups):
-        (seen,) = yield Pipeline([("HMGET", keys.TOTALS, "messages", "bytes")])
-        writer.seen_totals = (int(seen[0] or 0), int(seen[1] or 0))
+def _write_steps(
+    writer: OutboxWriter, groups: Sequence[Group], globals_: ClusterGlobals | None = None, now: float = 0.0
+) -> Steps:
+    """Every round trip of one ``write`` call, and what its replies mean (no I/O here). ``globals_``: on a
+    Cluster, what this process keeps about the global keys (``bridge.outbox.cluster_globals``), at ``now``."""
+    if globals_ is not None and any(writer.over_seen_totals(g) for g in groups) and not globals_.paused(now):
+        seen = yield Pipeline([("HMGET", keys.TOTALS, "messages", "bytes")], best_effort=True)
+        if isinstance(seen, Exception):
+            globals_.failed(now)
+        else:
+            writer.seen_totals = (int(seen[0][0] or 0), int(seen[0][1] or 0))
     early, send = _sort(writer, groups)
     if not send:
         return [early[i] for i in range(len(groups))]
@@ -73,19 +83,63 @@ def _write_steps(writer: OutboxWriter, groups: Sequence[Group]) -> Steps:
     replies = yield from _send_steps(writer, commands)
     results = _collect(writer, groups, early, commands, replies)
     results = yield from _relayout_steps(writer, groups, results)
-    if writer.cluster:
-        # The script lists the entity on a single server; a Cluster keeps the set in another slot, so it
-        # is listed here after every write that stored something (never cached: ``bridge.outbox.entities``
-        # may have removed it meanwhile, and an entry must never sit in an unlisted entity).
-        stored = _stored_entities(groups, results)
-        if stored:
-            yield Pipeline([("SADD", keys.ENTITIES, *stored)])
-        messages, size = _accepted(writer, results, early, send)
-        totals = yield Pipeline(
-            [("HINCRBY", keys.TOTALS, "messages", messages), ("HINCRBY", keys.TOTALS, "bytes", size)]
+    if globals_ is not None:
+        results = yield from _cluster_globals_steps(
+            writer, globals_, now, groups, results, sorted_groups=(early, send)
         )
+    return results
+
+
+def _cluster_globals_steps(
+    writer: OutboxWriter,
+    globals_: ClusterGlobals,
+    now: float,
+    groups: Sequence[Group],
+    results: list[GroupResult],
+    *,
+    sorted_groups: tuple[dict[int, GroupResult], list[Group]],
+) -> Generator[Step, Any, list[GroupResult]]:
+    """A Cluster keeps the entity set and the totals in the ``{bridge}`` slot: list the entities just
+    written to (after their ``XADD``: ``bridge.outbox.entities``) unless listed recently, and add to the
+    totals, without making the write depend on that slot's master more than it must."""
+    delta = globals_.add(*_accepted(writer, results, *sorted_groups))  # stored, even if refused below
+    unlisted = globals_.to_list(_stored_entities(groups, results), now)
+    if unlisted:
+        listed = (
+            None
+            if globals_.paused(now)
+            else (yield Pipeline([("SADD", keys.ENTITIES, *unlisted)], best_effort=True))
+        )
+        if listed is None or isinstance(listed, Exception):
+            globals_.failed(now)
+            results = _refuse_unlisted(globals_, groups, results, unlisted)
+        else:
+            globals_.listed(unlisted, now)
+    globals_.listed(set(_stored_entities(groups, results)) - set(unlisted), now)
+    if globals_.paused(now):
+        return results
+    totals = yield Pipeline(
+        [("HINCRBY", keys.TOTALS, "messages", delta[0]), ("HINCRBY", keys.TOTALS, "bytes", delta[1])],
+        best_effort=True,
+    )
+    if isinstance(totals, Exception):
+        globals_.failed(now)
+    else:
+        globals_.added()
         writer.seen_totals = (int(totals[0]), int(totals[1]))
     return results
+
+
+def _refuse_unlisted(
+    globals_: ClusterGlobals, groups: Sequence[Group], results: list[GroupResult], unlisted: list[str]
+) -> list[GroupResult]:
+    """The entity set is unreachable: the groups of new entities not in the settings are refused (stored,
+    but an entry must not sit where no drainer looks; a retry with the same message_id lists it)."""
+    refused = OutboxUnavailableError("the entity set is unreachable (a Redis Cluster master is failing over)")
+    return [
+        refused if isinstance(r, list) and g.entity in unlisted and globals_.must_refuse(g.entity) else r
+        for g, r in zip(groups, results, strict=True)
+    ]
 
 
 LAYOUT_RETRIES = 3
@@ -206,6 +260,13 @@ def _waits(writer: OutboxWriter) -> bool:
     return writer.wait_replicas > 0 and not writer.cluster
 
 
+def cluster_globals(settings: Settings, cluster: bool) -> ClusterGlobals | None:
+    """The global-key state of a Cluster writer; None on a single server (its script does it all)."""
+    if not cluster:
+        return None
+    return ClusterGlobals(frozenset(settings.entities), relist_after=settings.workers.entity_idle / 2)
+
+
 def _accepted(
     writer: OutboxWriter, results: list[GroupResult], early: dict[int, GroupResult], send: list[Group]
 ) -> tuple[int, int]:
@@ -220,10 +281,11 @@ class SyncOutbox:
         # ``client``: any blocking client from ``bridge.redis.connection.sync_client``.
         self.client = client
         self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+        self.globals = cluster_globals(settings, self.writer.cluster)
 
     def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
-        steps = _write_steps(self.writer, groups)
+        steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
         reply: Any = None
         with driver_errors(OutboxUnavailableError):
             while True:
@@ -240,13 +302,22 @@ class SyncOutbox:
                 return run_script(self.client, WRITE, step.command.keys, step.command.args)
             except redis.exceptions.ResponseError as exc:
                 return exc
+            except DRIVER_ERRORS as exc:
+                if not self.writer.cluster:
+                    raise
+                return exc  # a Cluster master down fails its entities' groups, not the others'
         if isinstance(step, Load):
             load(self.client, WRITE)
             return None
         pipe = self.client.pipeline(transaction=False)
         for call in step.calls:
             pipe.execute_command(*call)
-        return pipe.execute(raise_on_error=not step.errors_as_values)
+        try:
+            return pipe.execute(raise_on_error=not step.errors_as_values)
+        except DRIVER_ERRORS as exc:
+            if step.best_effort:
+                return exc
+            raise
 
 
 class AsyncOutbox:
@@ -256,10 +327,11 @@ class AsyncOutbox:
         # ``client``: any asyncio client from ``bridge.redis.connection.async_client``.
         self.client = client
         self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+        self.globals = cluster_globals(settings, self.writer.cluster)
 
     async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
-        steps = _write_steps(self.writer, groups)
+        steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
         reply: Any = None
         with driver_errors(OutboxUnavailableError):
             while True:
@@ -276,10 +348,19 @@ class AsyncOutbox:
                 return await run_script_async(self.client, WRITE, step.command.keys, step.command.args)
             except redis.exceptions.ResponseError as exc:
                 return exc
+            except DRIVER_ERRORS as exc:
+                if not self.writer.cluster:
+                    raise
+                return exc  # a Cluster master down fails its entities' groups, not the others'
         if isinstance(step, Load):
             await load_async(self.client, WRITE)
             return None
         pipe = self.client.pipeline(transaction=False)
         for call in step.calls:
             pipe.execute_command(*call)
-        return await pipe.execute(raise_on_error=not step.errors_as_values)
+        try:
+            return await pipe.execute(raise_on_error=not step.errors_as_values)
+        except DRIVER_ERRORS as exc:
+            if step.best_effort:
+                return exc
+            raise

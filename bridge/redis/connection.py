@@ -34,6 +34,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from bridge.errors import ConfigurationError
+from bridge.redis.cluster_parser import tolerate_dead_masters
 from bridge.redis.types import AnyRedis, AsyncRedis, SyncRedis
 
 Kind = Literal["single", "sentinel", "cluster"]
@@ -162,9 +163,8 @@ def async_client(url: str) -> AsyncRedis:
             )
         except (ValueError, TypeError) as exc:
             raise _unusable_url(exc) from None
-    return cast(
-        AsyncRedis, _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
-    )
+    client = _client(target, redis.asyncio.Redis, redis.asyncio.cluster, redis.asyncio.sentinel)
+    return cast(AsyncRedis, tolerate_dead_masters(client))
 
 
 def pack_command(args: tuple[Any, ...]) -> bytes:
@@ -231,7 +231,10 @@ def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any)
         return single.from_url(target.url, **options)
     auth: dict[str, Any] = {"username": target.username, "password": target.password, "ssl": target.ssl}
     if target.kind == "cluster":
-        options.pop("retry")  # the cluster client has its own retry semantics (redirects); keep them
+        # Redirects (MOVED/ASK) are followed whatever ``retry`` says. A connection error re-reads the slot
+        # table and tries once more at once (a promoted replica answers then); redis-py's default, three
+        # tries with backoff, held every write to a dead master's slots for seconds before the 503.
+        options["retry"] = Retry(NoBackoff(), 1)
         nodes = [cluster.ClusterNode(host, port) for host, port in target.hosts]
         return cluster.RedisCluster(startup_nodes=nodes, **auth, **options)
     watcher = sentinel.Sentinel(list(target.hosts), socket_timeout=_TIMEOUT)

@@ -16,7 +16,7 @@ from bridge.errors import StateStoreUnavailableError
 from bridge.redis.errors import driver_errors
 from bridge.redis.fence import Fence
 from bridge.redis.lease import RENEW, Lease
-from bridge.redis.scripts import load
+from bridge.redis.node_pipelines import Call, run_script_many
 from bridge.redis.types import SyncRedis
 from bridge.state import keys
 
@@ -64,19 +64,16 @@ class LeaseStore:
             held = pipe.execute()
         return [ref for ref, exists in zip(shards, held, strict=True) if not exists]
 
-    def renew_many(self, leases: Sequence[tuple[str, int, str]], ttl_ms: int) -> list[bool]:
-        """Renew many ``(entity, shard, owner)`` leases in one pipelined round trip (the ``RENEW`` script of
-        each, loaded first); per lease True when renewed. A process owning thousands of shards renewed them
-        one round trip each, and under load that took longer than the TTL."""
-        if not leases:
-            return []
-        with driver_errors():
-            load(self.client, RENEW)
-            pipe = self.client.pipeline(transaction=False)
-            for entity, shard, owner in leases:
-                pipe.evalsha(RENEW.sha, 1, keys.shard_lease(entity, shard), owner, int(ttl_ms))
-            replies = pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):  # e.g. a Cluster node that lost the script: say so, retried
-                raise StateStoreUnavailableError(f"lease renewal failed: {type(reply).__name__}")
-        return [int(reply) == 1 for reply in replies]
+    def renew_many(self, leases: Sequence[tuple[str, int, str]], ttl_ms: int) -> list[bool | None]:
+        """Renew many ``(entity, shard, owner)`` leases with one pipelined round trip per Redis server
+        (``bridge.redis.node_pipelines``: on a Cluster, one per master); per lease True when renewed, False
+        when another owner holds it or it expired, None when its server did not answer (not confirmed: the
+        lease's validity runs down). A process owning thousands of shards renewed them one round trip each,
+        and under load that took longer than the TTL."""
+        calls: list[Call] = [
+            (keys.shard_lease(entity, shard), [owner, int(ttl_ms)]) for entity, shard, owner in leases
+        ]
+        replies = run_script_many(self.client, RENEW, calls)
+        if replies and all(isinstance(reply, Exception) for reply in replies):
+            raise StateStoreUnavailableError(f"lease renewal failed: {type(replies[0]).__name__}")
+        return [None if isinstance(reply, Exception) else int(reply) == 1 for reply in replies]

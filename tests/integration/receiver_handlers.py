@@ -1,8 +1,8 @@
 """Handlers for ``bridge receive --handler tests.integration.receiver_handlers:<name>`` in the receiver tests.
 
-Each call is recorded in the receiver's own Redis (``BRIDGE_REDIS_URL``), list ``test:rx:calls``, as a JSON
-object (MessageId, pid, session, content type, body, delivery count, namespace, a phase), so a test can
-count handler calls across processes and restarts. Knobs come from the environment:
+Each call is recorded in the receiver's own Redis (``BRIDGE_REDIS_URL``, or ``RX_TEST_CALLS_URL``), list
+``test:rx:calls``, as a JSON object (MessageId, pid, session, content type, body, delivery count, namespace,
+a phase), so a test can count handler calls across processes and restarts. Knobs come from the environment:
 ``RX_TEST_SLEEP`` (``slow``), ``RX_TEST_TRIGGER`` and ``RX_TEST_CONTROL`` (``outage_after``).
 """
 
@@ -26,7 +26,8 @@ _local = threading.local()
 def _client() -> redis.Redis:
     client = getattr(_local, "client", None)
     if client is None:
-        client = redis.Redis.from_url(os.environ["BRIDGE_REDIS_URL"])
+        # RX_TEST_CALLS_URL: a plain Redis for the record when the receiver's own is a Cluster
+        client = redis.Redis.from_url(os.environ.get("RX_TEST_CALLS_URL", os.environ["BRIDGE_REDIS_URL"]))
         _local.client = client
     return client
 

@@ -135,3 +135,33 @@ def test_check_config_prints_valid_settings_with_secrets_masked(monkeypatch: pyt
     shown = json.loads(result.stdout)
     assert shown["primary"]["connection_string"] == "**********"
     assert shown["entities"]["orders"]["replication"] == "paired"
+
+
+@pytest.mark.parametrize("command", ["worker", "beat"])
+def test_celery_on_a_cluster_needs_its_own_broker(command: str, tmp_path: Path) -> None:
+    # A Cluster cannot be Celery's broker: the process says so and stops instead of falling back to a
+    # default Redis it was not given (the seed node's port is closed: nothing could answer anyway).
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("BRIDGE_")}
+    env["BRIDGE_REDIS_URL"] = f"redis+cluster://u:{SECRET}@127.0.0.1:1"
+    proc = subprocess.run(
+        [bridge_executable(), command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "celery_broker_url" in proc.stderr and "Cluster" in proc.stderr
+    assert SECRET not in proc.stderr
+
+
+def test_the_celery_broker_is_the_one_given() -> None:
+    from bridge.errors import ConfigurationError
+    from bridge.settings import Settings
+
+    assert Settings(redis_url="redis://h:1/0").celery_broker() == "redis://h:1/0"
+    cluster = "redis+cluster://h:1,h:2"
+    assert Settings(redis_url=cluster, celery_broker_url="redis://b:1/0").celery_broker() == "redis://b:1/0"
+    with pytest.raises(ConfigurationError, match="celery_broker_url"):
+        Settings(redis_url=cluster).celery_broker()
