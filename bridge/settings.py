@@ -152,7 +152,16 @@ class IngressSettings(BaseModel):
         default=None,
         description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter).",
     )
-    wait_replicas: int = Field(default=0, ge=0, description="Acknowledge only after WAIT saw this many.")
+    durability: Literal["local", "replicated"] = Field(
+        default="local",
+        description=(
+            "What an acknowledgement waits for: 'local' the primary's AOF (and WAIT for wait_replicas);"
+            " 'replicated' WAITAOF: fsync'd on the primary and on wait_replicas replicas (Redis >= 7.2)."
+        ),
+    )
+    wait_replicas: int = Field(
+        default=0, ge=0, description="Replicas that confirm each write (WAIT; WAITAOF when replicated)."
+    )
     wait_timeout: float = Field(default=0.5, gt=0)
     only_configured_entities: bool = False
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
@@ -163,6 +172,12 @@ class IngressSettings(BaseModel):
         default=None, description="PEM certificate (chain) of `bridge serve`: it then speaks HTTPS only."
     )
     tls_key: Path | None = Field(default=None, description="PEM private key of tls_certificate.")
+
+    @model_validator(mode="after")
+    def _replicated_needs_replicas(self) -> IngressSettings:
+        if self.durability == "replicated" and self.wait_replicas < 1:
+            raise ValueError("ingress.durability = 'replicated' needs ingress.wait_replicas >= 1")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> IngressSettings:

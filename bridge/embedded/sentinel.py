@@ -96,7 +96,7 @@ class SentinelRedis:
                 data_dir=data_dir / f"node-{index}",
                 password=password,
                 binary=self.binary,
-                extra_args=("--repl-diskless-sync-delay", "0", *auth),
+                extra_args=("--repl-diskless-sync-delay", "0", "--hz", "100", *auth),
             )
             for index in range(1 + replicas)
         ]
@@ -146,13 +146,17 @@ class SentinelRedis:
         raise EmulatorError("no data node is a primary right now")
 
     def wait_synced(self, timeout: float = 30.0) -> None:
-        """Return once every running replica's link to its primary is up."""
+        """Return once every running replica's link to its primary is up and its AOF rewritten after the
+        full sync (until then it confirms no ``WAITAOF``)."""
         deadline = time.monotonic() + timeout
         for node in self.nodes:
             while node.running:
                 with self.client(node) as client, contextlib.suppress(redis.exceptions.RedisError):
-                    info = client.info("replication")
-                    if info.get("role") == "master" or info.get("master_link_status") == "up":
+                    info = client.info()
+                    if info.get("role") == "master" or (
+                        info.get("master_link_status") == "up"
+                        and not int(info["aof_rewrite_in_progress"]) + int(info["aof_rewrite_scheduled"])
+                    ):
                         break
                 if time.monotonic() > deadline:
                     raise EmulatorError(f"replica on port {node.port} did not sync within {timeout}s")
