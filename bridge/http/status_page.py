@@ -9,7 +9,9 @@ Stable hooks for tests and scrapers: each entity row is ``tr[data-entity=<name>]
 ``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``, and so has the ``barriers``
 cell when a restore barrier is lost (``docs/paired.md``). A last error that carries a trace id shows it as
 ``.trace[data-trace-id]`` in its cell: a link (``a``, opening in a new tab) when the ``trace_url`` setting
-names a trace viewer (``docs/tracing.md``), else text.
+names a trace viewer (``docs/tracing.md``), else text. The Redis row is ``#redis tbody tr`` with cells
+``role``, ``topology``, ``durability`` (class ``down`` when ``replicated`` lacks connected replicas), ``aof``,
+``replicas`` and ``replication_lag``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ PAGE = """<!doctype html>
     <th>last failover</th><th>last error</th><th>restore</th><th>receiver</th><th>operations</th>
   </tr></thead>
   <tbody></tbody>
+</table>
+<h2>Redis</h2>
+<table id="redis">
+  <thead><tr>
+    <th>role</th><th>topology</th><th>durability</th><th>AOF</th><th>replicas</th><th>replication lag</th>
+  </tr></thead>
+  <tbody><tr></tr></tbody>
 </table>
 <div id="backlog-section" hidden>
   <h2>Backlog queues <span id="backlog-namespace" class="muted"></span></h2>
@@ -171,10 +180,35 @@ function render(data) {
   } else {
     section.hidden = true;
   }
+  renderRedis(data);
   const banner = document.getElementById("banner");
   banner.className = "muted";
   const total = data.cost.total;
   banner.textContent = "updated " + when(data.generated_at) + " \\u00b7 billable operations " + total;
+}
+function renderRedis(data) {
+  const row = document.querySelector("#redis tbody tr");
+  row.replaceChildren();
+  const redis = data.redis;
+  const durability = data.durability || {mode: "local", wait_replicas: 0};
+  const wanted = durability.wait_replicas ? " (" + durability.wait_replicas + " replicas confirm)" : "";
+  if (!redis) {
+    cell(row, "role", "?");
+    cell(row, "topology", "cluster or INFO refused");
+    cell(row, "durability", durability.mode + wanted);
+    return;
+  }
+  cell(row, "role", redis.role);
+  cell(row, "topology", redis.topology);
+  const short = durability.mode === "replicated" && redis.connected_replicas < durability.wait_replicas;
+  cell(row, "durability", durability.mode + wanted, short ? "down" : "up");
+  const aofOk = redis.aof_enabled && redis.aof_last_write_ok;
+  const aof = redis.aof_enabled ? (redis.aof_last_write_ok ? "on" : "write failing") : "off";
+  cell(row, "aof", aof, aofOk ? "up" : "down");
+  cell(row, "replicas", redis.connected_replicas, "num");
+  const lags = redis.replicas.map(
+    (r) => r.address + " " + r.state + " " + r.lag_bytes + " B / " + r.lag_seconds + " s");
+  cell(row, "replication_lag", lags.join(", ") || "-");
 }
 async function poll() {
   try {

@@ -20,7 +20,7 @@ from bridge.embedded.sentinel import SentinelRedis
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.errors import ConfigurationError
 from bridge.settings import Settings
-from tests.integration.worker_support import FAST_SETTINGS
+from tests.integration.worker_support import FAST_SETTINGS, status_json
 from workers.app import create_app
 from workers.broker import celery_broker
 
@@ -154,6 +154,15 @@ def test_a_primary_killed_mid_traffic_loses_no_acknowledged_message(tmp_path: Pa
         print(f"sentinel failover: acknowledged={len(acked)} refused={traffic.refused}")
         dead = [proc.name for proc in stack.processes if not proc.running]
         assert dead == []
+        # And: `bridge status` and the status page follow the Sentinel too, and show the new primary
+        ha.wait_synced()
+        report = status_json(stack)
+        assert report["durability"] == {"mode": "replicated", "wait_replicas": 1, "wait_timeout": 1.0}
+        assert report["redis"]["topology"] == "sentinel" and report["redis"]["role"] == "master"
+        assert report["redis"]["connected_replicas"] == 1
+        assert report["redis"]["replicas"][0]["address"] == f"127.0.0.1:{old.port}"
+        page = httpx.get(f"http://127.0.0.1:{port}/status.json", timeout=10).json()
+        assert page["redis"]["topology"] == "sentinel" and page["durability"]["mode"] == "replicated"
         assert traffic.refused >= 1  # the failover was not invisible: some sends were refused, none lost
     finally:
         stack.stop(timeout=2)
