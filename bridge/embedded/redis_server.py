@@ -102,6 +102,11 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
+    def pid(self) -> int | None:
+        """The child process's id while it runs (``kill -9 <pid>`` to crash it by hand)."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the child process this object started is alive."""
         return self._proc is not None and self._proc.poll() is None
