@@ -25,11 +25,12 @@ confirmation covers everything the primary had before it, a re-posted duplicate'
 
 
 FIRST_ROUND_MS = 5
-"""The first confirmation's timeout; the rest of the budget goes to a second one.
+"""The first confirmation's timeout; each next one doubles it until the whole timeout is spent.
 
 A replica reports its fsync'd offset when the primary asks (``REPLCONF GETACK``, sent once when a wait
-blocks) and otherwise once a second: when the question reaches it before its fsync, the answer says "not
-yet" and the next one comes up to a second later. A second, fresh wait makes the primary ask again."""
+blocks) and otherwise once a second: when the question reaches it before its fsync (it was busy, or the
+question came with the write), the answer says "not yet" and the next one comes up to a second later. Each
+new wait makes the primary ask again, so short rounds confirm soon after the replica's fsync."""
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,26 @@ class DurabilityPolicy:
         """True when a write is confirmed by a command of its own before it is acknowledged."""
         return self.mode == "replicated" or self.replicas > 0
 
-    def confirm_command(self, first: bool = True) -> tuple[str | int, ...]:
-        """``WAITAOF 1 n timeout`` (replicated) or ``WAIT n timeout`` (local with replicas); the first of the
-        two rounds (``FIRST_ROUND_MS``) or the second, with what is left of the timeout."""
-        quick = min(self.timeout_ms, FIRST_ROUND_MS)
-        timeout = quick if first else self.timeout_ms - quick
+    def confirm_command(self, timeout_ms: int) -> tuple[str | int, ...]:
+        """``WAITAOF 1 n timeout`` (replicated) or ``WAIT n timeout`` (local with replicas)."""
         if self.mode == "replicated":
-            return ("WAITAOF", 1, self.replicas, timeout)
-        return ("WAIT", self.replicas, timeout)
+            return ("WAITAOF", 1, self.replicas, timeout_ms)
+        return ("WAIT", self.replicas, timeout_ms)
 
-    def second_round(self, reply: object) -> bool:
-        """True when a first round's reply fell short and time is left to ask again."""
-        return (
-            self.timeout_ms > FIRST_ROUND_MS
-            and not isinstance(reply, Exception)
-            and isinstance(verdict(self, reply), Shortfall)
-        )
+    def rounds(self) -> list[int]:
+        """The timeouts of the confirmation's rounds: ``FIRST_ROUND_MS``, doubling, summing to the timeout."""
+        out: list[int] = []
+        left = self.timeout_ms
+        step = FIRST_ROUND_MS
+        while left > 0:
+            out.append(min(step, left))
+            left -= out[-1]
+            step *= 2
+        return out
+
+    def again(self, reply: object) -> bool:
+        """True when a round's reply fell short (and was no refusal): the next round may still confirm."""
+        return not isinstance(reply, Exception) and isinstance(verdict(self, reply), Shortfall)
 
 
 @dataclass(frozen=True)

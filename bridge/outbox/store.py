@@ -73,7 +73,8 @@ class Confirm:
 
     Sent with the writes, the primary's request for the replicas' fsync'd offsets (``REPLCONF GETACK``)
     reaches a replica together with the write, and it answers before its fsync ("not yet"; the next answer
-    comes up to a second later). One round trip later the replica has written and fsync'd it.
+    comes up to a second later). One round trip later the replica has usually written and fsync'd it; a
+    round that still falls short is followed by a longer one (``DurabilityPolicy.rounds``).
     """
 
     command: tuple[str | int, ...]
@@ -154,9 +155,11 @@ def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step
             replies[index] = again[slot]
     if _waits(writer):
         policy = writer.durability
-        confirmed = yield Confirm(policy.confirm_command(first=True))
-        if policy.second_round(confirmed):
-            confirmed = yield Confirm(policy.confirm_command(first=False))
+        confirmed = None
+        for timeout_ms in policy.rounds():
+            confirmed = yield Confirm(policy.confirm_command(timeout_ms))
+            if not policy.again(confirmed):
+                break
         replies = [*replies[: len(commands)], confirmed]
     return list(replies)
 

@@ -33,14 +33,15 @@ def test_verdict(policy: DurabilityPolicy, reply: object, expected: object) -> N
 
 
 def test_commands_and_rounds() -> None:
-    assert REPLICATED.confirm_command() == ("WAITAOF", 1, 2, 5)
-    assert REPLICATED.confirm_command(first=False) == ("WAITAOF", 1, 2, 495)
-    assert WAITING.confirm_command() == ("WAIT", 1, 5)
+    assert REPLICATED.confirm_command(5) == ("WAITAOF", 1, 2, 5)
+    assert WAITING.confirm_command(7) == ("WAIT", 1, 7)
+    assert REPLICATED.rounds() == [5, 10, 20, 40, 80, 160, 185]
+    assert sum(DurabilityPolicy("replicated", 1, timeout_ms=1000).rounds()) == 1000
+    assert DurabilityPolicy("replicated", 1, timeout_ms=3).rounds() == [3]
     assert not DurabilityPolicy().waits
-    assert REPLICATED.second_round([1, 1])
-    assert not REPLICATED.second_round([1, 2])
-    assert not REPLICATED.second_round(ValueError("refused"))
-    assert not DurabilityPolicy("replicated", 1, timeout_ms=5).second_round([1, 0])
+    assert REPLICATED.again([1, 1])
+    assert not REPLICATED.again([1, 2])
+    assert not REPLICATED.again(ValueError("refused"))
 
 
 def test_headers_and_messages() -> None:
