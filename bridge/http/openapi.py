@@ -226,7 +226,10 @@ def document() -> dict[str, Any]:
                                     "schema": {
                                         "type": "object",
                                         "properties": {
-                                            "message_ids": {"type": "array", "items": {"type": "string"}}
+                                            "message_ids": {"type": "array", "items": {"type": "string"}},
+                                            "entity": {"type": "string"},
+                                            "duplicates": {"type": "integer"},
+                                            "durability": _DURABILITY,
                                         },
                                     }
                                 }
