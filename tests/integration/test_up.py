@@ -131,9 +131,15 @@ def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
         kill = re.search(r"^failover:\s+kill -9 (\d+)", out, re.M)
         assert url and kill and "durability replicated" in out, out
         send = f"{url.group(1)}/v1/entities/orders/messages"
-        # Given: the stack under Sentinel acknowledges replicated writes
-        first = httpx.post(send, json={"body": "before"}, timeout=10)
-        assert first.status_code == 202 and first.headers["x-bridge-durability"] == "replicated; replicas=1"
+        # Given: the stack under Sentinel acknowledges replicated writes (once the replica confirms: on a
+        # loaded machine its first confirmation may miss the 1 s timeout)
+        first = wait_until(
+            lambda: (a := httpx.post(send, json={"body": "before"}, timeout=10)).status_code == 202 and a,
+            60,
+            interval=0.5,
+            what="the first replicated 202",
+        )
+        assert first.headers["x-bridge-durability"] == "replicated; replicas=1"
         # When: the primary is killed as the description says
         os.kill(int(kill.group(1)), signal.SIGKILL)
 
