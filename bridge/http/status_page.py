@@ -191,7 +191,8 @@ function renderRedis(data) {
   row.replaceChildren();
   const redis = data.redis;
   const durability = data.durability || {mode: "local", wait_replicas: 0};
-  const wanted = durability.wait_replicas ? " (" + durability.wait_replicas + " replicas confirm)" : "";
+  const plural = durability.wait_replicas === 1 ? " replica" : " replicas";
+  const wanted = durability.wait_replicas ? " (" + durability.wait_replicas + plural + " confirm)" : "";
   if (!redis) {
     cell(row, "role", "?");
     cell(row, "topology", "cluster or INFO refused");
