@@ -53,6 +53,7 @@ from pydantic_settings import (
 from bridge.core.paired import FailoverPolicy
 from bridge.core.validation import DEFAULT_MAX_MESSAGE_SIZE
 from bridge.errors import ConfigurationError
+from bridge.history_settings import HistorySettings
 from bridge.journal_settings import JournalSettings
 from bridge.namespace_settings import CredentialKind, NamespaceSettings, parse_connection_string
 from bridge.receiver_settings import ReceiverSettings
@@ -65,6 +66,7 @@ __all__ = [
     "ApiKeySettings",
     "CredentialKind",
     "EntitySettings",
+    "HistorySettings",
     "IngressSettings",
     "JournalSettings",
     "NamespaceSettings",
@@ -390,6 +392,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     receiver: ReceiverSettings = Field(default_factory=ReceiverSettings)
     journal: JournalSettings = Field(default_factory=JournalSettings)
+    status_history: HistorySettings = Field(default_factory=HistorySettings)
     celery_broker_url: SecretStr | None = Field(
         default=None, description="Celery broker; default redis_url (a Redis Cluster needs a separate one)."
     )

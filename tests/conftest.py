@@ -165,6 +165,8 @@ KNOWN_COST = {
     "tests/integration/test_outage_bench.py::test_a_compressed_outage": 150.0,
     "tests/integration/test_outage_bench.py::test_a_short_disaster": 100.0,
     "tests/integration/test_tracing_processes.py": 40.0,
+    # A scripted outage with two serve processes sampling and two Chromium page loads.
+    "tests/integration/test_status_history.py": 70.0,
     # Builds an image (and, on a machine's first run, its debootstrap base): docs/containers.md.
     "tests/integration/test_container_images.py": 150.0,
     "tests/integration/test_container_compose.py": 400.0,

@@ -26,6 +26,7 @@ from bridge.redis.connection import sync_client
 from bridge.servicebus.pool import NamespacePool
 from bridge.settings import Settings
 from bridge.state.cost import CostStore
+from bridge.state.history import LatencyStore
 from bridge.state.paired import PairedStore
 from bridge.state.resume import ResumeSignals
 from bridge.state.retry import LeaseStore, RetryStore
@@ -51,6 +52,8 @@ class DeliveryContext:
     backoff: BackoffPolicy
     journal: JournalStore | None = None
     """The lifecycle journal (``bridge.journal``); None in contexts built without one."""
+    latency: LatencyStore | None = None
+    """The shared delivery-latency histograms of the status page's history; None: not recorded."""
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     current_backlog: dict[str, int] = field(default_factory=dict)
     clock: Any = time.time
@@ -81,6 +84,7 @@ class DeliveryContext:
             ),
             backoff=BackoffPolicy(retry.outbox_backoff_factor, retry.outbox_backoff_max),
             journal=JournalStore(client, settings.journal),
+            latency=LatencyStore(client) if settings.status_history.enabled else None,
             clock=RedisClock(client),
         )
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from bridge.core import journal as journal_events
 from bridge.core.cost import CostTally
 from bridge.core.decisions import Change, Settlement
+from bridge.core.history import entry_age, latency_counts
 from bridge.core.journal import JournalEvent
 from bridge.core.layout import stream_id
 from bridge.core.partitioning import partition_key
@@ -24,7 +25,7 @@ from bridge.core.settle import (
     plan_settlement,
 )
 from bridge.delivery.shard_state import PROBLEM_FULL_WAIT, HealthDue, HeldFrom, ShardState, message_id_of
-from bridge.errors import ProblemStreamFullError
+from bridge.errors import BridgeError, ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
 from bridge.outbox.reader import OutboxEntry, entry_size
@@ -214,9 +215,21 @@ class ShardSettling(ShardState):
             sizes = [entry_size(entry.fields) for entry in entries]
             self.ctx.reader.ack(self.entity, self.shard, entry_ids, fence=self.fence, sizes=sizes)
             metrics.record_delivered(self.entity, entry_ids, time.time())
+            self._record_latency(entry_ids)
             if self.mode == "active":
                 self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)
             self.report.sent += len(entry_ids)
+
+    def _record_latency(self, entry_ids: list[str]) -> None:
+        """Add the entries' delivery latencies to the shared histogram (the status page's history); a
+        failure loses only these counts, never the delivery, which is already acknowledged."""
+        if self.ctx.latency is None:
+            return
+        now = self.ctx.clock()
+        try:
+            self.ctx.latency.record(self.entity, latency_counts([entry_age(i, now) for i in entry_ids]))
+        except BridgeError as exc:
+            log.debug("entity %s: latency not recorded: %s", self.entity, exc)
 
     def _write_journal(self, events: list[JournalEvent]) -> None:
         if self.ctx.journal is not None and events:

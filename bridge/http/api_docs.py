@@ -21,7 +21,7 @@ OPENAPI_URL = "/v1/openapi.json"
 ASSETS = "/docs/assets"
 
 _LINKS = (
-    ("/status", "Status page", "roles, namespace health, outbox depths, errors, per entity"),
+    ("/status", "Status page", "health summary, the last hour as charts, errors, per entity state"),
     ("/metrics", "Prometheus metrics", "the series to scrape (an API key when the ingress requires one)"),
     ("/docs", "API documentation", "every route of the HTTP API, tried from the browser"),
     (OPENAPI_URL, "OpenAPI document", "the same, machine-readable (OpenAPI 3.1)"),

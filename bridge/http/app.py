@@ -27,6 +27,8 @@ from bridge.http import api_docs, operations, rest_door, v1
 from bridge.http.ingress import Ingress
 from bridge.http.openapi import document
 from bridge.http.problems import http_error, server_error
+from bridge.observability.history import HistorySampler
+from bridge.observability.snapshot import StateReader
 from bridge.outbox.store import AsyncOutbox
 from bridge.outbox.view import AsyncOutboxView
 from bridge.redis.connection import async_client
@@ -117,10 +119,22 @@ class SingleMessageFastPath:
 
 
 def create_app(
-    settings: Settings, *, require_auth: bool = False, client: AsyncRedis | None = None
+    settings: Settings,
+    *,
+    require_auth: bool = False,
+    client: AsyncRedis | None = None,
+    sample_history: bool | None = None,
 ) -> SingleMessageFastPath:
-    """The ingress app; ``client`` (an asyncio Redis client) defaults to one built from ``redis_url``."""
+    """The ingress app; ``client`` (an asyncio Redis client) defaults to one built from ``redis_url``.
+
+    ``sample_history`` runs the status page's sampler (``bridge.observability.history``) while the app
+    lives; by default when ``status_history.enabled`` and the app makes its own client (an app handed a
+    client is embedded, e.g. in a test, and samples only when asked).
+    """
     check_auth_settings(settings, require_auth)
+    sampling = settings.status_history.enabled and (
+        client is None if sample_history is None else sample_history
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -128,9 +142,12 @@ def create_app(
         await AsyncOutboxView(redis_client, settings).check_start_up()
         app.state.ingress = Ingress(settings, AsyncOutbox(redis_client, settings), require_auth=require_auth)
         log.info("ingress ready (authentication %s)", "required" if require_auth else "optional")
+        sampler = HistorySampler(settings, StateReader(settings, backlog=False)).start() if sampling else None
         try:
             yield
         finally:
+            if sampler is not None:
+                sampler.stop()
             await app.state.ingress.batcher.close()
             if client is None:
                 await redis_client.aclose()

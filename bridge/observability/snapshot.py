@@ -11,6 +11,8 @@ backlog rotation) plus what an operator watching a failover wants next to it:
 * ``backlog.depths``: active messages per backlog queue, read from the secondary namespace's management
   endpoint by ``BacklogProbe`` (cached, bounded by a timeout) with when it was measured;
 * ``syphon``: per backlog queue whether a syphon holds its lease now (and which process);
+* ``namespace_names``: each role's namespace name (null when not configured), so every view names a
+  namespace by role and name;
 * ``redis`` and ``durability`` come with ``collect_status``: the server's role, AOF, memory, replicas and
   their lag, the topology (``bridge.redis.server_info``; null on a Cluster), and ``ingress.durability``.
 
@@ -238,6 +240,10 @@ def collect_snapshot(
             for q, d in depths.items()
         }
         out["syphon"] = syphon_state(settings, client, queues)
+    out["namespace_names"] = {
+        "primary": settings.primary.namespace_name if settings.primary else None,
+        "secondary": settings.secondary.namespace_name if settings.secondary else None,
+    }
     out["generated_at"] = now
     return out
 

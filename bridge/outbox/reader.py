@@ -261,6 +261,23 @@ class OutboxReader:
             queue_depth(pipe, entity)
             return depth_record(pipe.execute())
 
+    def accepted_total(self, entity: str) -> int | None:
+        """Messages ever written to the entity's outbox (``entries-added`` of its shard streams, Redis 7.0
+        and later; None on an older server). A shard stream that does not exist yet adds nothing."""
+        with driver_errors(OutboxUnavailableError):
+            pipe = self.client.pipeline(transaction=False)
+            for shard in range(self.shards(entity)):
+                pipe.xinfo_stream(keys.outbox(entity, shard))
+            replies = pipe.execute(raise_on_error=False)
+        total = 0
+        for reply in replies:
+            if isinstance(reply, dict):
+                added = reply.get("entries-added", reply.get(b"entries-added"))
+                if added is None:
+                    return None
+                total += int(added)
+        return total
+
     def entities(self) -> list[str]:
         """Entities listed in the entity set: written to, and not yet empty and idle long enough to be
         retired (``bridge.outbox.entities``)."""

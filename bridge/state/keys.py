@@ -38,6 +38,9 @@ key                                        holds
                                            its backing-off shards (``bridge.state.resume``)
 ``bridge:{bridge}:scout``                  string, PX: the process whose backing-off shard may try early
                                            this interval (``retry.outbox_scout_interval``)
+``bridge:{bridge}:history``, ``...:slot``  the status page's samples and the last sampled slot;
+                                           ``bridge:{E}:latency``: delivery latencies
+                                           (``bridge.state.history``)
 ``bridge:{E}:probe:<role>``                hash ``at``, ``ok``, ``error``: the last probe of a namespace
                                            that carries no traffic for E (``bridge.delivery.probe``)
 ``bridge:{E}:backlog:<i>``                 hash backlog queue index -> ``open`` | ``wait:<t>`` | ``sent:<t>``:

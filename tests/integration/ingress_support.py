@@ -22,12 +22,15 @@ __all__ = ["read_all", "running_ingress", "snapshot"]
 
 
 @contextmanager
-def running_ingress(settings: Settings, *, require_auth: bool = False) -> Iterator[str]:
+def running_ingress(
+    settings: Settings, *, require_auth: bool = False, sample_history: bool = False
+) -> Iterator[str]:
     """Serve the real app with uvicorn on a free loopback port, as ``bridge serve`` does; yield its base URL
-    (``https://`` when the settings name a TLS certificate)."""
+    (``https://`` when the settings name a TLS certificate). The status page's sampler runs only when
+    asked: it writes to Redis on its own clock, and the ingress tests compare Redis before and after."""
     port = free_port()
     config = uvicorn.Config(
-        create_app(settings, require_auth=require_auth),
+        create_app(settings, require_auth=require_auth, sample_history=sample_history),
         host="127.0.0.1",
         port=port,
         log_level="warning",

@@ -1,7 +1,8 @@
 """The README and the documentation site stay what a new user is checked against.
 
 - README.md is short (at most 200 lines) and its links to the docs pages resolve.
-- Every page in mkdocs.yml's nav exists, and every page under docs/ is in the nav.
+- Every page in mkdocs.yml's nav exists, every page under docs/ is in the nav, and the home page links each.
+- Benchmarks open with the key numbers and keep commands out of headings; reference pages tell no history.
 - The repository cites only itself: no outside specification, seed document or issue number in the README or
   the docs (the patterns are spelled in pieces below, so this file does not match them itself).
 - Every field of the settings model (``bridge/settings.py``, walked recursively) is in docs/settings.md.
@@ -61,9 +62,22 @@ def _nav_pages(node: Any) -> Iterator[str]:
             yield from _nav_pages(value)
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """A safe loader that reads mkdocs.yml's ``!!python/name:`` tags as their names (nothing is imported)."""
+
+
+_ConfigLoader.add_multi_constructor(
+    "tag:yaml.org,2002:python/name:", lambda loader, suffix, node: f"python/name:{suffix}"
+)
+
+
+def mkdocs_config() -> dict[str, Any]:
+    config: dict[str, Any] = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_ConfigLoader)
+    return config
+
+
 def nav_pages() -> list[str]:
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    return list(_nav_pages(config["nav"]))
+    return list(_nav_pages(mkdocs_config()["nav"]))
 
 
 def doc_files() -> list[Path]:
@@ -86,7 +100,7 @@ def test_readme_is_short() -> None:
 
 
 def test_mkdocs_config_is_strict_material_with_an_explicit_nav() -> None:
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_config()
     assert config["strict"] is True
     assert config["theme"]["name"] == "material"
     assert config["docs_dir"] == "docs"
@@ -112,6 +126,45 @@ def test_readme_links_to_every_docs_page_and_each_resolves() -> None:
     linked = {(ROOT / t).resolve() for t in targets}
     unlinked = [page for page in nav_pages() if (DOCS / page).resolve() not in linked]
     assert unlinked == [], "README.md should link to each docs page"
+
+
+def test_the_home_page_links_to_every_page() -> None:
+    linked = {(DOCS / target).resolve() for target in local_links((DOCS / "index.md").read_text())}
+    unlinked = [page for page in nav_pages() if page != "index.md" and (DOCS / page).resolve() not in linked]
+    assert unlinked == [], "docs/index.md lists every page of the site"
+
+
+def test_benchmarks_open_with_the_key_numbers_and_keep_commands_out_of_headings() -> None:
+    text = (DOCS / "benchmarks.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert headings[:2] == ["# Benchmarks", "## Key numbers"]
+    key_numbers = text.split("## Key numbers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in key_numbers.splitlines() if line.startswith("| ") and "---" not in line]
+    assert 8 <= len(rows) <= 14, "one screen of key numbers"
+    for page in ("benchmarks.md", "outages.md", "chaos.md"):
+        with_commands = [
+            h for h in (DOCS / page).read_text().splitlines() if h.startswith("#") and "python -m" in h
+        ]
+        assert with_commands == [], f"{page}: a command belongs in the section's text, not its heading"
+
+
+# Pages that report measurements or past runs; every other page is reference and says how things are.
+REPORT_PAGES = {"benchmarks.md", "chaos.md", "outages.md", "findings.md"}
+HISTORY = re.compile(
+    r"used to be|was fixed|now fixed|before this change|after this change|before the change|after the change"
+    r"|this round|earlier round",
+    re.IGNORECASE,
+)
+
+
+def test_reference_pages_describe_the_present_not_the_history() -> None:
+    found = []
+    for path in sorted(DOCS.rglob("*.md")):
+        if path.relative_to(DOCS).as_posix() in REPORT_PAGES:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {m.group(0)}" for m in HISTORY.finditer(line)]
+    assert found == [], "history belongs in CHANGELOG.md"
 
 
 def test_links_between_docs_pages_resolve() -> None:
