@@ -122,6 +122,17 @@ class OutboxUnavailableError(StateStoreUnavailableError):
     """Redis did not accept the write (down, read-only, or WAIT not satisfied); nothing was acknowledged."""
 
 
+class DurabilityNotReachedError(OutboxUnavailableError):
+    """Too few confirmations for ``ingress.durability`` in time: written on the primary, not acknowledged."""
+
+    def __init__(self, message: str, *, mode: str, required: int, confirmed: int, local_fsync: bool) -> None:
+        super().__init__(message)
+        self.mode = mode
+        self.required = required
+        self.confirmed = confirmed
+        self.local_fsync = local_fsync
+
+
 class OutboxLayoutChangedError(OutboxUnavailableError):
     """The entity's shard count in Redis differs from the writer's; nothing was written (it retries)."""
 

@@ -11,7 +11,8 @@ Same rules as the HTTP door (``bridge.core.validation``), same atomic script, no
 
 ``send`` returns the MessageId (assigned when not given) once Redis has accepted the write. Errors:
 ``InvalidMessageError`` (nothing stored), ``BackpressureError`` (retry after ``retry_after`` seconds),
-``OutboxUnavailableError`` (Redis down; nothing acknowledged, so retry with the same ``message_id``).
+``OutboxUnavailableError`` (Redis down; nothing acknowledged, so retry with the same ``message_id``), and its
+subclass ``DurabilityNotReachedError`` when ``ingress.durability`` asked for more replicas than confirmed.
 
 Tracing (``docs/tracing.md``): each message's creation context is a ``create`` span, child of the caller's
 current OpenTelemetry context (the application's own tracer provider, if it set one up), or the current
@@ -113,6 +114,12 @@ class Producer:
         self.settings = settings or load_settings()
         url = redis_url or self.settings.redis_url.get_secret_value()
         self._outbox = SyncOutbox(client if client is not None else open_sync(url), self.settings)
+
+    @property
+    def durability(self) -> str:
+        """What every send that returns reached (``ingress.durability``: ``local`` or ``replicated``); a
+        send that cannot reach it raises ``DurabilityNotReachedError``."""
+        return self._outbox.writer.durability.mode
 
     def send(self, entity: str, body: bytes | str, **props: Any) -> str:
         """Store one message; return its MessageId. Properties as in the envelope (``docs/doors/http.md``)."""

@@ -154,7 +154,16 @@ class IngressSettings(BaseModel):
         default=None,
         description="Refuse to start unless Redis runs AOF with this fsync policy (or stricter).",
     )
-    wait_replicas: int = Field(default=0, ge=0, description="Acknowledge only after WAIT saw this many.")
+    durability: Literal["local", "replicated"] = Field(
+        default="local",
+        description=(
+            "What an acknowledgement waits for: 'local' the primary's AOF (and WAIT for wait_replicas);"
+            " 'replicated' WAITAOF: fsync'd on the primary and on wait_replicas replicas (Redis >= 7.2)."
+        ),
+    )
+    wait_replicas: int = Field(
+        default=0, ge=0, description="Replicas that confirm each write (WAIT; WAITAOF when replicated)."
+    )
     wait_timeout: float = Field(default=0.5, gt=0)
     only_configured_entities: bool = False
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
@@ -165,6 +174,12 @@ class IngressSettings(BaseModel):
         default=None, description="PEM certificate (chain) of `bridge serve`: it then speaks HTTPS only."
     )
     tls_key: Path | None = Field(default=None, description="PEM private key of tls_certificate.")
+
+    @model_validator(mode="after")
+    def _replicated_needs_replicas(self) -> IngressSettings:
+        if self.durability == "replicated" and self.wait_replicas < 1:
+            raise ValueError("ingress.durability = 'replicated' needs ingress.wait_replicas >= 1")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> IngressSettings:
@@ -449,20 +464,6 @@ class Settings(BaseSettings):
     def entity(self, name: str) -> EntitySettings:
         """The entity's settings; an entity that is not configured gets the defaults."""
         return self.entities.get(name, EntitySettings())
-
-    def celery_broker(self) -> str:
-        """Celery's broker URL: ``celery_broker_url``, else ``redis_url``. A Redis Cluster cannot be a Celery
-        broker (kombu has no Cluster transport and would fall back to ``redis://localhost``), so a Cluster
-        ``redis_url`` without ``celery_broker_url`` is a ``ConfigurationError``."""
-        if self.celery_broker_url is not None:
-            return self.celery_broker_url.get_secret_value()
-        url = self.redis_url.get_secret_value()
-        if url.partition("://")[0].endswith("+cluster"):
-            raise ConfigurationError(
-                "redis_url is a Redis Cluster, which cannot be Celery's broker: set celery_broker_url "
-                "(BRIDGE_CELERY_BROKER_URL) to a single Redis or a Sentinel-managed one"
-            )
-        return url
 
 
 def load_settings(**overrides: Any) -> Settings:

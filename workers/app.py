@@ -2,7 +2,8 @@
 
 ``bridge worker`` and ``bridge beat`` start it (``celery -A workers.app worker`` works too). Settings are
 the bridge's one settings model, read once when this module is imported; the broker is
-``Settings.celery_broker``: ``celery_broker_url``, else ``redis_url`` (required for a Cluster).
+``celery_broker_url`` when set (a Redis Cluster cannot be a Celery broker), else ``redis_url``, a Sentinel
+URL translated for kombu (``workers.broker``).
 
 Every pool process (prefork child, or the worker itself with ``--pool solo``) runs a ``DrainService``
 (``bridge.delivery.service``) from ``worker_process_init`` until ``worker_process_shutdown``: it owns a fair
@@ -29,6 +30,7 @@ from bridge.observability import messaging_metrics, tracing
 from bridge.observability.logs import configure_logging
 from bridge.settings import Settings, load_settings
 from bridge.status.exposition import child_exited
+from workers.broker import celery_broker
 
 
 def paired_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -76,7 +78,7 @@ def journal_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
 def create_app(settings: Settings) -> Celery:
     """A configured Celery app (tasks are registered by ``tasks.*`` modules listed in ``include``)."""
-    broker = settings.celery_broker()
+    broker, transport_options = celery_broker(settings)
     app = Celery(
         "bridge",
         broker=broker,
@@ -97,6 +99,7 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
+        broker_transport_options=transport_options,
         worker_hijack_root_logger=False,
         timezone="UTC",
         beat_schedule={

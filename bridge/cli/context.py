@@ -39,7 +39,9 @@ def settings_or_exit(*, celery: bool = False, **overrides: Any) -> Settings:
     try:
         settings = load_settings(**overrides)
         if celery:
-            settings.celery_broker()
+            from workers.broker import celery_broker
+
+            celery_broker(settings)
         return settings
     except ConfigurationError as exc:
         # One line, even if a reason ever spans several, so log collectors keep it as one record.

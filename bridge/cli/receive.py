@@ -94,7 +94,10 @@ def _handler(
     if spec is not None:
         return load_handler(spec)
     assert task is not None
-    return CeleryTaskHandler(settings.celery_broker(), task, celery_queue)
+    from workers.broker import celery_broker
+
+    broker, options = celery_broker(settings)
+    return CeleryTaskHandler(broker, task, celery_queue, transport_options=options)
 
 
 def _start_operations(settings: Settings) -> None:

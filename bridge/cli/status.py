@@ -167,4 +167,27 @@ def _print_table(report: dict[str, Any]) -> None:
                 f"events counted, not stored: {lost_events}) — is a beat rolling it?",
                 markup=False,
             )
+    console.print(redis_line(report), markup=False)
     console.print(f"billable operations: {report['cost']['total']}", markup=False)
+
+
+def redis_line(report: dict[str, Any]) -> str:
+    """One line on Redis and the durability mode: role, topology, replicas and their lag, AOF."""
+    durability = report.get("durability") or {}
+    mode = durability.get("mode", "local")
+    wanted = durability.get("wait_replicas", 0)
+    plural = "s" if wanted != 1 else ""
+    said = f"durability {mode}" + (f" ({wanted} replica{plural} confirm)" if wanted else "")
+    redis = report.get("redis")
+    if redis is None:
+        return f"redis: no INFO (a Cluster, or refused); {said}"
+    lags = ", ".join(
+        f"{r['address']} {r['state']} lag {r['lag_bytes']} B/{r['lag_seconds']} s" for r in redis["replicas"]
+    )
+    aof = "on" if redis["aof_enabled"] else "OFF"
+    if redis["aof_enabled"] and not redis["aof_last_write_ok"]:
+        aof = "WRITE FAILING"
+    return (
+        f"redis: {redis['role']} ({redis['topology']}), replicas {redis['connected_replicas']}"
+        f"{' [' + lags + ']' if lags else ''}, AOF {aof}; {said}"
+    )

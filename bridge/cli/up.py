@@ -25,6 +25,13 @@ def up(
         bool,
         typer.Option(help="Sign in with Microsoft Entra ID only: local token issuer, SAS disabled."),
     ] = False,
+    ha: Annotated[
+        bool,
+        typer.Option(
+            help="Redis as a primary, a replica and three Sentinels, with replicated durability: kill the "
+            "primary and watch the failover."
+        ),
+    ] = False,
     standard_ports: Annotated[
         bool,
         typer.Option(
@@ -43,7 +50,8 @@ def up(
     def say(line: str) -> None:
         console.print(f"[bold cyan]up[/] {line}", highlight=False, markup=True)
 
-    say("starting Redis, two local Service Bus namespaces and the bridge processes ...")
+    redis = "Redis (a primary, a replica, three Sentinels)" if ha else "Redis"
+    say(f"starting {redis}, two local Service Bus namespaces and the bridge processes ...")
     started: list[stack_up.Stack] = []  # filled before the first process starts: stopped even half-way
     status = 1
     try:
@@ -56,6 +64,7 @@ def up(
             tls=tls,
             entra=entra,
             standard_ports=standard_ports,
+            ha=ha,
         )
         for line in stack_up.describe(stack):
             typer.echo(line)  # not rich: URLs and paths must not be wrapped

@@ -6,11 +6,14 @@ directory, so tests can prove that acknowledged writes survive a restart.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -20,13 +23,50 @@ import redis
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.errors import EmulatorError
 
+WAITAOF_VERSION = (7, 2)
+"""The first Redis protocol version with ``WAITAOF`` (Valkey 7.2 and later speak it too)."""
 
-def redis_server_binary() -> str:
-    """Path of ``redis-server``, or a clear error telling how to install it."""
-    path = shutil.which("redis-server")
-    if path is None:
-        raise EmulatorError("redis-server is not installed (Debian: sudo apt-get install -y redis-server)")
-    return path
+
+def redis_server_binary(at_least: tuple[int, int] | None = None) -> str:
+    """Path of a server binary, or a clear error telling how to install it.
+
+    Without ``at_least``: Debian's ``redis-server`` (any version). With it: the first of ``redis-server`` and
+    the pinned ``valkey-server`` that ``scripts/bootstrap`` links into the virtualenv's ``bin`` whose
+    protocol version is at least that (Debian's Redis 7.0 has no ``WAITAOF``; ``docs/durability.md``).
+    """
+    if at_least is None:
+        path = shutil.which("redis-server")
+        if path is None:
+            raise EmulatorError(
+                "redis-server is not installed (Debian: sudo apt-get install -y redis-server)"
+            )
+        return path
+    beside = Path(sys.executable).parent / "valkey-server"
+    for candidate in (shutil.which("redis-server"), str(beside), shutil.which("valkey-server")):
+        if candidate and Path(candidate).is_file() and server_version(candidate) >= at_least:
+            return candidate
+    wanted = ".".join(map(str, at_least))
+    raise EmulatorError(
+        f"no Redis server >= {wanted} found (Debian's redis-server is older); ./scripts/bootstrap installs a "
+        "pinned valkey-server into .venv/bin"
+    )
+
+
+@cache
+def server_version(binary: str) -> tuple[int, int]:
+    """The Redis protocol version ``binary --version`` states (a Valkey states the Redis one it speaks)."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], check=False, capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    found = re.search(r"v=(\d+)\.(\d+)", out)
+    if found is None:
+        return (0, 0)
+    major, minor = int(found[1]), int(found[2])
+    # Valkey restarted its numbering at 7.2 (Redis 7.2.4's protocol), so 8.x and 9.x speak at least that.
+    return (major, minor) if "Redis" in out or major < 7 else max((major, minor), WAITAOF_VERSION)
 
 
 class RedisServer:
@@ -43,6 +83,8 @@ class RedisServer:
         appendfsync: str = "always",
         extra_args: tuple[str, ...] = (),
         password: str | None = None,
+        *,
+        binary: str | None = None,
     ) -> None:
         self._owns_dir = data_dir is None
         self.password = password
@@ -50,6 +92,7 @@ class RedisServer:
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.extra_args = extra_args
+        self.binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,6 +100,11 @@ class RedisServer:
         """``redis://127.0.0.1:<port>/0`` (``redis://:<password>@...`` with a password)."""
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """The child process's id while it runs (``kill -9 <pid>`` to crash it by hand)."""
+        return self._proc.pid if self.running and self._proc is not None else None
 
     @property
     def running(self) -> bool:
@@ -69,7 +117,7 @@ class RedisServer:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
-            redis_server_binary(),
+            self.binary or redis_server_binary(),
             "--port",
             str(self.port),
             "--bind",

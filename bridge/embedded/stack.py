@@ -22,6 +22,7 @@ from typing import Any
 from bridge.embedded.entra import EntraSetup
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.redis_server import RedisServer
+from bridge.embedded.sentinel import SentinelRedis
 from bridge.embedded.trust import STANDARD_PORT_ARGS, LocalTrust
 
 
@@ -94,12 +95,18 @@ class LocalStack:
         redis_password: str | None = None,
         entra: bool = False,
         standard_ports: bool = False,
+        ha: bool = False,
     ) -> None:
         self.base_dir = base_dir
         base_dir.mkdir(parents=True, exist_ok=True)
         self.entities = dict(entities or {})
         self.extra_settings = dict(settings or {})
-        self.redis = RedisServer(data_dir=base_dir / "redis", password=redis_password)
+        # ``ha``: a primary, a replica and three Sentinels (``bridge.embedded.sentinel``), not one server.
+        self.redis: RedisServer | SentinelRedis = (
+            SentinelRedis(base_dir / "redis", password=redis_password)
+            if ha
+            else RedisServer(data_dir=base_dir / "redis", password=redis_password)
+        )
         # Entra ID only (``bridge/embedded/entra.py``): one issuer, SAS refused by both namespaces.
         self.entra = EntraSetup(base_dir) if entra else None
         # SAS on the SDK's standard ports (``bridge/embedded/trust.py``); an Entra-only stack has its own.

@@ -19,6 +19,13 @@ With ``tls=True`` (``bridge up --tls``) the ingress speaks HTTPS only, with a se
 in ``<data dir>/ingress-tls`` (``bridge.emulator.certs``); the env file then also holds its settings and
 ``BRIDGE_INGRESS_CA_FILE``, the certificate a client trusts (``REQUESTS_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``,
 ``curl --cacert``), for HTTPS-only REST clients.
+
+With ``ha=True`` (``bridge up --ha``) Redis is a primary, a replica and three Sentinels
+(``bridge.embedded.sentinel``), every process is given the ``redis+sentinel://`` URL and the deployment runs
+``ingress.durability = "replicated"`` with one replica. Kill the primary (``kill -9``, its pid is printed) and
+watch: the Sentinels promote the replica within seconds, the processes follow it, and ``wait`` brings the
+killed node back after ``HA_RESTART_AFTER`` seconds as a replica of the new primary, as a supervisor would;
+until then a replicated write cannot be confirmed and is answered 503.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 
 from bridge.embedded.ports import free_port, wait_listening
+from bridge.embedded.sentinel import SentinelRedis
 from bridge.embedded.stack import LocalStack
 from bridge.embedded.trust import sas_shell_env
 from bridge.emulator.certs import ensure_certificate
@@ -62,6 +70,13 @@ SETTINGS = {
     "BRIDGE_LOG_JSON": "false",
 }
 RECEIVER_HANDLER = "bridge.embedded.handlers:log_message"
+HA_SETTINGS = {
+    "BRIDGE_INGRESS__DURABILITY": "replicated",
+    "BRIDGE_INGRESS__WAIT_REPLICAS": "1",
+    "BRIDGE_INGRESS__WAIT_TIMEOUT": "1",
+}
+HA_RESTART_AFTER = 5.0
+"""Seconds a killed Redis data node of ``bridge up --ha`` stays down before ``wait`` starts it again."""
 
 
 @dataclass
@@ -90,11 +105,12 @@ def start(
     tls: bool = False,
     entra: bool = False,
     standard_ports: bool = False,
+    ha: bool = False,
 ) -> Stack:
     """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
     entities file both local namespaces create at start (other queues are created on first use);
     ``standard_ports``: the primary also takes SAS over AMQPS on 5671 and HTTPS on 443 where free (an
-    Entra-only stack always does).
+    Entra-only stack always does); ``ha``: Redis under Sentinel with replicated durability.
     ``on_start`` gets the stack before its processes start, so a caller can stop it even when the start
     fails half-way."""
     base = base_dir or Path(tempfile.mkdtemp(prefix="bridge-up-"))
@@ -105,12 +121,14 @@ def start(
             **SETTINGS,
             # The beat rolls the journal into Parquet here; `bridge report --out DIR` reads it.
             "BRIDGE_JOURNAL__DIRECTORY": str(base / "journal"),
+            **(HA_SETTINGS if ha else {}),
             **(settings or {}),
         },
         redis_password=secrets.token_urlsafe(18),
         namespace_entities_file=namespace_entities,
         entra=entra,
         standard_ports=standard_ports,
+        ha=ha,
     )
     stack = Stack(base, local)
     if on_start is not None:
@@ -200,6 +218,7 @@ def describe(stack: Stack) -> list[str]:
             else []
         ),
         "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",
+        *ha_lines(local),
         "Ctrl-C stops everything.",
     ]
     endpoints = local.primary.endpoints
@@ -222,6 +241,37 @@ def describe(stack: Stack) -> list[str]:
     return lines
 
 
+def ha_lines(local: LocalStack) -> list[str]:
+    """What ``bridge up --ha`` adds to the description: the Redis nodes and how to fail one over."""
+    group = local.redis
+    if not isinstance(group, SentinelRedis):
+        return []
+    nodes = ", ".join(f"127.0.0.1:{node.port} (pid {node.pid})" for node in group.nodes)
+    sentinels = ", ".join(f"127.0.0.1:{sentinel.port}" for sentinel in group.sentinels)
+    primary = group.nodes[0]
+    return [
+        f"redis        primary and replica {nodes}; Sentinels {sentinels}; durability replicated",
+        f"failover:    kill -9 {primary.pid}   (the primary; it comes back as a replica after"
+        f" {HA_RESTART_AFTER:g} s; watch `bridge status` or the status page)",
+    ]
+
+
+def revive(stack: Stack, say: Say, down_since: dict[int, float], now: float) -> None:
+    """Under ``--ha``, start a Redis data node again ``HA_RESTART_AFTER`` s after it was found dead."""
+    group = stack.local.redis
+    if not isinstance(group, SentinelRedis):
+        return
+    for node in group.nodes:
+        if node.running:
+            down_since.pop(node.port, None)
+            continue
+        since = down_since.setdefault(node.port, now)
+        if now - since >= HA_RESTART_AFTER:
+            say(f"redis node 127.0.0.1:{node.port} was down; starting it again as a replica")
+            group.restart_node(node)
+            down_since.pop(node.port, None)
+
+
 def wait(stack: Stack, say: Say, poll: float = 1.0) -> int:
     """Block until SIGINT/SIGTERM (0) or until a bridge process died (1, after saying which)."""
     stopping = {"now": False}
@@ -230,8 +280,10 @@ def wait(stack: Stack, say: Say, poll: float = 1.0) -> int:
         stopping["now"] = True
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    down_since: dict[int, float] = {}
     try:
         while not stopping["now"]:
+            revive(stack, say, down_since, time.monotonic())
             dead = [p for p in stack.local.processes if not p.running]
             if dead:
                 for proc in dead:

@@ -108,7 +108,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         408: "The body did not arrive within ingress.body_read_timeout",
         413: "Too large",
         422: "A rule was broken (also an invalid entity path); see code and field",
-        503: "Outbox full or Redis unavailable; see Retry-After",
+        503: "Outbox full, Redis unavailable or durability not reached; see Retry-After",
     }
     ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return {str(status): {"description": reasons[status], **ref} for status in statuses}
@@ -133,6 +133,12 @@ _ENTITY_PARAM = {
             ]
         },
     },
+}
+_DURABILITY = {
+    "type": "string",
+    "enum": ["local", "replicated"],
+    "description": "The durability the acknowledgement reached (ingress.durability); also the"
+    " Bridge-Durability header, with the replicas that confirmed",
 }
 _SEND_ERRORS = _errors(400, 401, 403, 404, 408, 413, 422, 503)
 
@@ -172,6 +178,7 @@ def document() -> dict[str, Any]:
                                             "message_id": {"type": "string"},
                                             "entity": {"type": "string"},
                                             "duplicate": {"type": "boolean"},
+                                            "durability": _DURABILITY,
                                         },
                                     }
                                 }
@@ -219,7 +226,10 @@ def document() -> dict[str, Any]:
                                     "schema": {
                                         "type": "object",
                                         "properties": {
-                                            "message_ids": {"type": "array", "items": {"type": "string"}}
+                                            "message_ids": {"type": "array", "items": {"type": "string"}},
+                                            "entity": {"type": "string"},
+                                            "duplicates": {"type": "integer"},
+                                            "durability": _DURABILITY,
                                         },
                                     }
                                 }

@@ -4,6 +4,8 @@ Body of every error: ``{"error": {"code": ..., "message": ..., "field": ..., "in
 ``/v1``: 400 malformed JSON (or text, or an incomplete body), 422 a message or batch that breaks a rule,
 413 too large, 408 a body that did not arrive in time, 401 no or bad credentials, 403 key not allowed for
 the entity, 404 unknown entity, 503 + ``Retry-After`` when the outbox is full or Redis is unavailable. The
+durability (``ingress.durability``) that too few replicas confirmed answers 503 ``durability_not_reached``
+with ``error.durability`` naming the mode and the counts. The
 Service Bus REST door answers 400 where ``/v1`` answers 422 and 403 where ``/v1`` answers 413, as Microsoft's
 reference for Send Message documents ("403: Quota exceeded or message too large"). After a 408 or a 413 (403)
 for the request's size the connection is closed (``Connection: close``): the rest of the body is not read.
@@ -21,6 +23,7 @@ from bridge.errors import (
     AuthenticationError,
     BackpressureError,
     BridgeError,
+    DurabilityNotReachedError,
     EntityNotAllowedError,
     InvalidMessageError,
     MessageTooLargeError,
@@ -61,6 +64,13 @@ def error_response(exc: BridgeError, *, rest: bool = False) -> JSONResponse:
     if isinstance(exc, InvalidMessageError):
         error["field"] = exc.field
         error["index"] = exc.index
+    if isinstance(exc, DurabilityNotReachedError):
+        error["durability"] = {
+            "mode": exc.mode,
+            "required_replicas": exc.required,
+            "confirmed_replicas": exc.confirmed,
+            "primary_fsync": exc.local_fsync,
+        }
     headers = {}
     if status == 503:
         retry_after = exc.retry_after if isinstance(exc, BackpressureError) else 1.0
@@ -81,6 +91,7 @@ def error_code(exc: BridgeError) -> str:
         AuthenticationError: "unauthorized",
         UnknownEntityError: "unknown_entity",
         BackpressureError: "outbox_full",
+        DurabilityNotReachedError: "durability_not_reached",
         OutboxUnavailableError: "outbox_unavailable",
         StateStoreUnavailableError: "state_store_unavailable",
         PartitionUnavailableError: "partition_unavailable",

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from bridge.core.door_formats import rest_batch, rest_message
 from bridge.http import paths  # noqa: F401  (registers the {entity} and {messages} path convertors)
 from bridge.http.server import HEADER_NAMES
-from bridge.http.v1 import answers_errors, ingress_of
+from bridge.http.v1 import DURABILITY_HEADER, answers_errors, ingress_of
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ async def post_messages(request: Request) -> Response:
             ignored=ignored,
         )
         envelopes, fresh = ingress.envelopes(entity, [item], single=True, trace=trace)
-    await ingress.store(entity, envelopes, fresh, door="rest", trace=trace)
-    headers = {}
+    acks = await ingress.store(entity, envelopes, fresh, door="rest", trace=trace)
+    headers = {DURABILITY_HEADER: acks[0].durability.header()} if acks else {}
     if ignored:
         headers[IGNORED_HEADER] = ignored_names(ignored)
         log.debug("REST send to %s: ignored broker properties %s", entity, headers[IGNORED_HEADER])

@@ -17,7 +17,9 @@ Stable hooks for tests and scrapers: each entity row is ``tr[data-entity=<name>]
 ``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``, and so has the ``barriers``
 cell when a restore barrier is lost (``docs/paired.md``). A last error that carries a trace id shows it as
 ``.trace[data-trace-id]`` in its cell: a link (``a``, opening in a new tab) when the ``trace_url`` setting
-names a trace viewer (``docs/tracing.md``), else text.
+names a trace viewer (``docs/tracing.md``), else text. The Redis row is ``#redis tbody tr`` with cells
+``role``, ``topology``, ``durability`` (class ``down`` when ``replicated`` lacks connected replicas), ``aof``,
+``replicas`` and ``replication_lag``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ PAGE = """<!doctype html>
     <th>last failover</th><th>last error</th><th>restore</th><th>receiver</th><th>operations</th>
   </tr></thead>
   <tbody></tbody>
+</table>
+<h2>Redis</h2>
+<table id="redis">
+  <thead><tr>
+    <th>role</th><th>topology</th><th>durability</th><th>AOF</th><th>replicas</th><th>replication lag</th>
+  </tr></thead>
+  <tbody><tr></tr></tbody>
 </table>
 <div id="backlog-section" hidden>
   <h2>Backlog queues <span id="backlog-namespace" class="muted"></span></h2>

@@ -1,6 +1,7 @@
 """The ``/v1`` JSON envelope API (public contract: ``docs/doors/http.md``; schema: ``/v1/openapi.json``).
 
-``POST /v1/entities/{entity}/messages``        one envelope -> 202 ``{"message_id", "entity", "duplicate"}``
+``POST /v1/entities/{entity}/messages``        one envelope -> 202 ``{"message_id", "entity", "duplicate",
+                                               "durability"}`` (and the ``X-Bridge-Durability`` header)
 ``POST /v1/entities/{entity}/messages:batch``  ``{"messages": [...]}`` -> 202 ``{"message_ids": [...]}``,
                                                all stored or none; ``?transactional=true``: one partition key
 ``GET  /v1/entities/{entity}/quarantine``      entries that failed validation (``?count=&after=``)
@@ -24,6 +25,9 @@ from bridge.http import paths  # noqa: F401  (registers the {entity} path conver
 from bridge.http.ingress import Ingress
 from bridge.http.problems import error_code, error_response
 from bridge.observability import metrics
+
+DURABILITY_HEADER = "X-Bridge-Durability"
+"""What an acknowledgement reached: ``local``, ``local; replicas=n`` (WAIT) or ``replicated; replicas=n``."""
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -65,8 +69,16 @@ async def post_message(request: Request) -> Response:
     trace = ingress.trace(request, entity, "http")
     envelopes, fresh = ingress.envelopes(entity, [item], single=True, trace=trace)
     (ack,) = await ingress.store(entity, envelopes, fresh, trace=trace)
+    reached = ack.durability
     return JSONResponse(
-        {"message_id": ack.message_id, "entity": entity, "duplicate": ack.duplicate}, status_code=202
+        {
+            "message_id": ack.message_id,
+            "entity": entity,
+            "duplicate": ack.duplicate,
+            "durability": reached.mode,
+        },
+        status_code=202,
+        headers={DURABILITY_HEADER: reached.header()},
     )
 
 
@@ -96,8 +108,10 @@ async def post_batch(request: Request) -> Response:
             "message_ids": [ack.message_id for ack in acks],
             "entity": entity,
             "duplicates": sum(1 for ack in acks if ack.duplicate),
+            "durability": acks[0].durability.mode if acks else "local",
         },
         status_code=202,
+        headers={DURABILITY_HEADER: acks[0].durability.header()} if acks else {},
     )
 
 

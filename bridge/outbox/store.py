@@ -1,7 +1,8 @@
 """The outbox writer bound to a Redis connection: ``SyncOutbox`` (blocking) and ``AsyncOutbox`` (asyncio).
 
-One call sends every group's script in one pipeline (one round trip), then ``WAIT`` when replicas must
-confirm, and returns per group either its acks or the error that refused it. Driver errors become
+One call sends every group's script in one pipeline (one round trip), with ``WAIT`` or ``WAITAOF`` at its
+end when the durability policy (``bridge.core.durability``) asks for confirmations, and returns per group
+either its acks or the error that refused it. Driver errors become
 ``OutboxUnavailableError`` / ``BackpressureError`` here and never leave the package.
 
 Both classes run the same steps, written once: ``_write_steps`` is a generator that decides every Redis
@@ -16,18 +17,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 
-from bridge.errors import BackpressureError, BridgeError, OutboxLayoutChangedError, OutboxUnavailableError
+from bridge.core.durability import FENCE_CHANNEL, LOCAL, Reached, Shortfall, verdict
+from bridge.errors import (
+    BackpressureError,
+    BridgeError,
+    ConfigurationError,
+    DurabilityNotReachedError,
+    OutboxLayoutChangedError,
+    OutboxUnavailableError,
+)
 from bridge.outbox import keys
 from bridge.outbox.cluster_globals import ClusterGlobals
 from bridge.outbox.scripts import WRITE
 from bridge.outbox.writer import Ack, Command, Group, OutboxWriter
 from bridge.redis.connection import is_cluster
 from bridge.redis.errors import DRIVER_ERRORS, driver_errors, translate
+from bridge.redis.held import AsyncHeldConnection, HeldConnection
 from bridge.redis.scripts import is_noscript, load, load_async, run_script, run_script_async
 from bridge.redis.types import AsyncRedis, SyncRedis
 from bridge.settings import Settings
@@ -61,7 +71,20 @@ class Load:
     """Load the write script (after ``NOSCRIPT``); the reply is ``None``."""
 
 
-Step = Pipeline | Script | Load
+@dataclass(frozen=True)
+class Confirm:
+    """``WAIT``/``WAITAOF`` in a round trip of its own, on the connection that sent the writes.
+
+    Sent with the writes, the primary's request for the replicas' fsync'd offsets (``REPLCONF GETACK``)
+    reaches a replica together with the write, and it answers before its fsync ("not yet"; the next answer
+    comes up to a second later). One round trip later the replica has usually written and fsync'd it; a
+    round that still falls short is followed by a longer one (``DurabilityPolicy.rounds``).
+    """
+
+    command: tuple[str | int, ...]
+
+
+Step = Pipeline | Script | Load | Confirm
 Steps = Generator[Step, Any, list[GroupResult]]
 
 
@@ -170,7 +193,7 @@ def _relayout_steps(
 
 
 def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step, Any, list[Any]]:
-    """Script replies (or their errors) in command order, then the ``WAIT`` reply if any."""
+    """Script replies (or their errors) in command order, then the confirmation's reply if any."""
     # A cluster pipeline refuses EVALSHA: one call per entity. A lone call needs no pipeline either.
     if writer.cluster or (len(commands) == 1 and not _waits(writer)):
         replies = []
@@ -182,17 +205,26 @@ def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step
     if retry:
         yield Load()
         again = yield Pipeline(_calls(writer, [commands[i] for i in retry]), errors_as_values=True)
-        _merge(writer, replies, retry, again)
+        for slot, index in enumerate(retry):
+            replies[index] = again[slot]
+    if _waits(writer):
+        policy = writer.durability
+        confirmed = None
+        for timeout_ms in policy.rounds():
+            confirmed = yield Confirm(policy.confirm_command(timeout_ms))
+            if not policy.again(confirmed):
+                break
+        replies = [*replies[: len(commands)], confirmed]
     return list(replies)
 
 
 def _calls(writer: OutboxWriter, commands: Sequence[Command]) -> list[tuple[Any, ...]]:
-    """The script calls, then ``WAIT`` when replicas must confirm (it covers every write before it)."""
+    """The script calls, and the fence before a confirmation (``FENCE_CHANNEL`` says why)."""
     calls: list[tuple[Any, ...]] = [
         ("EVALSHA", WRITE.sha, len(command.keys), *command.keys, *command.args) for command in commands
     ]
     if _waits(writer):
-        calls.append(("WAIT", writer.wait_replicas, writer.wait_timeout_ms))
+        calls.append(("PUBLISH", FENCE_CHANNEL, ""))
     return calls
 
 
@@ -219,7 +251,7 @@ def _collect(
     commands: list[Command],
     replies: list[Any],
 ) -> list[GroupResult]:
-    wait_reply = replies[len(commands)] if _waits(writer) else None
+    judged = verdict(writer.durability, replies[-1] if _waits(writer) else None)
     by_group: dict[int, GroupResult] = {}
     for command, reply in zip(commands, replies[: len(commands)], strict=True):
         if isinstance(reply, Exception):
@@ -229,12 +261,7 @@ def _collect(
             ] * len(command.groups)
         else:
             results = writer.results(command, reply)
-        if wait_reply is not None and int(wait_reply) < writer.wait_replicas:
-            failed = OutboxUnavailableError(
-                f"written, but only {int(wait_reply)} of {writer.wait_replicas} replicas confirmed in time; "
-                "retry with the same message_id"
-            )
-            results = [failed if isinstance(r, list) else r for r in results]
+        results = [_confirmed(r, judged) if isinstance(r, list) else r for r in results]
         for group, result in zip(command.groups, results, strict=True):
             by_group[id(group)] = result
     out: list[GroupResult] = []
@@ -243,21 +270,28 @@ def _collect(
     return out
 
 
+def _confirmed(acks: list[Ack], judged: Reached | Shortfall) -> GroupResult:
+    """The acks stamped with the durability reached, or the refusal when it fell short."""
+    if isinstance(judged, Shortfall):
+        return DurabilityNotReachedError(
+            judged.message(),
+            mode=judged.mode,
+            required=judged.required,
+            confirmed=judged.confirmed,
+            local_fsync=judged.local_fsync,
+        )
+    if judged == LOCAL:
+        return acks
+    return [replace(ack, durability=judged) for ack in acks]
+
+
 def _stored_entities(groups: Sequence[Group], results: list[GroupResult]) -> list[str]:
     """Entities that just got an entry (or a duplicate's acknowledgement: listing one more is harmless)."""
     return sorted({g.entity for g, r in zip(groups, results, strict=True) if isinstance(r, list)})
 
 
-def _merge(writer: OutboxWriter, replies: list[Any], retry: list[int], again: list[Any]) -> None:
-    """Put the replies of re-sent script calls in place; ``WAIT`` counts the weaker of its two answers."""
-    for slot, index in enumerate(retry):
-        replies[index] = again[slot]
-    if _waits(writer):
-        replies[-1] = min(int(replies[-1]), int(again[-1]))
-
-
 def _waits(writer: OutboxWriter) -> bool:
-    return writer.wait_replicas > 0 and not writer.cluster
+    return writer.durability.waits and not writer.cluster
 
 
 def cluster_globals(settings: Settings, cluster: bool) -> ClusterGlobals | None:
@@ -274,29 +308,48 @@ def _accepted(
     return writer.accepted(sent, send)
 
 
+def _writer(client: SyncRedis | AsyncRedis, settings: Settings) -> OutboxWriter:
+    """The writer for ``client``; a Cluster cannot confirm a replicated write, so it refuses the mode
+    rather than acknowledge less than it promises."""
+    cluster = is_cluster(client)
+    if cluster and settings.ingress.durability == "replicated":
+        raise ConfigurationError("ingress.durability = 'replicated' is not supported on a Redis Cluster")
+    return OutboxWriter(settings, cluster=cluster)
+
+
+def _holds(writer: OutboxWriter, client: SyncRedis | AsyncRedis) -> bool:
+    """A write whose durability waits runs on one held connection (``bridge.redis.held``)."""
+    return _waits(writer) and not is_cluster(client)
+
+
 class SyncOutbox:
     """Blocking outbox writes (used by ``bridge.Producer`` and the Redis door)."""
 
     def __init__(self, client: SyncRedis, settings: Settings) -> None:
         # ``client``: any blocking client from ``bridge.redis.connection.sync_client``.
         self.client = client
-        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+        self.writer = _writer(client, settings)
         self.globals = cluster_globals(settings, self.writer.cluster)
 
     def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
         steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
+        held = HeldConnection(self.client) if _holds(self.writer, self.client) else None
         reply: Any = None
-        with driver_errors(OutboxUnavailableError):
-            while True:
-                try:
-                    step = steps.send(reply)
-                except StopIteration as done:
-                    results: list[GroupResult] = done.value
-                    return results
-                reply = self._do(step)
+        try:
+            with driver_errors(OutboxUnavailableError):
+                while True:
+                    try:
+                        step = steps.send(reply)
+                    except StopIteration as done:
+                        results: list[GroupResult] = done.value
+                        return results
+                    reply = self._do(step, held)
+        finally:
+            if held is not None:
+                held.release()
 
-    def _do(self, step: Step) -> Any:
+    def _do(self, step: Step, held: HeldConnection | None) -> Any:
         if isinstance(step, Script):
             try:
                 return run_script(self.client, WRITE, step.command.keys, step.command.args)
@@ -309,6 +362,11 @@ class SyncOutbox:
         if isinstance(step, Load):
             load(self.client, WRITE)
             return None
+        if held is not None:
+            if isinstance(step, Confirm):
+                return held.run([step.command])[0]
+            return held.run(step.calls, errors_as_values=step.errors_as_values)
+        assert isinstance(step, Pipeline), "a confirmation runs on a held connection"
         pipe = self.client.pipeline(transaction=False)
         for call in step.calls:
             pipe.execute_command(*call)
@@ -326,23 +384,28 @@ class AsyncOutbox:
     def __init__(self, client: AsyncRedis, settings: Settings) -> None:
         # ``client``: any asyncio client from ``bridge.redis.connection.async_client``.
         self.client = client
-        self.writer = OutboxWriter(settings, cluster=is_cluster(client))
+        self.writer = _writer(client, settings)
         self.globals = cluster_globals(settings, self.writer.cluster)
 
     async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
         steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
+        held = AsyncHeldConnection(self.client) if _holds(self.writer, self.client) else None
         reply: Any = None
-        with driver_errors(OutboxUnavailableError):
-            while True:
-                try:
-                    step = steps.send(reply)
-                except StopIteration as done:
-                    results: list[GroupResult] = done.value
-                    return results
-                reply = await self._do(step)
+        try:
+            with driver_errors(OutboxUnavailableError):
+                while True:
+                    try:
+                        step = steps.send(reply)
+                    except StopIteration as done:
+                        results: list[GroupResult] = done.value
+                        return results
+                    reply = await self._do(step, held)
+        finally:
+            if held is not None:
+                await held.release()
 
-    async def _do(self, step: Step) -> Any:
+    async def _do(self, step: Step, held: AsyncHeldConnection | None) -> Any:
         if isinstance(step, Script):
             try:
                 return await run_script_async(self.client, WRITE, step.command.keys, step.command.args)
@@ -355,6 +418,11 @@ class AsyncOutbox:
         if isinstance(step, Load):
             await load_async(self.client, WRITE)
             return None
+        if held is not None:
+            if isinstance(step, Confirm):
+                return (await held.run([step.command]))[0]
+            return await held.run(step.calls, errors_as_values=step.errors_as_values)
+        assert isinstance(step, Pipeline), "a confirmation runs on a held connection"
         pipe = self.client.pipeline(transaction=False)
         for call in step.calls:
             pipe.execute_command(*call)

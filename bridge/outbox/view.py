@@ -51,6 +51,23 @@ def depth_record(replies: Sequence[Any]) -> dict[str, int]:
     }
 
 
+async def _check_waitaof(client: AsyncRedis) -> None:
+    """``ConfigurationError`` unless the server answers ``WAITAOF`` with its own AOF on (Redis >= 7.2).
+
+    ``WAITAOF 1 0`` returns at once when the connection wrote nothing; Redis 7.0 does not know the command
+    and a server without ``appendonly`` refuses it, and the refusal's text is the server's own.
+    """
+    try:
+        await client.execute_command("WAITAOF", 1, 0, 1000)
+    except redis.exceptions.ResponseError as exc:
+        raise ConfigurationError(
+            "ingress.durability = 'replicated' needs WAITAOF with appendonly yes on the primary"
+            f" (Redis >= 7.2 or Valkey >= 7.2); the server said: {str(exc)[:120]}"
+        ) from None
+    except DRIVER_ERRORS as exc:
+        raise ConfigurationError(f"cannot check WAITAOF at start-up ({type(exc).__name__})") from None
+
+
 def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
 
@@ -83,7 +100,8 @@ class AsyncOutboxView:
     async def check_start_up(self) -> None:
         """Refuse to start on a Redis that cannot give what the settings demand; load the write script.
 
-        ``ingress.wait_replicas`` needs ``WAIT``, which a Cluster cannot apply across slots.
+        ``ingress.wait_replicas`` needs ``WAIT``, which a Cluster cannot apply across slots;
+        ``ingress.durability = "replicated"`` needs ``WAITAOF`` and the primary's AOF, checked here once.
         ``ingress.require_appendfsync`` needs the append-only file with an fsync policy at least that strict
         (``CONFIG GET append*``); it cannot be verified while Redis is down, so then start-up fails. Without
         it, an unreachable Redis only logs a warning: readiness and writes answer 503 until it is back.
@@ -92,6 +110,7 @@ class AsyncOutboxView:
         client = self.client
         if ingress.wait_replicas and is_cluster(client):
             raise ConfigurationError("ingress.wait_replicas is not supported on a Redis Cluster")
+
         try:
             await load_async(client, WRITE)
         except redis.exceptions.ConnectionError as exc:
@@ -105,6 +124,8 @@ class AsyncOutboxView:
             return
         except DRIVER_ERRORS as exc:
             raise ConfigurationError(f"cannot load the outbox script ({type(exc).__name__})") from None
+        if ingress.durability == "replicated":
+            await _check_waitaof(client)
         if not ingress.require_appendfsync:
             return
         try:

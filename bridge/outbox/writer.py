@@ -3,8 +3,8 @@
 A *group* is what one caller wants stored atomically (one HTTP request, one ``send_batch``): all its
 messages are written or none is. Groups for the same entity travel in one ``EVALSHA`` of the ``WRITE``
 script, and the scripts of all entities in one pipeline, so a burst of concurrent requests costs one round
-trip (see ``bridge.outbox.batcher``). The caller is acknowledged only after Redis answered; with
-``ingress.wait_replicas`` set, only after ``WAIT`` saw that many replicas take the write.
+trip (see ``bridge.outbox.batcher``). The caller is acknowledged only after Redis answered and, when the
+durability policy (``bridge.core.durability``) waits, only after ``WAIT`` / ``WAITAOF`` confirmed the write.
 
 ``OutboxWriter`` holds no connection: it turns groups into commands and replies into results, so the same
 logic serves the blocking ``SyncOutbox`` (``Producer``) and the asyncio ``AsyncOutbox`` (HTTP,
@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bridge.core.durability import LOCAL, DurabilityPolicy, Reached
 from bridge.core.envelope import REQUIRED_OVERHEAD, Envelope, encode_time
 from bridge.core.partitioning import choose_shard, partition_key
 from bridge.core.validation import EntityRules
@@ -39,6 +40,8 @@ class Ack:
     shard: int
     entry_id: str
     duplicate: bool
+    durability: Reached = LOCAL
+    """What the acknowledgement promises (the mode reached and the replicas that confirmed)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,9 @@ class OutboxWriter:
         ingress = settings.ingress
         self.window_ms = max(1, int(ingress.idempotency_window * 1000))
         self.retry_after = ingress.retry_after
-        self.wait_replicas = ingress.wait_replicas
-        self.wait_timeout_ms = max(1, int(ingress.wait_timeout * 1000))
+        self.durability = DurabilityPolicy(
+            ingress.durability, ingress.wait_replicas, max(1, int(ingress.wait_timeout * 1000))
+        )
         self.total_messages = ingress.max_total_messages
         self.total_bytes = ingress.max_total_bytes
         # The write script journals each stored message (``accepted``) when this is above 0.

@@ -48,7 +48,15 @@ def load_handler(spec_text: str) -> Callable[[ReceivedMessage], object]:
 class CeleryTaskHandler:
     """Sends every message to the Celery task ``task`` (by name) on ``broker_url``."""
 
-    def __init__(self, broker_url: str, task: str, queue: str | None = None) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        task: str,
+        queue: str | None = None,
+        transport_options: dict[str, Any] | None = None,
+    ) -> None:
+        """``broker_url`` and ``transport_options`` as ``workers.broker.celery_broker`` makes them (a Sentinel
+        primary is kombu's Sentinel transport with its ``master_name``)."""
         from celery import Celery
 
         self.task = task
@@ -59,6 +67,7 @@ class CeleryTaskHandler:
             accept_content=["json"],
             broker_connection_retry_on_startup=True,
             task_ignore_result=True,
+            broker_transport_options=transport_options or {},
         )
 
     def __call__(self, message: ReceivedMessage) -> None:

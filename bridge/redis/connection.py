@@ -244,3 +244,12 @@ def _build_client(target: RedisTarget, single: Any, cluster: Any, sentinel: Any)
 def is_cluster(client: AnyRedis) -> bool:
     """True for cluster clients (no ``WAIT`` across slots, totals updated outside the entity script)."""
     return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def topology(client: AnyRedis) -> Kind:
+    """``single``, ``sentinel`` (a client of the primary a Sentinel names) or ``cluster``."""
+    if is_cluster(client):
+        return "cluster"
+    pool = getattr(client, "connection_pool", None)
+    sentinel_pools = (redis.sentinel.SentinelConnectionPool, redis.asyncio.sentinel.SentinelConnectionPool)
+    return "sentinel" if isinstance(pool, sentinel_pools) else "single"

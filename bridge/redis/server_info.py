@@ -1,7 +1,10 @@
-"""What the Redis server says of its own durability and memory (``INFO``), for the status and metrics.
+"""What the Redis server says of its own durability, replication and memory (``INFO``), for the status and
+metrics.
 
-An acknowledgement is only as durable as the server's append-only file: an operator wants to see at once
-that AOF is off, that its last write failed (disk full), or that memory is near ``maxmemory``. A Cluster
+An acknowledgement is only as durable as the server's append-only file and, under ``ingress.durability =
+"replicated"``, its replicas: an operator wants to see at once that AOF is off, that its last write failed
+(disk full), that memory is near ``maxmemory``, which role the server has and how far each replica lags
+(bytes of the replication stream not yet acknowledged, seconds since its last acknowledgement). A Cluster
 answers ``INFO`` per node and some managed caches refuse it: then nothing is reported (``None``), rather
 than one node's view passed off as the whole.
 
@@ -15,9 +18,19 @@ from typing import Any
 
 import redis
 
-from bridge.redis.connection import is_cluster
+from bridge.redis.connection import is_cluster, topology
 from bridge.redis.errors import driver_errors
 from bridge.redis.types import SyncRedis
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """One replica as its primary sees it."""
+
+    address: str
+    state: str
+    lag_bytes: int
+    lag_seconds: int
 
 
 @dataclass(frozen=True)
@@ -30,10 +43,13 @@ class ServerState:
     used_memory: int
     maxmemory: int
     connected_replicas: int
+    replicas: tuple[ReplicaState, ...] = ()
+    link_up: bool | None = None
+    """A replica's link to its primary (None on a primary)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON form (``redis`` in ``/status.json``)."""
-        return asdict(self)
+        """The JSON form (``redis`` in ``/status.json``; the replicas a list, as JSON reads them back)."""
+        return {**asdict(self), "replicas": [asdict(replica) for replica in self.replicas]}
 
 
 def server_state(client: SyncRedis) -> ServerState | None:
@@ -45,6 +61,7 @@ def server_state(client: SyncRedis) -> ServerState | None:
             info: dict[str, Any] = client.info()
         except redis.exceptions.ResponseError:  # INFO renamed or disabled (some managed caches)
             return None
+    link = info.get("master_link_status")
     return ServerState(
         role=str(info.get("role", "?")),
         aof_enabled=bool(int(info.get("aof_enabled", 0))),
@@ -52,4 +69,33 @@ def server_state(client: SyncRedis) -> ServerState | None:
         used_memory=int(info.get("used_memory", 0)),
         maxmemory=int(info.get("maxmemory", 0)),
         connected_replicas=int(info.get("connected_slaves", 0)),
+        replicas=replicas(info),
+        link_up=None if link is None else link == "up",
     )
+
+
+def redis_section(client: SyncRedis) -> dict[str, Any] | None:
+    """``redis`` of ``bridge status --json`` and ``/status.json``: the state and the topology."""
+    state = server_state(client)
+    if state is None:
+        return None
+    return {**state.as_dict(), "topology": topology(client)}
+
+
+def replicas(info: dict[str, Any]) -> tuple[ReplicaState, ...]:
+    """The ``slaveN`` entries of ``INFO`` (redis-py parses each into a dict), with their lag."""
+    offset = int(info.get("master_repl_offset", 0))
+    out = []
+    for index in range(int(info.get("connected_slaves", 0))):
+        entry = info.get(f"slave{index}")
+        if not isinstance(entry, dict):
+            continue
+        out.append(
+            ReplicaState(
+                address=f"{entry.get('ip', '?')}:{entry.get('port', '?')}",
+                state=str(entry.get("state", "?")),
+                lag_bytes=max(0, offset - int(entry.get("offset", 0))),
+                lag_seconds=int(entry.get("lag", 0)),
+            )
+        )
+    return tuple(out)

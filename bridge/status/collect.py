@@ -26,8 +26,10 @@ means the roller is behind or down), and for paired entities ``paired`` (``faile
 ``last_error``, ``last_error_at``, ``barriers``: the restore barriers its shards wait for, each
 ``{"shard", "queue", "state", "sent_at", "resends"}`` with ``state`` ``open`` / ``sending`` / ``waiting``
 / ``lost`` — not passed within ``paired.barrier_timeout``, or sent again after that; empty when none,
-docs/paired.md); at the top ``cost`` (totals) and, when an entity is paired,
-``backlog`` (the rotation of the backlog queues).
+docs/paired.md); at the top ``cost`` (totals), ``durability`` (``mode``, ``wait_replicas``,
+``wait_timeout``: ``ingress.durability``, docs/durability.md), ``redis`` (``bridge.redis.server_info``: role,
+topology, AOF, memory, replicas with their lag; null on a Cluster or where ``INFO`` is refused) and, when an
+entity is paired, ``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
 secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
@@ -48,6 +50,7 @@ from bridge.core.roles import ROLES, NamespaceHealth, Role
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.redis.clock import server_time
+from bridge.redis.server_info import redis_section
 from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
@@ -207,6 +210,13 @@ def collect_status(settings: Settings, client: SyncRedis, now: float | None = No
     entities = [entity_status(settings, client, name) for name in names]
     totals = CostStore(client).totals()
     out: dict[str, Any] = {"entities": entities, "cost": {**asdict(totals), "total": totals.total}}
+    ingress = settings.ingress
+    out["durability"] = {
+        "mode": ingress.durability,
+        "wait_replicas": ingress.wait_replicas,
+        "wait_timeout": ingress.wait_timeout,
+    }
+    out["redis"] = redis_section(client)
     if any(e["replication"] == "paired" for e in entities):
         backlog = backlog_status(settings, client, server_time(client) if now is None else now)
         if backlog is not None:

@@ -13,8 +13,8 @@ backlog rotation) plus what an operator watching a failover wants next to it:
 * ``syphon``: per backlog queue whether a syphon holds its lease now (and which process);
 * ``namespace_names``: each role's namespace name (null when not configured), so every view names a
   namespace by role and name;
-* ``redis``: the server's role, whether AOF is on and its last write succeeded, memory used and
-  ``maxmemory``, connected replicas (``bridge.redis.server_info``; null on a Cluster).
+* ``redis`` and ``durability`` come with ``collect_status``: the server's role, AOF, memory, replicas and
+  their lag, the topology (``bridge.redis.server_info``; null on a Cluster), and ``ingress.durability``.
 
 Everything textual that came from an error has passed ``scrub_secrets``; nothing here reads a setting's
 secret. Reads are blocking (callers in asyncio code run ``collect_snapshot`` in a thread).
@@ -40,7 +40,6 @@ from bridge.receiving.keys import ReceiverKeys
 from bridge.redis.clock import server_time
 from bridge.redis.connection import sync_client
 from bridge.redis.errors import driver_errors
-from bridge.redis.server_info import server_state
 from bridge.settings import Settings
 from bridge.state import keys as state_keys
 from bridge.status.collect import collect_status
@@ -241,8 +240,6 @@ def collect_snapshot(
             for q, d in depths.items()
         }
         out["syphon"] = syphon_state(settings, client, queues)
-    state = server_state(client)
-    out["redis"] = None if state is None else state.as_dict()
     out["namespace_names"] = {
         "primary": settings.primary.namespace_name if settings.primary else None,
         "secondary": settings.secondary.namespace_name if settings.secondary else None,

@@ -77,3 +77,9 @@ def outage_after(message: ReceivedMessage) -> None:
 def calls(client: redis.Redis) -> list[dict[str, Any]]:
     """Every recorded call, oldest first (for the tests)."""
     return [json.loads(raw) for raw in client.lrange(CALLS, 0, -1)]
+
+
+def append_id(message: ReceivedMessage) -> None:
+    """Append the MessageId as a line to the file ``RX_TEST_IDS`` names (no Redis: any ``redis_url`` form)."""
+    with open(os.environ["RX_TEST_IDS"], "a") as out:
+        out.write(message.message_id + "\n")

@@ -102,7 +102,8 @@ def test_single_envelope_round_trips_through_the_outbox(
     answer = http.post("/v1/entities/orders/messages", json=envelope)
     # Then it is acknowledged with its id, and the outbox holds exactly what was sent
     assert answer.status_code == 202
-    assert answer.json() == {"message_id": "m-1", "entity": "orders", "duplicate": False}
+    expected = {"message_id": "m-1", "entity": "orders", "duplicate": False, "durability": "local"}
+    assert answer.json() == expected
     (entry,) = _read_all(redis_url, settings, "orders")
     stored = entry.envelope
     assert stored.body == "héllo".encode()

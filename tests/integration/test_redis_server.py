@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import textwrap
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bridge.embedded.redis_server import RedisServer
+from bridge.embedded.redis_server import WAITAOF_VERSION, RedisServer, redis_server_binary, server_version
 from bridge.errors import EmulatorError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +175,19 @@ def test_session_fixture_stops_redis_even_when_tests_fail(pytester: pytest.Pytes
     port_text, data_dir = record.read_text().split(" ", 1)
     assert not _listening(int(port_text))
     assert not Path(data_dir).exists()
+
+
+def test_the_bootstrapped_server_speaks_waitaof_where_debians_does_not() -> None:
+    # Given: the server scripts/bootstrap installs for `ingress.durability = "replicated"`
+    binary = redis_server_binary(WAITAOF_VERSION)
+    assert server_version(binary) >= WAITAOF_VERSION
+    with RedisServer(binary=binary) as server:
+        client = redis.Redis(port=server.port, socket_timeout=5)
+        try:
+            client.set("k", "v")
+            # Then: WAITAOF confirms the write is in the local AOF (no replica asked for)
+            assert client.execute_command("WAITAOF", 1, 0, 1000) == [1, 0]
+        finally:
+            client.close()
+    # The plain default stays the system's redis-server (the embedded single node keeps Debian's 7.0).
+    assert redis_server_binary() == shutil.which("redis-server")

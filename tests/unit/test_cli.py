@@ -159,9 +159,13 @@ def test_celery_on_a_cluster_needs_its_own_broker(command: str, tmp_path: Path) 
 def test_the_celery_broker_is_the_one_given() -> None:
     from bridge.errors import ConfigurationError
     from bridge.settings import Settings
+    from workers.broker import celery_broker
 
-    assert Settings(redis_url="redis://h:1/0").celery_broker() == "redis://h:1/0"
+    assert celery_broker(Settings(redis_url="redis://h:1/0")) == ("redis://h:1/0", {})
     cluster = "redis+cluster://h:1,h:2"
-    assert Settings(redis_url=cluster, celery_broker_url="redis://b:1/0").celery_broker() == "redis://b:1/0"
+    assert celery_broker(Settings(redis_url=cluster, celery_broker_url="redis://b:1/0")) == (
+        "redis://b:1/0",
+        {},
+    )
     with pytest.raises(ConfigurationError, match="celery_broker_url"):
-        Settings(redis_url=cluster).celery_broker()
+        celery_broker(Settings(redis_url=cluster))

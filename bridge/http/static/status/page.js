@@ -304,6 +304,31 @@ function renderBacklog(data) {
     rows.appendChild(row);
   });
 }
+function renderRedis(data) {
+  const row = document.querySelector("#redis tbody tr");
+  row.replaceChildren();
+  const redis = data.redis;
+  const durability = data.durability || {mode: "local", wait_replicas: 0};
+  const plural = durability.wait_replicas === 1 ? " replica" : " replicas";
+  const wanted = durability.wait_replicas ? " (" + durability.wait_replicas + plural + " confirm)" : "";
+  if (!redis) {
+    cell(row, "role", "?");
+    cell(row, "topology", "cluster or INFO refused");
+    cell(row, "durability", durability.mode + wanted);
+    return;
+  }
+  cell(row, "role", redis.role);
+  cell(row, "topology", redis.topology);
+  const short = durability.mode === "replicated" && redis.connected_replicas < durability.wait_replicas;
+  cell(row, "durability", durability.mode + wanted, short ? "down" : "up");
+  const aofOk = redis.aof_enabled && redis.aof_last_write_ok;
+  const aof = redis.aof_enabled ? (redis.aof_last_write_ok ? "on" : "write failing") : "off";
+  cell(row, "aof", aof, aofOk ? "up" : "down");
+  cell(row, "replicas", redis.connected_replicas, "num");
+  const lags = (redis.replicas || []).map(
+    (r) => r.address + " " + r.state + " " + r.lag_bytes + " B / " + r.lag_seconds + " s");
+  cell(row, "replication_lag", lags.join(", ") || "-");
+}
 function render(data) {
   names = data.namespace_names || names;
   document.getElementById("names").textContent =
@@ -317,6 +342,7 @@ function render(data) {
   const body = document.querySelector("#entities tbody");
   body.replaceChildren(...data.entities.map((e) => entityRow(e, codes)));
   renderBacklog(data);
+  renderRedis(data);
   const banner = document.getElementById("banner");
   banner.className = "muted";
   banner.textContent = "updated " + when(data.generated_at) + " \u00b7 billable operations " + data.cost.total;

@@ -1,0 +1,54 @@
+"""The durability policy's confirmation command and verdict (``bridge.core.durability``), as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.core.durability import LOCAL, DurabilityPolicy, Reached, Shortfall, verdict
+
+REPLICATED = DurabilityPolicy("replicated", replicas=2, timeout_ms=500)
+WAITING = DurabilityPolicy("local", replicas=1, timeout_ms=500)
+
+
+@pytest.mark.parametrize(
+    ("policy", "reply", "expected"),
+    [
+        (DurabilityPolicy(), None, LOCAL),
+        (WAITING, 1, Reached("local", 1)),
+        (WAITING, 2, Reached("local", 2)),
+        (WAITING, 0, Shortfall("local", 1, 0, local_fsync=True)),
+        (REPLICATED, [1, 2], Reached("replicated", 2)),
+        (REPLICATED, [1, 3], Reached("replicated", 3)),
+        (REPLICATED, [1, 1], Shortfall("replicated", 2, 1, local_fsync=True)),
+        (REPLICATED, [0, 2], Shortfall("replicated", 2, 2, local_fsync=False)),
+        (
+            REPLICATED,
+            ValueError("ERR unknown command 'WAITAOF'"),
+            Shortfall("replicated", 2, 0, local_fsync=False, reason="ERR unknown command 'WAITAOF'"),
+        ),
+    ],
+)
+def test_verdict(policy: DurabilityPolicy, reply: object, expected: object) -> None:
+    assert verdict(policy, reply) == expected
+
+
+def test_commands_and_rounds() -> None:
+    assert REPLICATED.confirm_command(5) == ("WAITAOF", 1, 2, 5)
+    assert WAITING.confirm_command(7) == ("WAIT", 1, 7)
+    assert REPLICATED.rounds() == [5, 10, 20, 40, 80, 160, 185]
+    assert sum(DurabilityPolicy("replicated", 1, timeout_ms=1000).rounds()) == 1000
+    assert DurabilityPolicy("replicated", 1, timeout_ms=3).rounds() == [3]
+    assert not DurabilityPolicy().waits
+    assert REPLICATED.again([1, 1])
+    assert not REPLICATED.again([1, 2])
+    assert not REPLICATED.again(ValueError("refused"))
+
+
+def test_headers_and_messages() -> None:
+    assert LOCAL.header() == "local"
+    assert Reached("local", 1).header() == "local; replicas=1"
+    assert Reached("replicated", 2).header() == "replicated; replicas=2"
+    short = Shortfall("replicated", 2, 1, local_fsync=True).message()
+    assert "durability 'replicated' not reached: only 1 of 2 replicas fsync'd it" in short
+    assert "retry with the same message_id" in short
+    assert "primary did not fsync" in Shortfall("replicated", 1, 1, local_fsync=False).message()
