@@ -23,7 +23,7 @@ from bridge.delivery.context import DeliveryContext
 from bridge.delivery.drainer import READ_COUNT, ShardDrainer
 from bridge.delivery.lease_keeper import LeaseKeeper
 from bridge.delivery.service import DrainService
-from bridge.delivery.shard_state import READ_BYTES
+from bridge.delivery.tenure import READ_BYTES
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
 from bridge.errors import LeaseLostError
