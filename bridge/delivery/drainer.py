@@ -37,7 +37,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.core import journal as journal_events
 from bridge.core.backoff import resume_at
 from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
@@ -58,8 +57,7 @@ from bridge.delivery.tenure import (
     TenureState,
     read_count,
 )
-from bridge.errors import LeaseLostError, ProblemStreamFullError, StateStoreUnavailableError
-from bridge.observability import transitions
+from bridge.errors import LeaseLostError, StateStoreUnavailableError
 from bridge.outbox import keys as outbox_keys
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry, entry_size
@@ -336,7 +334,7 @@ class ShardDrainer:
 
     def _settled(self) -> None:
         """A batch went through: a backoff or retry count left in Redis is over (fenced). (A namespace that
-        was down is announced back by the send's health record, ``ShardSending._record_health``: a shard
+        was down is announced back by the send's health record, ``ShardSending.record_due_health``: a shard
         that waited out a throttled namespace's backoff wakes nobody.)"""
         if self.state.retry_state:
             self.ctx.retry.clear(self.state.entity, self.state.shard, fence=self.state.fence)
@@ -408,36 +406,10 @@ class ShardDrainer:
         self.state.journal.clear()
         self.state.health_due.clear()
         for entry in entries:
-            if entry.envelope is None:
-                if not self.ctx.reader.problem_room(self.state.entity, "quarantine"):
-                    # Held (with everything after it) until there is room: never moved, never lost.
-                    self.settling.problem_stream_full(self.settling.full("quarantine"))
-                    return False
-                reason = str(entry.error) if entry.error else "undecodable outbox entry"
-                raw_id = entry.fields.get(b"id")
-                message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
-                self.settling.write_journal(
-                    [journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)]
-                )
-                try:
-                    self.ctx.reader.move(
-                        entry,
-                        to="quarantine",
-                        code="corrupt_entry",
-                        reason=reason,
-                        now=self.ctx.clock(),
-                        fence=self.state.fence,
-                    )
-                except ProblemStreamFullError as full:  # filled since the check (another shard): held
-                    self.settling.problem_stream_full(full)
-                    return False
-                self.state.report.quarantined += 1
-                log.warning(
-                    "entity %s: outbox entry %s quarantined: %s", self.state.entity, entry.entry_id, reason
-                )
-                transitions.quarantined(self.state.entity, "outbox", reason)
-            else:
+            if entry.envelope is not None:
                 good.append(entry)
+            elif not self.settling.quarantine(entry):
+                return False  # held, with everything after it, until the quarantine has room
         if not good:
             return True
         good = self.settling.not_held(good)

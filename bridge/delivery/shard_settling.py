@@ -122,6 +122,34 @@ class ShardSettling:
         self._ack([entry for entry, fate in fates if isinstance(fate, Acknowledge)])
         return full
 
+    def quarantine(self, entry: OutboxEntry) -> bool:
+        """Move an undecodable entry to the quarantine stream, journaled first; False when the stream has
+        no room: the entry stays pending (never moved, never lost) and the shard holds."""
+        entity = self.state.entity
+        if not self.ctx.reader.problem_room(entity, "quarantine"):
+            self.problem_stream_full(self.full("quarantine"))
+            return False
+        reason = str(entry.error) if entry.error else "undecodable outbox entry"
+        raw_id = entry.fields.get(b"id")
+        message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
+        self.write_journal([journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)])
+        try:
+            self.ctx.reader.move(
+                entry,
+                to="quarantine",
+                code="corrupt_entry",
+                reason=reason,
+                now=self.ctx.clock(),
+                fence=self.state.fence,
+            )
+        except ProblemStreamFullError as full:  # filled since the check (another shard): held
+            self.problem_stream_full(full)
+            return False
+        self.state.report.quarantined += 1
+        log.warning("entity %s: outbox entry %s quarantined: %s", entity, entry.entry_id, reason)
+        transitions.quarantined(entity, "outbox", reason)
+        return True
+
     def full(self, stream: str) -> ProblemStreamFullError:
         bound = self.ctx.settings.entity(self.state.entity).max_problem_entries
         return ProblemStreamFullError(self.state.entity, stream, bound, bound, retry_after=PROBLEM_FULL_WAIT)
