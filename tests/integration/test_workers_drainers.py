@@ -258,7 +258,9 @@ def test_a_drain_whose_lease_was_taken_over_cannot_read_ack_move_clear_or_back_o
         with pytest.raises(LeaseLostError):
             ctx.reader.ack(entity, 0, entry_ids, fence=first.state.fence)
         with pytest.raises(LeaseLostError):
-            ctx.reader.move(entries[0], to="deadletter", code="x", reason="y", now=1.0, fence=first.state.fence)
+            ctx.reader.move(
+                entries[0], to="deadletter", code="x", reason="y", now=1.0, fence=first.state.fence
+            )
         with pytest.raises(LeaseLostError):
             ctx.retry.clear(entity, 0, fence=first.state.fence)
         with pytest.raises(LeaseLostError):
