@@ -1,5 +1,6 @@
-"""The drainer's sending part: one batched send, recorded (outcomes, cost, metrics, journal, health), and
-the wait after a send that timed out (``bridge.core.abandoned``)."""
+"""The drainer's sending collaborator: one batched send, recorded (outcomes, cost, metrics, journal,
+health), and the wait after a send that timed out (``bridge.core.abandoned``). It is handed the tenure's
+state (``bridge.delivery.tenure.TenureState``) and keeps none of its own."""
 
 from __future__ import annotations
 

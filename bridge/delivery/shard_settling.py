@@ -1,5 +1,6 @@
-"""The drainer's settling part: carrying out a batch's settle plan (``bridge.core.settle``) — state
-changes, journal, dead-letter moves, held keys, acknowledgements — fenced by the tenure's lease."""
+"""The drainer's settling collaborator: carrying out a batch's settle plan (``bridge.core.settle``) — state
+changes, journal, quarantine and dead-letter moves, held keys, acknowledgements — fenced by the tenure's
+lease. It is handed the tenure's state (``bridge.delivery.tenure.TenureState``) and keeps none of its own."""
 
 from __future__ import annotations
 
