@@ -2,7 +2,7 @@
 
 A replication mode settles every entry of a batch (``bridge.core.decisions``); ``plan_settlement`` turns
 those settlements and the tenure's state into one ``SettlePlan`` that the drainer carries out
-(``ShardDrainer._apply``) and nothing else:
+(``ShardSettling.apply``) and nothing else:
 
 - ``changes``: the shared-state changes the settlements carry, each once, in order; applied first.
 - ``alerts``: configuration errors to log loudly, every one the settlements carry.

@@ -16,7 +16,7 @@ hold ends, the next claim starts at the first pending entry of its key.
 
 A tenure is served in *turns* (``turn``): claim and read until the shard is empty, must wait (a backoff, a
 hold, doubt about the lease) or the turn's budget is spent, then say why it ended (``TurnEnd``) and give
-the thread back. The state between turns stays in the drainer (``bridge.delivery.shard_state``), so a turn
+the thread back. The state between turns stays in the drainer (``bridge.delivery.tenure``), so a turn
 continues exactly where the last one stopped. ``bridge.delivery.shard_pool`` serves many owned shards
 with a few threads this way; ``run`` is the bounded drain task that the sweeper queues for a shard nobody
 holds (the safety net), turns in a loop on one thread. Both read, claim, acknowledge, move and back off
@@ -24,8 +24,10 @@ through scripts fenced with the tenure's lease token, and a ``LeaseKeeper`` rene
 sends; a tenure whose lease passed to another drainer stops at its next write (``LeaseLostError``) and
 changes nothing: the new holder claims and resends what was pending.
 
-The drainer is put together from parts: its state (``shard_state``), sending (``shard_sending``) and
-settling (``shard_settling``); this module reads, claims and ends turns.
+The drainer's state is one dataclass (``bridge.delivery.tenure.TenureState``); sending
+(``shard_sending``) and settling (``shard_settling``) are collaborators it hands that state; the replication
+mode decides each batch from a plan in the core (``bridge.delivery.modes``); this module reads, claims,
+carries out one plan per batch and ends turns.
 """
 
 from __future__ import annotations
@@ -35,26 +37,27 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bridge.core import journal as journal_events
 from bridge.core.backoff import resume_at
 from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
 from bridge.core.seen_back import SeenBack
+from bridge.delivery.context import DeliveryContext
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
 from bridge.delivery.modes import sender_for
-from bridge.delivery.read_ahead import Ahead
+from bridge.delivery.read_ahead import Ahead, ReadAhead
+from bridge.delivery.settler import Settler
 from bridge.delivery.shard_sending import ShardSending
 from bridge.delivery.shard_settling import ShardSettling
-from bridge.delivery.shard_state import (
+from bridge.delivery.tenure import (
     LAYOUT_WAIT,
     PROBLEM_FULL_WAIT,
     READ_COUNT,
     DrainReport,
+    TenureState,
     read_count,
 )
-from bridge.errors import LeaseLostError, ProblemStreamFullError, StateStoreUnavailableError
-from bridge.observability import transitions
+from bridge.errors import LeaseLostError, StateStoreUnavailableError
 from bridge.outbox import keys as outbox_keys
 from bridge.outbox.layout import LayoutStore
 from bridge.outbox.reader import OutboxEntry, entry_size
@@ -86,17 +89,50 @@ def _after(entry_id: str) -> str:
     return f"{ms}-{int(seq) + 1}"
 
 
-class ShardDrainer(ShardSending, ShardSettling):
-    """Drains one shard of one entity while it holds the shard's lease (one tenure, one token)."""
+class ShardDrainer:
+    """Drains one shard of one entity while it holds the shard's lease (one tenure, one token).
+
+    Its state is one ``TenureState``; sending and settling are collaborators handed that state
+    (``ShardSending``, ``ShardSettling``), with the settler and the read ahead they share.
+    """
+
+    def __init__(
+        self,
+        ctx: DeliveryContext,
+        entity: str,
+        shard: int,
+        *,
+        consumer: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.state = TenureState.begin(ctx, entity, shard, consumer=consumer, token=token)
+        self.settler = Settler()
+        """Writes the journal, acknowledgements and health records of fully accepted batches, and the
+        turn's send counters, behind the drainer (``bridge.delivery.settler``)."""
+        self.read_ahead = ReadAhead()
+        """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
+        self.sending = ShardSending(ctx, self.state)
+        self.settling = ShardSettling(ctx, self.state, self.sending, self.settler)
+
+    @property
+    def token(self) -> str:
+        """This tenure's lease token."""
+        return self.state.token
+
+    @property
+    def report(self) -> DrainReport:
+        """What this tenure did so far."""
+        return self.state.report
 
     def run(self, budget: float = 20.0, idle_reads: int = 2, block_ms: int = 200) -> DrainReport:
         """Take the lease, drain until the shard is empty, must wait, or ``budget`` seconds passed, and give
         the lease back (the sweeper's drain task: the safety net behind ``DrainService``)."""
-        keeper = LeaseKeeper(self.ctx.leases, self.lease_ttl)
-        held = keeper.acquire(self.entity, self.shard, self.token)
+        keeper = LeaseKeeper(self.ctx.leases, self.state.lease_ttl)
+        held = keeper.acquire(self.state.entity, self.state.shard, self.state.token)
         if held is None:
-            self.report.busy = True
-            return self.report
+            self.state.report.busy = True
+            return self.state.report
         stop = threading.Event()
         keeper.keep_alive(stop)
         deadline = self.ctx.clock() + budget
@@ -105,7 +141,7 @@ class ShardDrainer(ShardSending, ShardSettling):
             while self.ctx.clock() < deadline:
                 end = self.turn(held, stop, deadline - self.ctx.clock())
                 if end.backoff:
-                    self.report.retry_after = end.wait
+                    self.state.report.retry_after = end.wait
                     break
                 if end.after is None:
                     stop.wait(max(0.0, min(end.wait or 0.0, deadline - self.ctx.clock())))
@@ -113,24 +149,26 @@ class ShardDrainer(ShardSending, ShardSettling):
                 idle += 1
                 if idle >= idle_reads:
                     break
-                self.ctx.reader.wait_for_new(self.entity, self.shard, end.after, block_ms)
+                self.ctx.reader.wait_for_new(self.state.entity, self.state.shard, end.after, block_ms)
         except LeaseLostError:
-            self.report.notes.append("lease lost")
+            self.state.report.notes.append("lease lost")
         finally:
             stop.set()
             self._hand_over_holds()
             self.let_go(keeper, held)
-        return self.report
+        return self.state.report
 
     def _hand_over_holds(self) -> None:
         """A bounded drain that ends with held keys leaves the earliest of their times for the next one, so
         the sweeper does not restart it at once just to hold them again."""
-        if self.holds and self.report.retry_after is None:
-            delay = max(0.0, min(self.holds.values()) - self.ctx.clock())
+        if self.state.holds and self.state.report.retry_after is None:
+            delay = max(0.0, min(self.state.holds.values()) - self.ctx.clock())
             try:
-                self.ctx.retry.hold_off(self.entity, self.shard, delay)
+                self.ctx.retry.hold_off(self.state.entity, self.state.shard, delay)
             except StateStoreUnavailableError as exc:
-                log.info("entity %s shard %d: hold time not recorded: %s", self.entity, self.shard, exc)
+                log.info(
+                    "entity %s shard %d: hold time not recorded: %s", self.state.entity, self.state.shard, exc
+                )
 
     def let_go(self, keeper: LeaseKeeper, held: HeldLease) -> None:
         """Wait for the bookkeeping still on its way, then release the lease and delete this process's
@@ -140,13 +178,17 @@ class ShardDrainer(ShardSending, ShardSettling):
         try:
             self.settler.close()
         except Exception as exc:  # a lost lease or Redis failing: the next holder claims what is pending
-            log.warning("entity %s shard %d: bookkeeping not finished: %s", self.entity, self.shard, exc)
+            log.warning(
+                "entity %s shard %d: bookkeeping not finished: %s", self.state.entity, self.state.shard, exc
+            )
         try:
             keeper.release(held)
-            if self._taken_over:  # else this tenure never read: no group to leave, maybe none at all
-                self.ctx.reader.retire_consumer(self.entity, self.shard, self.consumer)
+            if self.state.taken_over:  # else this tenure never read: no group to leave, maybe none at all
+                self.ctx.reader.retire_consumer(self.state.entity, self.state.shard, self.state.consumer)
         except StateStoreUnavailableError as exc:
-            log.warning("entity %s shard %d: not released cleanly: %s", self.entity, self.shard, exc)
+            log.warning(
+                "entity %s shard %d: not released cleanly: %s", self.state.entity, self.state.shard, exc
+            )
 
     # ---- one turn ----------------------------------------------------------------------------------
     def turn(self, held: HeldLease, stop: threading.Event, budget: float) -> TurnEnd:
@@ -155,9 +197,9 @@ class ShardDrainer(ShardSending, ShardSettling):
 
         ``LeaseLostError`` when the lease passed to another drainer; the caller releases the lease.
         """
-        if not self._taken_over:
+        if not self.state.taken_over:
             self._take_over()
-            self._taken_over = True
+            self.state.taken_over = True
         try:
             end = self._turn(held, stop, self.ctx.clock() + budget)
         except BaseException:
@@ -168,9 +210,9 @@ class ShardDrainer(ShardSending, ShardSettling):
             self.read_ahead.close()
             # The turn's bookkeeping finishes behind it (``bridge.delivery.settler``); a failure of it
             # ends this turn, or the next one, with the error.
-            cost = self.take_cost()
+            cost = self.state.take_cost()
             if cost.total:
-                self.settler.submit(lambda: self._count(cost))
+                self.settler.submit(lambda: self.settling.count(cost))
             else:
                 self.settler.check()
         except BaseException:
@@ -183,37 +225,37 @@ class ShardDrainer(ShardSending, ShardSettling):
         while True:
             self.settler.check()
             if held.lost.is_set():
-                raise LeaseLostError(f"shard {self.shard} of {self.entity}: lease not renewed")
+                raise LeaseLostError(f"shard {self.state.shard} of {self.state.entity}: lease not renewed")
             now = self.ctx.clock()
-            if self.not_before is not None and self.not_before > now:
-                return TurnEnd(None, self.not_before - now, backoff=True)
+            if self.state.not_before is not None and self.state.not_before > now:
+                return TurnEnd(None, self.state.not_before - now, backoff=True)
             if stop.is_set() or now >= deadline:
                 return TurnEnd(None, 0.0)
             if not held.usable():
                 # Renewals are failing (Redis unreachable): start no send that might outlive the lease.
                 return TurnEnd(None, DOUBT_WAIT)
-            if self._holds_due():
-                self.claiming = True
+            if self.settling.holds_due():
+                self.state.claiming = True
             self._reclaim_if_due(now)
             ahead: Ahead | None = None
-            if self.claiming:
-                self._release_due_holds()
+            if self.state.claiming:
+                self.settling.release_due_holds()
                 self.read_ahead.drop()  # its entries are pending: this claim takes them (``read_ahead``)
                 self.settler.flush()  # acknowledgements on their way would be claimed and sent again
-                self.claim_asked = read_count(self.entry_bytes)
+                self.state.claim_asked = read_count(self.state.entry_bytes)
                 entries = reader.claim_fenced(
-                    self.entity,
-                    self.shard,
-                    self.consumer,
-                    self.fence,
-                    count=self.claim_asked,
-                    prune=self.prune,
-                    start=self.claim_from,
+                    self.state.entity,
+                    self.state.shard,
+                    self.state.consumer,
+                    self.state.fence,
+                    count=self.state.claim_asked,
+                    prune=self.state.prune,
+                    start=self.state.claim_from,
                 )
-                self.prune = False
+                self.state.prune = False
                 self._sized(entries)
                 if not entries:
-                    self.claiming = False  # the whole pending list was claimed: read what is new
+                    self.state.claiming = False  # the whole pending list was claimed: read what is new
                     continue
             else:
                 ahead = self.read_ahead.take()
@@ -224,7 +266,7 @@ class ShardDrainer(ShardSending, ShardSettling):
                 if not entries:
                     # Empty: wait for a write, or until the earliest held key may be tried again, or the
                     # pending list is read again.
-                    due = min([*self.holds.values(), self.reclaim_at])
+                    due = min([*self.state.holds.values(), self.state.reclaim_at])
                     return TurnEnd(read.last_delivered or "0-0", max(0.0, due - now))
             self._serve_batch(entries, ahead)
 
@@ -232,35 +274,37 @@ class ShardDrainer(ShardSending, ShardSettling):
         """Every ``workers.reclaim_interval``, claim the whole pending list again from ``0-0``: an
         acknowledgement a Redis failover lost (the promoted replica never received it) leaves an entry
         pending under this consumer, which keeps its lease and would otherwise never look at it again."""
-        if now < self.reclaim_at:
+        if now < self.state.reclaim_at:
             return
-        self.reclaim_at = now + self.reclaim_interval
-        if not self.claiming:
-            self.claiming, self.claim_from = True, "0-0"
+        self.state.reclaim_at = now + self.state.reclaim_interval
+        if not self.state.claiming:
+            self.state.claiming, self.state.claim_from = True, "0-0"
 
     def _read_next(self) -> Ahead:
         """The next batch's read, with the entity's layout and roles read after the entries in the same
         script (in line, or run ahead: ``bridge.delivery.read_ahead``), and in active mode where each entry
         was already accepted (``ShardSending.delivered``)."""
         read = self.ctx.reader.read_fenced(
-            self.entity,
-            self.shard,
-            self.consumer,
-            self.fence,
-            read_count(self.entry_bytes),
-            hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
-            per_entry=state_keys.delivered(self.entity, self.shard) if self.mode == "active" else None,
+            self.state.entity,
+            self.state.shard,
+            self.state.consumer,
+            self.state.fence,
+            read_count(self.state.entry_bytes),
+            hashes=(outbox_keys.layout(self.state.entity), state_keys.role(self.state.entity)),
+            per_entry=state_keys.delivered(self.state.entity, self.state.shard)
+            if self.state.mode == "active"
+            else None,
         )
         roles_at = self.ctx.monotonic()  # the reply's time, before the packing below
         if not read.entries:
             return Ahead(read, None)
         self._sized(read.entries)
         layout, roles = read.hashes
-        packed = self.pack_ahead(read.entries) if self.mode == "active" else None
+        packed = self.sending.pack_ahead(read.entries) if self.state.mode == "active" else None
         return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), roles_at, packed)
 
     def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
-        claimed = self.claiming
+        claimed = self.state.claiming
         if not claimed:
             # While this batch is sent, the next one is read; used only if this one leaves nothing pending.
             self.read_ahead.start(self._read_next)
@@ -269,41 +313,45 @@ class ShardDrainer(ShardSending, ShardSettling):
             if claimed:
                 # Every claimed entry is settled or its key held: the next claim starts after them, and new
                 # entries are read only once no pending entry is left beyond (a short claim).
-                self.claim_from = _after(entries[-1].entry_id)
-                self.claiming = len(entries) >= self.claim_asked
+                self.state.claim_from = _after(entries[-1].entry_id)
+                self.state.claiming = len(entries) >= self.state.claim_asked
         else:
             # The entry that must wait and everything after it stay pending (ours): claimed again first.
-            self.claiming = True
+            self.state.claiming = True
 
     def _sized(self, entries: Sequence[OutboxEntry]) -> None:
         """Remember the entries' mean size: the next read's count follows it (``read_count``)."""
         if entries:
-            self.entry_bytes = sum(entry_size(e.fields) for e in entries) / len(entries)
+            self.state.entry_bytes = sum(entry_size(e.fields) for e in entries) / len(entries)
 
     def _take_over(self) -> None:
         """What an earlier holder left: the consumer group, and the shard's backoff and retry count."""
         ctx = self.ctx
-        ctx.reader.ensure_groups(self.entity)
+        ctx.reader.ensure_groups(self.state.entity)
         # Redis answers with seconds left on its own clock; this tenure counts them from a reading of its
         # clock taken after the answer came, so a wait can only come out longer, never shorter.
-        backoff = ctx.retry.backoff_left(self.entity, self.shard)
-        waits = ctx.retry.abandoned_waits_left(self.entity, self.shard) if self.abandoned_wait else {}
+        backoff = ctx.retry.backoff_left(self.state.entity, self.state.shard)
+        waits = (
+            ctx.retry.abandoned_waits_left(self.state.entity, self.state.shard)
+            if self.state.abandoned_wait
+            else {}
+        )
         now = ctx.clock()
-        self.not_before = None if backoff is None else now + backoff
-        self.attempts = ctx.retry.attempts(self.entity, self.shard)
-        self._retry_state = self.not_before is not None or self.attempts > 0
-        self.abandoned = {key: now + left for key, left in waits.items()}
+        self.state.not_before = None if backoff is None else now + backoff
+        self.state.attempts = ctx.retry.attempts(self.state.entity, self.state.shard)
+        self.state.retry_state = self.state.not_before is not None or self.state.attempts > 0
+        self.state.abandoned = {key: now + left for key, left in waits.items()}
         # An earlier tenure's backoff ends early like our own, never before its abandoned sends' waits.
-        self.wake_floor = None if backoff is None else max([now, *self.abandoned.values()])
+        self.state.wake_floor = None if backoff is None else max([now, *self.state.abandoned.values()])
 
     def _settled(self) -> None:
         """A batch went through: a backoff or retry count left in Redis is over (fenced). (A namespace that
-        was down is announced back by the send's health record, ``ShardSending._record_health``: a shard
+        was down is announced back by the send's health record, ``ShardSending.record_due_health``: a shard
         that waited out a throttled namespace's backoff wakes nobody.)"""
-        if self._retry_state:
-            self.ctx.retry.clear(self.entity, self.shard, fence=self.fence)
-            self.attempts, self.not_before, self._retry_state = 0, None, False
-            self.wake_floor = None
+        if self.state.retry_state:
+            self.ctx.retry.clear(self.state.entity, self.state.shard, fence=self.state.fence)
+            self.state.attempts, self.state.not_before, self.state.retry_state = 0, None, False
+            self.state.wake_floor = None
 
     def wake(self, news: SeenBack) -> float | None:
         """Namespaces were seen back (``news``; ``bridge.core.seen_back``): end this tenure's backoff early
@@ -312,34 +360,40 @@ class ShardDrainer(ShardSending, ShardSettling):
         still to wait (0: none), or None when the shard waits for neither. Called between turns only (the
         pool's lock keeps it off a running turn)."""
         now = float(self.ctx.clock())
-        ends = [key for key in self.holds if news.ends_hold(self.entity, self.held_from[key].awaits)]
+        ends = [
+            key
+            for key in self.state.holds
+            if news.ends_hold(self.state.entity, self.state.held_from[key].awaits)
+        ]
         for key in ends:
-            self.holds[key] = min(self.holds[key], now)
+            self.state.holds[key] = min(self.state.holds[key], now)
         held = bool(ends)
-        if self.wake_floor is None or self.not_before is None:
-            return 0.0 if held and (self.not_before is None or self.not_before <= now) else None
-        self.not_before = resume_at(self.not_before, self.wake_floor, now)
-        if self.not_before is None:
-            self.wake_floor = None
+        if self.state.wake_floor is None or self.state.not_before is None:
+            return 0.0 if held and (self.state.not_before is None or self.state.not_before <= now) else None
+        self.state.not_before = resume_at(self.state.not_before, self.state.wake_floor, now)
+        if self.state.not_before is None:
+            self.state.wake_floor = None
             return 0.0
-        return max(0.0, self.not_before - now)
+        return max(0.0, self.state.not_before - now)
 
     # ---- one batch ---------------------------------------------------------------------------------
     def _process(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry, or a layout change
         that holds the rest back). ``ahead``: the read the entries came from, with its layout and roles."""
         roles = ahead.roles if ahead is not None else None
-        self.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
-        self.batch_delivered = None if ahead is None else ahead.read.per_entry
-        self.batch_packed = None if ahead is None else ahead.packed
+        self.state.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
+        self.state.batch_delivered = None if ahead is None else ahead.read.per_entry
+        self.state.batch_packed = None if ahead is None else ahead.packed
         entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True
             # Retried soon, without counting a failure: the old layout's drainers are making progress.
             now = self.ctx.clock()
-            self.not_before = max(self.not_before or now, now + LAYOUT_WAIT) if done else self.not_before
-            self.wake_floor = None if done else self.wake_floor
-            self.report.retry_after = self.report.retry_after or LAYOUT_WAIT
+            self.state.not_before = (
+                max(self.state.not_before or now, now + LAYOUT_WAIT) if done else self.state.not_before
+            )
+            self.state.wake_floor = None if done else self.state.wake_floor
+            self.state.report.retry_after = self.state.report.retry_after or LAYOUT_WAIT
             return False
         return self._process_entries(entries)
 
@@ -350,51 +404,29 @@ class ShardDrainer(ShardSending, ShardSettling):
         new-layout entry waits until the old layout is drained; True when some are held back. The layout
         is read after the entries (with them when they were read ahead)."""
         store = LayoutStore(self.ctx.redis)
-        layout = ahead.layout if ahead is not None else store.get(self.entity)
+        layout = ahead.layout if ahead is not None else store.get(self.state.entity)
         if layout is None or not layout.migrating:
             return entries, False
-        cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.shard, e.entry_id)), None)
-        if cut is None or store.finish_if_drained(self.entity, layout):
+        cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.state.shard, e.entry_id)), None)
+        if cut is None or store.finish_if_drained(self.state.entity, layout):
             return entries, False
         return entries[:cut], True
 
     def _process_entries(self, entries: Sequence[OutboxEntry]) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry)."""
         good: list[OutboxEntry] = []
-        self.journal.clear()
-        self.health_due.clear()
+        self.state.journal.clear()
+        self.state.health_due.clear()
         for entry in entries:
-            if entry.envelope is None:
-                if not self.ctx.reader.problem_room(self.entity, "quarantine"):
-                    # Held (with everything after it) until there is room: never moved, never lost.
-                    self._problem_stream_full(self._full("quarantine"))
-                    return False
-                reason = str(entry.error) if entry.error else "undecodable outbox entry"
-                raw_id = entry.fields.get(b"id")
-                message_id = raw_id.decode("utf-8", "replace") if raw_id is not None else None
-                self._write_journal([journal_events.quarantined(message_id, self.ctx.clock(), reason=reason)])
-                try:
-                    self.ctx.reader.move(
-                        entry,
-                        to="quarantine",
-                        code="corrupt_entry",
-                        reason=reason,
-                        now=self.ctx.clock(),
-                        fence=self.fence,
-                    )
-                except ProblemStreamFullError as full:  # filled since the check (another shard): held
-                    self._problem_stream_full(full)
-                    return False
-                self.report.quarantined += 1
-                log.warning("entity %s: outbox entry %s quarantined: %s", self.entity, entry.entry_id, reason)
-                transitions.quarantined(self.entity, "outbox", reason)
-            else:
+            if entry.envelope is not None:
                 good.append(entry)
+            elif not self.settling.quarantine(entry):
+                return False  # held, with everything after it, until the quarantine has room
         if not good:
             return True
-        good = self._not_held(good)
+        good = self.settling.not_held(good)
         if not good:
             return True
         # Only what has TTL left is sent, with what is left of it (``bridge.delivery.expiry``).
-        decisions = settle_unexpired(sender_for(self.mode), self, good, self.ctx.clock())
-        return self._apply(good, decisions)
+        decisions = settle_unexpired(sender_for(self.state.mode), self.sending, good, self.ctx.clock())
+        return self.settling.apply(good, decisions)

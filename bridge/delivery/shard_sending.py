@@ -1,5 +1,6 @@
-"""The drainer's sending part: one batched send, recorded (outcomes, cost, metrics, journal, health), and
-the wait after a send that timed out (``bridge.core.abandoned``)."""
+"""The drainer's sending collaborator: one batched send, recorded (outcomes, cost, metrics, journal,
+health), and the wait after a send that timed out (``bridge.core.abandoned``). It is handed the tenure's
+state (``bridge.delivery.tenure.TenureState``) and keeps none of its own."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from bridge.core.replication import RetryContext
 from bridge.core.roles import Role, RoleState, next_health
 from bridge.core.trace_context import trace_id
 from bridge.delivery.attempts import BatchOutcome, batch_outcome
+from bridge.delivery.context import DeliveryContext
 from bridge.delivery.expiry import with_remaining_ttl
 from bridge.delivery.read_ahead import PackedAhead
-from bridge.delivery.shard_state import HealthDue, ShardState
+from bridge.delivery.tenure import HealthDue, TenureState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.outbox.reader import OutboxEntry
@@ -93,8 +95,24 @@ measured on this process's monotonic clock (``DeliveryContext.monotonic``): Redi
 ``clock``, may step back on a failover and would make older roles count as fresh."""
 
 
-class ShardSending(ShardState):
-    """Sends for one tenure (``bridge.delivery.modes.base.SendPort``)."""
+class ShardSending:
+    """Sends for one tenure (``bridge.delivery.modes.base.SendPort``): in, the tenure's state (its retry
+    count, abandoned paths and what was read with this batch); out, each send's outcome, with what it
+    recorded added to the state (journal events, health owed, sends to count, abandoned waits)."""
+
+    def __init__(self, ctx: DeliveryContext, state: TenureState) -> None:
+        self.ctx = ctx
+        self.state = state
+
+    @property
+    def entity(self) -> str:
+        """The tenure's entity (``SendPort``)."""
+        return self.state.entity
+
+    @property
+    def shard(self) -> int:
+        """The tenure's shard (``SendPort``)."""
+        return self.state.shard
 
     def observed_roles(self) -> RoleState:
         """The entity's roles for this batch's send (``bridge.delivery.modes.base.SendPort``): those the
@@ -107,10 +125,10 @@ class ShardSending(ShardState):
         batch. Roles can change between any reading and the send it decides; reading them with the entries
         widens that window by at most ``ROLES_FRESH``, and what the send then finds is decided as before
         (``bridge.core.replication``: a swap is compared against the epoch observed)."""
-        batch, self.batch_roles = self.batch_roles, None
+        batch, self.state.batch_roles = self.state.batch_roles, None
         if (
             batch is not None
-            and batch[0].epoch >= self.seen_epoch
+            and batch[0].epoch >= self.state.seen_epoch
             and self.ctx.monotonic() - batch[1] <= ROLES_FRESH
         ):
             return batch[0]
@@ -124,7 +142,7 @@ class ShardSending(ShardState):
         shard's time in a drain after an outage. Read with the entries it is exact when used: only this
         tenure writes the records of its entries (fenced), and it writes them for entries it sent, never
         for entries read and not sent yet."""
-        batch, self.batch_delivered = self.batch_delivered, None
+        batch, self.state.batch_delivered = self.state.batch_delivered, None
         if batch is None:
             return self.ctx.retry.delivered(self.entity, self.shard, entry_ids)
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
@@ -158,22 +176,19 @@ class ShardSending(ShardState):
         """The messages packed with this batch's read when the batch is exactly its entries and each
         message's TTL is still the one left of it (``built_ttl_holds``: ``entries`` carry the TTL left
         now), for a mode that sends them (counted in the report); taken once per batch."""
-        packed, self.batch_packed = self.batch_packed, None
+        packed, self.state.batch_packed = self.state.batch_packed, None
         if packed is None or packed.entry_ids != tuple(e.entry_id for e in entries):
             return None
         left = [None if e.envelope is None else e.envelope.time_to_live for e in entries]
         if not all(built_ttl_holds(b, t) for b, t in zip(packed.time_to_live, left, strict=True)):
             return None
-        self.report.packed_ahead += 1
+        self.state.report.packed_ahead += 1
         return packed
 
     def retry_context(self) -> RetryContext:
         """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""
-        return self._retry_context()
-
-    def _retry_context(self) -> RetryContext:
-        # The retry count is this tenure's: read at take-over, counted by ``schedule`` (only we write it).
-        return RetryContext(self.ctx.clock(), self.attempts, self.ctx.backoff, random.random)
+        # The retry count is this tenure's: read at take-over, counted by each backoff (only we write it).
+        return RetryContext(self.ctx.clock(), self.state.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
         self,
@@ -201,9 +216,10 @@ class ShardSending(ShardState):
         now = self.ctx.clock()
         refusals: list[BatchOutcome | None] = []
         for send in sends:
-            left = abandoned.wait_left(self.abandoned, send.role, send.path, now)
+            left = abandoned.wait_left(self.state.abandoned, send.role, send.path, now)
             refused = left > 0 and not abandoned.resent(
-                self.abandoned_ids.get((send.role, send.path)), [message_id_of(m) for m in send.messages]
+                self.state.abandoned_ids.get((send.role, send.path)),
+                [message_id_of(m) for m in send.messages],
             )
             outcome = abandoned.refused(send.role, send.path, left)
             refusals.append(BatchOutcome([outcome] * len(send.messages)) if refused else None)
@@ -242,9 +258,9 @@ class ShardSending(ShardState):
             now=now,
         )
         if result.accepted:
-            # Counted with the batch's settlement (``ShardSettling._apply``), not here: one Redis write
+            # Counted with the batch's settlement (``ShardSettling.apply``), not here: one Redis write
             # (fsync'd with ``appendfsync always``) less on the path of every batch.
-            self.cost = self.cost.add(operation, len(result.accepted))
+            self.state.cost = self.state.cost.add(operation, len(result.accepted))
         metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
         if messaging_metrics.enabled():
             messaging_metrics.record_send(
@@ -254,14 +270,16 @@ class ShardSending(ShardState):
             )  # fmt: skip
         barrier = operation is Operation.BARRIER
         backlog = path if operation is Operation.BACKLOG_SEND or barrier else None
-        self.journal.record_send(role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier)
+        self.state.journal.record_send(
+            role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier
+        )
         if outcome.all_ok:
             # "Available" is all it can say: written with the batch's settlement, off the send's path, as
             # of now (a later attempt's record, written before it, stands).
-            self.health_due.append((role, outcome, now))
+            self.state.health_due.append((role, outcome, now))
         else:
             self._record_health(role, outcome, now, span, messages)
-        if self.abandoned_wait:
+        if self.state.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
             send_spans.end_send(span, len(result.accepted), send_spans.outcome_type(outcome.outcomes))
@@ -276,11 +294,11 @@ class ShardSending(ShardState):
         self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> SendSpan | None:
         """The ``send <path>`` span of one batch (``bridge.observability.send_spans``)."""
-        failover = operation is Operation.BACKUP_SEND or (self.mode != "active" and role == "secondary")
+        failover = operation is Operation.BACKUP_SEND or (self.state.mode != "active" and role == "secondary")
         attributes: dict[str, str | int | bool] = {
             "bridge.namespace.role": role,
-            "bridge.replication.mode": self.mode,
-            "bridge.attempt": self.attempts + 1,
+            "bridge.replication.mode": self.state.mode,
+            "bridge.attempt": self.state.attempts + 1,
             "bridge.failover": failover,
             "bridge.operation": operation.value,
         }
@@ -300,11 +318,13 @@ class ShardSending(ShardState):
         key = (role, path)
         lost_track = abandoned.timed_out(ids, outcome.outcomes)
         if lost_track:
-            still = abandoned.wait_left(self.abandoned, role, path, now) > 0
-            before = self.abandoned_ids.get(key, frozenset()) if still else frozenset()
-            self.abandoned[key] = now + self.abandoned_wait
-            self.abandoned_ids[key] = before | lost_track
-            self.ctx.retry.wait_after_abandoned(self.entity, self.shard, role, path, wait=self.abandoned_wait)
+            still = abandoned.wait_left(self.state.abandoned, role, path, now) > 0
+            before = self.state.abandoned_ids.get(key, frozenset()) if still else frozenset()
+            self.state.abandoned[key] = now + self.state.abandoned_wait
+            self.state.abandoned_ids[key] = before | lost_track
+            self.ctx.retry.wait_after_abandoned(
+                self.entity, self.shard, role, path, wait=self.state.abandoned_wait
+            )
             log.info(
                 "entity %s shard %d: %d messages to %s on %s timed out; nothing newer goes there for %.1fs",
                 self.entity,
@@ -312,16 +332,16 @@ class ShardSending(ShardState):
                 len(lost_track),
                 path,
                 role,
-                self.abandoned_wait,
+                self.state.abandoned_wait,
             )
-        elif key in self.abandoned_ids and abandoned.all_accepted(
-            self.abandoned_ids[key], ids, outcome.outcomes
+        elif key in self.state.abandoned_ids and abandoned.all_accepted(
+            self.state.abandoned_ids[key], ids, outcome.outcomes
         ):
-            del self.abandoned[key], self.abandoned_ids[key]
+            del self.state.abandoned[key], self.state.abandoned_ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
     def record_due_health(self, due: list[HealthDue]) -> None:
-        """Record the health after sends that every message went through (``ShardState.health_due``)."""
+        """Record the health after sends that every message went through (``TenureState.health_due``)."""
         for role, outcome, at in due:
             self._record_health(role, outcome, at, None, ())
 

@@ -1,8 +1,8 @@
-"""How many outbox entries one read or claim takes (``bridge.delivery.shard_state.read_count``)."""
+"""How many outbox entries one read or claim takes (``bridge.delivery.tenure.read_count``)."""
 
 from __future__ import annotations
 
-from bridge.delivery.shard_state import READ_BYTES, READ_COUNT, read_count
+from bridge.delivery.tenure import READ_BYTES, READ_COUNT, read_count
 
 
 def test_small_or_unknown_entries_are_read_up_to_the_most_at_a_time() -> None:

@@ -25,9 +25,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("bridge/core/validation.py", "build_envelope"): (
         "one check per envelope field in the order the door documents them; split, the order would scatter"
     ),
-    ("bridge/delivery/shard_state.py", "ShardState.__init__"): (
-        "the drainer's tenure state, one attribute per line; it becomes a dataclass"
-    ),
     (
         "bridge/embedded/up.py",
         "start",

@@ -23,8 +23,16 @@ class SendPort(Protocol):
     """What a mode may use of the drainer: its context, its shard, one recorded send, its retry count."""
 
     ctx: DeliveryContext
-    entity: str
-    shard: int
+
+    @property
+    def entity(self) -> str:
+        """The entity the shard belongs to."""
+        ...
+
+    @property
+    def shard(self) -> int:
+        """The shard's number."""
+        ...
 
     def send_messages(
         self,
