@@ -32,7 +32,7 @@ from bridge.core.history_series import build_series
 from bridge.http.status_page import PAGE
 from bridge.http.v1 import answers_errors, ingress_of
 from bridge.observability.exposition import CONTENT_TYPE, process_registry, render
-from bridge.observability.health_view import TREND_SAMPLES, health_view
+from bridge.observability.health_view import with_health
 from bridge.observability.snapshot import StateReader
 from bridge.settings import Settings
 from bridge.state.history import HistoryStore
@@ -56,11 +56,7 @@ class Operations:
 
     def status(self) -> dict[str, Any]:
         """The snapshot with the page's summary and error list."""
-        snapshot = self.reader.snapshot()
-        interval = self.settings.status_history.interval
-        recent = self.history().samples(since=snapshot["generated_at"] - (TREND_SAMPLES + 1) * interval)
-        snapshot.update(health_view(snapshot, recent))
-        return snapshot
+        return with_health(self.settings, self.reader.client(), self.reader.snapshot())
 
     def series(self) -> dict[str, Any]:
         """The charts' data: every sample in the window, as series and bands."""
