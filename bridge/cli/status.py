@@ -2,7 +2,9 @@
 
 ``--json`` prints exactly one JSON object, the public contract assembled by ``bridge.status``
 (``{"entities": [{"name", "replication", "active", "namespaces", "outbox_depth", "dead_letter_depth",
-...}]}``; fields are added, never renamed). Without it the same is shown as a table.
+...}]}``; fields are added, never renamed) with the status page's extras (``bridge.status.snapshot``)
+and its one-line health ``summary`` (``{"text", "parts", "level"}``) and ``errors``. Without it the summary
+line comes first, then the same is shown as a table.
 ``--quarantine ENTITY`` / ``--deadletter ENTITY`` list that stream's entries with their reasons instead.
 """
 
@@ -42,7 +44,8 @@ def status(
     """Print the replication and outbox state."""
     from bridge.outbox.problems import list_problems
     from bridge.redis.connection import sync_client
-    from bridge.status.collect import collect_status
+    from bridge.status.health_view import with_health
+    from bridge.status.snapshot import collect_snapshot
 
     settings = settings_or_exit()
     try:
@@ -60,7 +63,9 @@ def status(
                     _exit_if_unknown(settings, client, entity)
                 typer.echo(json.dumps(problems, indent=2))
                 return
-            report = collect_status(settings, client)
+            # The page's snapshot without its backlog probe (a Service Bus call per queue): the summary
+            # reads the roles, not the queues' depths.
+            report = with_health(settings, client, collect_snapshot(settings, client))
         finally:
             client.close()
     except BridgeError as exc:
@@ -115,6 +120,10 @@ def _ago(at: float) -> str:
     return f"{seconds // 3600}h"
 
 
+_LEVEL_STYLE = {"ok": "green", "degraded": "yellow", "down": "bold red"}
+"""The summary line's colour by its level (``bridge.core.health.summary_level``), as the page colours it."""
+
+
 def _print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -145,6 +154,8 @@ def _print_table(report: dict[str, Any]) -> None:
         )
         table.add_row(*(Text(cell) for cell in cells))
     console = Console()
+    summary = report["summary"]
+    console.print(Text(summary["text"], style=_LEVEL_STYLE.get(summary["level"], "")), soft_wrap=True)
     console.print(table)
     backlog = report.get("backlog")
     if backlog and backlog["removed"]:

@@ -6,7 +6,7 @@ plain SVG text. Every label is escaped; sizes are in CSS pixels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
@@ -202,19 +202,40 @@ def series_chart(
         )
     for index, line in enumerate(lines):
         colour = PALETTE[index % len(PALETTE)]
-        pairs = [(at + step / 2, v) for at, v in zip(times, line.values, strict=True) if v is not None]
-        data = " ".join(f"{at:.3f}:{v:.6f}" for at, v in pairs)
-        for run in _runs(times, line.values, step):
-            points = " ".join(f"{x(at):.1f},{y(v):.1f}" for at, v in run)
-            out.append(
-                f'<polyline class="line" data-series="{escape(line.name)}" data-values="{data}" '
-                f'points="{points}" fill="none" stroke="{colour}" stroke-width="1.6"/>'
-            )
+        out += _line_marks(line, colour, times, step, lambda at, v: (x(at), y(v)))
         lx = right - (len(lines) - index) * 90  # the legend at the right, clear of the title
         out.append(f'<rect x="{lx}" y="{top - 14}" width="10" height="3" fill="{colour}"/>')
         out.append(f'<text x="{lx + 14}" y="{top - 10}" font-size="10">{escape(line.name)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _line_marks(
+    line: Line,
+    colour: str,
+    times: Sequence[float],
+    step: float,
+    place: Callable[[float, float], tuple[float, float]],
+) -> list[str]:
+    """One line's marks: a polyline per stretch without gaps, a dot for a value between two gaps (a
+    polyline of one point has no length and draws nothing); each carries the line's ``data-values``."""
+    pairs = [(at + step / 2, v) for at, v in zip(times, line.values, strict=True) if v is not None]
+    data = " ".join(f"{at:.3f}:{v:.6f}" for at, v in pairs)
+    name, marks = escape(line.name), []
+    for run in _runs(times, line.values, step):
+        if len(run) == 1:
+            cx, cy = place(*run[0])
+            marks.append(
+                f'<circle class="dot" data-series="{name}" data-values="{data}" cx="{cx:.1f}" '
+                f'cy="{cy:.1f}" r="2.5" fill="{colour}"/>'
+            )
+            continue
+        points = " ".join("{:.1f},{:.1f}".format(*place(at, v)) for at, v in run)
+        marks.append(
+            f'<polyline class="line" data-series="{name}" data-values="{data}" '
+            f'points="{points}" fill="none" stroke="{colour}" stroke-width="1.6"/>'
+        )
+    return marks
 
 
 def _runs(

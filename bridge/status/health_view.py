@@ -1,10 +1,11 @@
 """The status page's summary line and error list, read from a snapshot (``bridge.status.snapshot``)
-and the last samples of the history; the decisions are ``bridge.core.health``'s."""
+and the last samples of the history; the decisions are ``bridge.core.health``'s. ``with_health`` reads those
+samples, so the page and ``bridge status`` say the same words."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.core.health import (
     SEPARATOR,
@@ -16,6 +17,11 @@ from bridge.core.health import (
     summary_parts,
 )
 from bridge.core.history import ROLES, Sample
+from bridge.state.history import HistoryStore
+
+if TYPE_CHECKING:
+    from bridge.redis.types import SyncRedis
+    from bridge.settings import Settings
 
 TREND_SAMPLES = 6
 """Samples the outbox's trend arrow looks back over (with the 5 s default: the last half minute)."""
@@ -123,3 +129,13 @@ def health_view(snapshot: Mapping[str, Any], recent: Sequence[Sample]) -> dict[s
         },
         "errors": error_digest(_errors(snapshot)),
     }
+
+
+def with_health(settings: Settings, client: SyncRedis, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``snapshot`` with its ``summary`` and ``errors`` (``health_view``), the outbox's trend read from the
+    history's last samples (none when no process samples: the line then has no arrow)."""
+    history = settings.status_history
+    since = snapshot["generated_at"] - (TREND_SAMPLES + 1) * history.interval
+    recent = HistoryStore(client, history.window, history.samples).samples(since=since)
+    snapshot.update(health_view(snapshot, recent))
+    return snapshot

@@ -12,7 +12,7 @@ from typing import Any
 from bridge.core.history_series import build_series
 from bridge.settings import Settings
 from bridge.state.history import HistoryStore
-from bridge.status.health_view import TREND_SAMPLES, health_view
+from bridge.status.health_view import with_health
 from bridge.status.snapshot import StateReader
 
 
@@ -30,11 +30,7 @@ class PageModel:
 
     def status(self) -> dict[str, Any]:
         """The snapshot with the page's summary and error list."""
-        snapshot = self.reader.snapshot()
-        interval = self.settings.status_history.interval
-        recent = self.history().samples(since=snapshot["generated_at"] - (TREND_SAMPLES + 1) * interval)
-        snapshot.update(health_view(snapshot, recent))
-        return snapshot
+        return with_health(self.settings, self.reader.client(), self.reader.snapshot())
 
     def series(self) -> dict[str, Any]:
         """The charts' data: every sample in the window, as series and bands."""

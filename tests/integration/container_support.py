@@ -35,6 +35,7 @@ IMAGES_SCRIPT = ROOT / "scripts" / "images"
 STAND_IN_BASE = "servicebus-bridge-base:bookworm"
 BRIDGE_IMAGE = "servicebus-bridge:local"
 EMULATOR_IMAGE = "servicebus-bridge-emulator:local"
+PROMETHEUS_IMAGE = "servicebus-bridge-prometheus:local"
 ENGINE_START_DEADLINE = 90.0
 BUILD_DEADLINE = 900.0
 
@@ -209,3 +210,18 @@ def build_images(engine: Engine, *targets: str) -> None:
     env = {**engine.env, "PYTHON": sys.executable}
     run([str(IMAGES_SCRIPT), "standin"], env, timeout=BUILD_DEADLINE)
     run([str(IMAGES_SCRIPT), "build", STAND_IN_BASE, *targets], env, timeout=BUILD_DEADLINE)
+
+
+def build_prometheus_image(engine: Engine, directory: Path) -> str:
+    """Debian's ``prometheus`` binary (``scripts/bootstrap`` installs the package) on the Debian stand-in
+    base, for the compose file's ``monitoring`` profile (``PROMETHEUS_IMAGE``): the engine pulls no image.
+    The binary needs only the C library, which the stand-in (the same Debian release) has."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus not installed (./scripts/bootstrap test installs Debian's package)")
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(binary, directory / "prometheus")
+    (directory / "Dockerfile").write_text(f"FROM {STAND_IN_BASE}\nCOPY prometheus /bin/prometheus\n")
+    env = {**engine.env, "DOCKER_BUILDKIT": "0"}
+    run(["docker", "build", "--quiet", "-t", PROMETHEUS_IMAGE, str(directory)], env, timeout=BUILD_DEADLINE)
+    return PROMETHEUS_IMAGE

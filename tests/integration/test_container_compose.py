@@ -12,6 +12,11 @@ and what is posted then reaches the secondary (passive replication fails over); 
 started again (its data volume kept), more messages are posted, and in the end every accepted MessageId is
 found in one namespace or the other. Then the receiver service starts and hands one more message to its
 handler, logging no warning.
+
+With ``--profile monitoring`` the compose file's Prometheus runs too, on an image built from Debian's
+prometheus binary (``PROMETHEUS_IMAGE``) and with ``docker/prometheus/prometheus.yml`` whose targets'
+addresses are rewritten to the test's ports: its targets API lists every bridge process of the compose file,
+each scraped and up (the ingress's ``/metrics`` with the API key as bearer credentials).
 """
 
 from __future__ import annotations
@@ -31,7 +36,16 @@ import yaml
 from azure.servicebus import ServiceBusClient, ServiceBusReceiveMode
 
 from bridge.embedded.ports import free_port
-from tests.integration.container_support import ROOT, Engine, build_images, engine, require, run
+from tests.integration.container_support import (
+    BRIDGE_IMAGE,
+    ROOT,
+    Engine,
+    build_images,
+    build_prometheus_image,
+    engine,
+    require,
+    run,
+)
 
 # Building both images takes minutes on a busy 2-core machine (docs/containers.md has the times).
 pytestmark = [
@@ -44,7 +58,12 @@ pytestmark = [
 COMPOSE = ROOT / "docker" / "compose.yaml"
 OVERRIDE = Path(__file__).with_name("compose.host-network.yaml")
 PORTS = ("REDIS", "PRIMARY", "SECONDARY", "INGRESS", "WORKER_METRICS", "BEAT_METRICS", "BEAT2_METRICS",
-         "RECEIVER_METRICS")  # fmt: skip
+         "RECEIVER_METRICS", "PROMETHEUS")  # fmt: skip
+# Each bridge process's metrics port in the override, by compose service (the base file's ``svc:port``)
+METRICS_PORTS = {"ingress": "INGRESS", "worker": "WORKER_METRICS", "beat": "BEAT_METRICS",
+                 "beat-2": "BEAT2_METRICS", "receiver": "RECEIVER_METRICS"}  # fmt: skip
+PROMETHEUS_CONFIG = ROOT / "docker" / "prometheus" / "prometheus.yml"
+SCRAPE_DEADLINE = 120.0
 # The receiver starts last, after the plain SDK has read the queues (it would take the messages first).
 SERVICES = ("redis", "primary", "secondary", "ingress", "worker", "beat", "beat-2")
 BATCH = 20
@@ -88,10 +107,25 @@ class Stack:
         return accepted
 
 
+def prometheus_config(env: dict[str, str], directory: Path) -> Path:
+    """``docker/prometheus/prometheus.yml`` with every ``service:port`` target at ``127.0.0.1`` and that
+    service's port in the override (with host networking there are no service names to resolve)."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    for job in config["scrape_configs"]:
+        for static in job["static_configs"]:
+            services = [target.split(":")[0] for target in static["targets"]]
+            assert set(services) <= set(METRICS_PORTS), f"{job['job_name']} scrapes {services}"
+            static["targets"] = [f"127.0.0.1:{env[f'TEST_{METRICS_PORTS[s]}_PORT']}" for s in services]
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def resolved_compose_file(env: dict[str, str], directory: Path) -> Path:
     """The base file with the override on top, as ``docker-compose config`` resolves them, less the
     published ports: the engine refuses a port binding on the host network, which needs none."""
-    config = run(["docker-compose", "-f", str(COMPOSE), "-f", str(OVERRIDE), "config"], env).stdout
+    files = ["-f", str(COMPOSE), "-f", str(OVERRIDE)]
+    config = run(["docker-compose", *files, "--profile", "monitoring", "config"], env).stdout
     data = yaml.safe_load(config)
     for service in data["services"].values():
         assert service["network_mode"] == "host", service
@@ -111,9 +145,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             **running.env,
             **{f"TEST_{name}_PORT": str(free_port()) for name in PORTS},
             "BRIDGE_DEMO_KEY": secrets.token_urlsafe(32),
+            "BRIDGE_API_KEY": api_key,  # the monitoring profile's Prometheus scrapes the ingress with it
             "BRIDGE_API_KEY_SHA256": hashlib.sha256(api_key.encode()).hexdigest(),
         }
-        file = resolved_compose_file(env, tmp_path_factory.mktemp("compose"))
+        directory = tmp_path_factory.mktemp("compose")
+        env["PROMETHEUS_IMAGE"] = build_prometheus_image(running, directory / "prometheus-image")
+        env["TEST_PROMETHEUS_CONFIG"] = str(prometheus_config(env, directory))
+        file = resolved_compose_file(env, directory)
         up = Stack(running, f"sbbtest{os.getpid()}", file, env, api_key)
         try:
             up.compose("up", "-d", "--no-build", *SERVICES)
@@ -204,3 +242,43 @@ def test_messages_posted_across_a_stopped_namespace_container_all_arrive(stack: 
         assert time.monotonic() < end, f"the receiver never handled {last}:\n{log[-3000:]}"
         time.sleep(2)
     assert '"level": "WARNING"' not in log and '"level": "ERROR"' not in log, log[-3000:]
+
+
+def bridge_services() -> set[str]:
+    """The compose file's services that run a bridge process (the bridge's runtime image)."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    return {name for name, service in services.items() if service.get("image") == BRIDGE_IMAGE}
+
+
+def test_prometheus_scrapes_every_bridge_process(stack: Stack) -> None:
+    # Given every bridge process up (the receiver is the last) and the monitoring profile's Prometheus
+    stack.compose("--profile", "monitoring", "up", "-d", "--no-build", "receiver", "prometheus")
+    stack.engine.wait_healthy([stack.container("receiver")], deadline=120)
+    expected = {f"127.0.0.1:{stack.env[f'TEST_{METRICS_PORTS[s]}_PORT']}": s for s in bridge_services()}
+    assert set(expected.values()) == set(METRICS_PORTS), (
+        "a bridge service of the compose file has no port here"
+    )
+    url = f"http://127.0.0.1:{stack.env['TEST_PROMETHEUS_PORT']}/api/v1/targets"
+
+    # When Prometheus has scraped each of them (every 15 s by its config)
+    end = time.monotonic() + SCRAPE_DEADLINE
+    targets: list[dict[str, object]] = []
+    while time.monotonic() < end:
+        try:
+            answer = httpx.get(url, params={"state": "active"}, timeout=10)
+            targets = answer.json()["data"]["activeTargets"] if answer.status_code == 200 else []
+        except httpx.TransportError:
+            targets = []
+        if targets and all(t["health"] == "up" for t in targets) and len(targets) >= len(expected):
+            break
+        time.sleep(2)
+
+    # Then its targets API lists every bridge process of the compose file, each up, and nothing else
+    seen = {str(t["labels"]["instance"]): t for t in targets}  # type: ignore[index]
+    assert set(seen) == set(expected), f"targets {sorted(seen)}, bridge processes {expected}"
+    log = stack.engine.docker("logs", stack.container("prometheus"), check=False).stderr[-3000:]
+    for instance, target in seen.items():
+        assert target["health"] == "up", f"{expected[instance]}: {target['lastError']}\n{log}"
+    assert {str(t["labels"]["job"]) for t in targets} == {  # type: ignore[index]
+        "bridge-ingress", "bridge-worker", "bridge-beat", "bridge-receiver"
+    }  # fmt: skip

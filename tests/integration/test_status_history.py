@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import html
 import itertools
+import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -53,6 +56,9 @@ class Run:
     primary_down_at: float = 0.0
     restored_at: float = 0.0
     names: dict[str, str] = field(default_factory=dict)
+    cli_json: dict[str, Any] = field(default_factory=dict)
+    cli_table: str = ""
+    page_summary: dict[str, Any] = field(default_factory=dict)
 
 
 class Traffic:
@@ -101,6 +107,20 @@ def _wait_samples(url: str, since: float, count: int, what: str) -> None:
     """Wait until the samplers stored ``count`` samples from ``since`` on (a loaded machine may skip
     slots: the test waits for samples, not for seconds)."""
     wait_until(lambda: _samples_since(url, since) >= count, 60, 0.25, f"{count} samples {what}")
+
+
+def _cli_status(stack: LocalStack, *args: str) -> str:
+    """``bridge status ARGS`` run as a real process against the stack (output piped, as a script reads it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge.cli.main", "status", *args],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
 
 
 def _entity(status: dict[str, Any], name: str) -> dict[str, Any]:
@@ -160,6 +180,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             _wait_samples(url, time.time(), 3, "with both down")
             result.down_png = base / "status-both-down.png"
             result.down_dom = chromium_page(f"{url}/status", result.down_png, window=LAPTOP)
+            # the operator's terminal, meanwhile: ``bridge status``, as JSON and as a table
+            result.page_summary = _status(url)["summary"]
+            result.cli_json = json.loads(_cli_status(stack, "--json"))
+            result.cli_table = _cli_status(stack)
             # 3. both back
             stack.secondary.control.restore()
             stack.primary.control.restore()
@@ -228,6 +252,30 @@ def test_the_summary_line_names_both_namespaces_down_and_the_outbox_growing(run:
     assert "payments in backlog" in summary, summary
     assert re.search(r"outbox \d+ \u2191", summary), summary
     assert 'id="summary" class="down"' in run.down_dom
+
+
+def _without_durations(text: str) -> str:
+    """The summary's words with its numbers blanked (two readings a second apart differ in durations and
+    in the outbox's depth)."""
+    return re.sub(r"\d+", "N", re.sub(r"DOWN for [^\u00b7]*", "DOWN for N ", text))
+
+
+def test_bridge_status_opens_with_the_pages_summary_line(run: Run) -> None:
+    # Both namespaces down: ``bridge status --json`` carries the page's summary, level and parts
+    summary = run.cli_json["summary"]
+    primary, secondary = run.names["primary"], run.names["secondary"]
+    assert summary["level"] == "down" == run.page_summary["level"]
+    assert re.search(rf"primary \({re.escape(primary)}\) DOWN for \d+ s", summary["text"]), summary
+    assert re.search(rf"secondary \({re.escape(secondary)}\) DOWN for \d+ s", summary["text"]), summary
+    assert "payments in backlog" in summary["parts"], summary
+    assert _without_durations(summary["text"]) == _without_durations(run.page_summary["text"])
+    assert summary["text"] == " \u00b7 ".join(summary["parts"])
+    # and the entities are still the contract's
+    assert {e["name"] for e in run.cli_json["entities"]} == {ORDERS, PAYMENTS}
+    # The table opens with the same line, whole, before the table's title
+    first, *rest = run.cli_table.splitlines()
+    assert _without_durations(first) == _without_durations(summary["text"]), run.cli_table[:1000]
+    assert "bridge status" in rest[0], run.cli_table[:1000]
 
 
 def test_every_chart_is_drawn_on_a_canvas(run: Run) -> None:

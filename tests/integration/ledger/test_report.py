@@ -40,6 +40,7 @@ from bridge.ledger.live import roll_now, take_snapshot
 from bridge.outbox import keys as outbox_keys
 from bridge.redis.connection import sync_client
 from bridge.settings import load_settings
+from tests.integration.report_render import inside, render_report
 
 T = 1_790_000_000.0
 P, S = "ns1", "ns2"  # the primary's and the secondary's namespace names
@@ -383,6 +384,46 @@ def test_the_report_draws_lines_across_the_outage_with_its_bands(scenario: Scena
     assert _drawn(section, "orders", "open")[-1][1] == 3
     assert section.count("<svg") == 6  # three charts for each of the two entities
     assert pq.read_table(scenario.out / "tables" / "series").num_rows == 2 * 41  # seconds 0..40 (p3 at 40)
+
+
+def test_the_rendered_report_draws_each_line_through_the_outage_band(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    # Given the report laid out by Chromium on a 1,366-px laptop screen, measured by the browser itself
+    seen = render_report(scenario.out / "report.html", tmp_path)
+
+    # Then a screenshot was taken and no chart is wider than the screen
+    assert _png_size(seen.screenshot.read_bytes()) == (1366, 2600)
+    assert seen.page_width <= seen.viewport == 1366
+    # and each entity, by name, has its three charts, each drawing something a person sees: lines of real
+    # length, and a dot for a value between two gaps (a polyline of one point draws nothing)
+    assert {c["entity"] for c in seen.charts} == {"orders", "payments"}
+    for chart in seen.charts:
+        where = f"{chart['entity']}: {chart['title']}"
+        assert chart["shown"] and 0 < chart["box"]["left"] < chart["box"]["right"] <= 1366, where
+        assert chart["lines"], where
+        for line in chart["lines"]:
+            assert line["shown"] and line["length"] > 0, f"{where}: {line['series']} draws nothing"
+        assert all(dot["shown"] and dot["box"]["width"] >= 4 for dot in chart["dots"]), where
+    latency = next(c for c in seen.of("payments") if c["title"] == "Acceptance to Service Bus (ms)")
+    assert [dot["series"] for dot in latency["dots"]] == ["p50", "p99"]  # p3's, alone at second 40
+    rates = next(c for c in seen.of("payments") if c["title"] == "Messages per second")
+    # The primary's outage is one visible band, named by role, drawn from second 1 to second 30 of 40
+    (band,) = [b for b in rates["bands"] if b["kind"] == "outage"]
+    assert band["label"] == "primary (ns1)" and band["shown"] and band["opacity"] > 0
+    plot = rates["box"]["width"]
+    assert 0.15 * plot < band["box"]["width"] < 0.85 * plot, (band["box"], rates["box"])
+    # And payments' accepted line has points drawn inside the band, at more than one height: it moves
+    # across the outage (three messages at seconds 10 to 12, none in the other seconds of the band)
+    (accepted,) = [line for line in rates["lines"] if line["series"] == "accepted"]
+    within = inside(accepted["points"], band)
+    assert len(within) >= 20, within
+    assert len({round(y) for _, y in within}) >= 2, within
+    assert any(x < band["box"]["left"] for x, _ in accepted["points"])  # and it began before the band
+    assert any(x > band["box"]["right"] for x, _ in accepted["points"])  # and goes on after it
+    # The failover band is there too, and every namespace is named by its role in the shown text
+    assert any(b["label"] == "payments in backlog" and b["shown"] for b in rates["bands"])
+    assert "primary (ns1)" in seen.text and "secondary (ns2)" in seen.text
 
 
 def test_the_report_reads_as_a_person_reads_it(scenario: Scenario, tmp_path: Path) -> None:
