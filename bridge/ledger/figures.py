@@ -172,7 +172,7 @@ def minute_of(column: str) -> Column:
 
 
 def latency_samples(flagged: DataFrame) -> DataFrame:
-    """Per message with a measure: (entity, measure, minute, ms) — ``service_bus`` (acceptance to the first
+    """Per message with a measure: (entity, message_id, measure, minute, ms) — ``service_bus`` (acceptance to the first
     copy Service Bus accepted, in the minute of that copy) and ``handler`` (acceptance to the handler, in
     the minute it handled it)."""
     accepted = F.unix_micros("accepted_at")
@@ -186,8 +186,8 @@ def latency_samples(flagged: DataFrame) -> DataFrame:
         minute_of("handled_at").alias("minute"),
         ((F.unix_micros("handled_at") - accepted) / 1000.0).alias("ms"),
     )
-    exploded = flagged.select("entity", F.explode(F.array(to_sb, to_handler)).alias("m"))
-    return exploded.select("entity", "m.measure", "m.minute", "m.ms").where(F.col("ms").isNotNull())
+    exploded = flagged.select(*KEYS, F.explode(F.array(to_sb, to_handler)).alias("m"))
+    return exploded.select(*KEYS, "m.measure", "m.minute", "m.ms").where(F.col("ms").isNotNull())
 
 
 def latency_per_minute(samples: DataFrame) -> DataFrame:

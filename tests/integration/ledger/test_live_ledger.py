@@ -1,0 +1,126 @@
+"""The live ledger (``bridge ledger``): the streaming path gives the batch report's figures.
+
+One journal with known answers (``live_journal``: an active-mode duplicate, a dead-lettered message, a
+paired failover with its restore barrier and ping, a journal gap) goes through the batch report and
+through the streaming query one file per micro-batch, and every figure both show must be equal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from bridge.core.ledger import price_table
+from bridge.ledger import figures, service
+from bridge.ledger.job import ReportInputs, run_report
+from bridge.ledger.live_store import LedgerPaths, current
+from tests.integration.ledger.live_journal import T, write_journal
+
+COMPARED = (
+    "accepted",
+    "accepted_events",
+    "delivered",
+    "pending_backlog",
+    "dead_lettered",
+    "quarantined_messages",
+    "handled",
+    "unexpected",
+    "broker_duplicates",
+    "duplicated_messages",
+    "suppressed_duplicates",
+    "suppressed_unhandled",
+)
+
+
+def options(**overrides: float) -> dict[str, float]:
+    base = {
+        "interval": 0.5,
+        "linger": 3600.0,
+        "latency_minutes": 1_000_000.0,
+        "overdue_after": 300.0,
+        "listed": 100,
+        "max_files": 1,
+    }
+    return {**base, **overrides}
+
+
+def run_live(spark: Any, journal: Path, root: Path, events: int, **overrides: float) -> dict[str, Any]:
+    """Run the live ledger until it has read ``events`` events; its last publication."""
+
+    def done(ledger: dict[str, Any]) -> bool:
+        return int(ledger["events"]) >= events
+
+    ledger = service.run(
+        spark, journal, LedgerPaths(root), options(**overrides), duration=240, on_publish=done
+    )
+    assert ledger["events"] == events, ledger
+    return ledger
+
+
+def batch_report(spark: Any, journal: Path, out: Path) -> dict[str, Any]:
+    inputs = ReportInputs(journal=journal, out=out, prices=price_table(), master="local[2]")
+    return run_report(spark, inputs)
+
+
+@pytest.mark.parametrize(("reverse", "linger"), [(True, 3600.0), (False, 10.0)], ids=["reversed", "lingering"])
+def test_the_live_ledger_agrees_with_the_batch_report(
+    spark: Any, tmp_path: Path, reverse: bool, linger: float
+) -> None:
+    # Given a journal whose files arrive one per micro-batch (reversed: ends before beginnings)
+    journal = tmp_path / "journal"
+    events = write_journal(journal, files=4, reverse=reverse)
+
+    # When both paths read it
+    live = run_live(spark, journal, tmp_path / "ledger", events, linger=linger)
+    summary = batch_report(spark, journal, tmp_path / "report")
+    tables = tmp_path / "report" / "tables"
+    batch = {row["entity"]: row for row in pq.read_table(tables / "reconciliation").to_pylist()}
+
+    # Then every count is the same, entity by entity
+    assert set(live["entities"]) == set(batch) == {"orders", "payments"}
+    for entity, row in batch.items():
+        mine = live["entities"][entity]
+        assert {k: mine[k] for k in COMPARED} == {k: row[k] for k in COMPARED}, entity
+        assert mine["pending"] == row["pending"], entity
+        assert mine["journal_overflow"] == row["journal_overflow"], entity
+        billed = sum(op["operations"] for op in summary["operations"] if op["entity"] == entity)
+        assert mine["operations"] == billed, entity
+        story = summary["entities"][entity]["failover"]
+        assert mine["failovers"] == story["failovers"] + story["swaps"], entity
+    # the known answers, so that two equally wrong paths cannot agree unnoticed
+    orders, payments = live["entities"]["orders"], live["entities"]["payments"]
+    assert (orders["accepted"], orders["handled"], orders["broker_duplicates"]) == (4, 3, 1)
+    assert (orders["dead_lettered"], orders["unexpected"], orders["journal_overflow"]) == (1, 1, 1)
+    assert (payments["accepted"], payments["pending_backlog"], payments["failovers"]) == (2, 1, 1)
+    # latency per minute: the same percentiles from the same samples
+    batch_latency = sorted(
+        (r["entity"], r["measure"], r["minute"], r["count"], r["p50_ms"], r["p99_ms"])
+        for r in pq.read_table(tables / "latency_per_minute").to_pylist()
+    )
+    live_latency = sorted(
+        (r["entity"], r["measure"], r["minute"], r["count"], r["p50_ms"], r["p99_ms"]) for r in live["latency"]
+    )
+    assert live_latency == batch_latency
+    assert {r["minute"] for r in live["latency"]} == {int(T // 60 * 60), int(T // 60 * 60) + 60}
+    # the open message is overdue (its acceptance is months before this test ran)
+    assert [m["message_id"] for m in orders["overdue_ids"]] == ["a3"]
+    assert live["verdict"] == "overdue"
+
+
+def test_a_message_leaves_the_state_once_settled_and_lingered(spark: Any, tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    events = write_journal(journal, files=4)
+
+    run_live(spark, journal, tmp_path / "ledger", events, linger=10.0)
+
+    # Then only the open (a3), the one waiting in a backlog queue (p2) and the one settled within the
+    # last 10 s of journal time (a5) are held
+    folder, totals = current(LedgerPaths(tmp_path / "ledger"))
+    assert folder is not None
+    held = pq.read_table(folder / "messages").to_pylist()
+    assert sorted(row["message_id"] for row in held) == ["a3", "a5", "p2"]
+    assert totals["clock"] == pytest.approx(T + 66)
+    assert set(figures.FACT_COLUMNS) <= set(held[0])
