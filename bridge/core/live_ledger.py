@@ -100,10 +100,7 @@ def verdict(data: LedgerInput, now: float, overdue_after: float, listed: int = 1
             **{key: int(value) for key, value in sorted(counts.items())},
             "pending": int(counts.get("open", 0)) + int(counts.get("pending_backlog", 0)),
             "overdue": len(mine),
-            "overdue_ids": [
-                {"message_id": m.message_id, "accepted_at": m.accepted_at, "age": round(now - m.accepted_at, 3)}
-                for m in mine[:listed]
-            ],
+            "overdue_ids": [_listed(m, now) for m in mine[:listed]],
             "failovers": int(data.failovers.get(name, 0)),
             "operations": int(data.operations.get(name, 0)),
             "journal_overflow": int(data.overflow.get(name, 0)),
@@ -141,3 +138,11 @@ def _reasons(data: LedgerInput, late: int, overdue_after: float) -> list[str]:
         if n:
             reasons.append(f"{name}: {n} events found a full journal and are missing")
     return reasons
+
+
+def _listed(message: OpenMessage, now: float) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "accepted_at": message.accepted_at,
+        "age": round(now - message.accepted_at, 3),
+    }

@@ -172,9 +172,9 @@ def minute_of(column: str) -> Column:
 
 
 def latency_samples(flagged: DataFrame) -> DataFrame:
-    """Per message with a measure: (entity, message_id, measure, minute, ms) — ``service_bus`` (acceptance to the first
-    copy Service Bus accepted, in the minute of that copy) and ``handler`` (acceptance to the handler, in
-    the minute it handled it)."""
+    """Per message with a measure: (entity, message_id, measure, minute, ms) — ``service_bus``
+    (acceptance to the first copy Service Bus accepted, in the minute of that copy) and ``handler``
+    (acceptance to the handler, in the minute it handled it)."""
     accepted = F.unix_micros("accepted_at")
     to_sb = F.struct(
         F.lit("service_bus").alias("measure"),

@@ -27,7 +27,6 @@ from bridge.core.live_ledger import FAILOVER_KINDS, LedgerInput, Unreadable, ver
 from bridge.ledger import live_store
 from bridge.ledger.live_store import LedgerPaths
 
-
 IGNORE_CORRUPT = "spark.sql.files.ignoreCorruptFiles"
 
 
@@ -53,7 +52,10 @@ class FileCheck:
 
 def ledger_input(totals: Mapping[str, Any], folder: Path | None, unreadable: list[Unreadable]) -> LedgerInput:
     """What the committed totals say, in the form ``verdict`` takes."""
-    counts = [EventCount(*row[:5], int(row[5]), int(row[6])) for row in totals["event_counts"]]
+    counts = [
+        EventCount(row[0], row[1], row[2], row[3], row[4], int(row[5]), int(row[6]))
+        for row in totals["event_counts"]
+    ]
     failovers: dict[str, int] = {}
     overflow: dict[str, int] = {}
     for row in counts:

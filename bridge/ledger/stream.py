@@ -85,7 +85,7 @@ def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[s
         return
     events = batch.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        _fold(spark, events, batch_id, paths, options, folder, totals)
+        _fold(spark, events, batch_id=batch_id, paths=paths, options=options, folder=folder, totals=totals)
     finally:
         events.unpersist()
 
@@ -93,6 +93,7 @@ def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[s
 def _fold(
     spark: SparkSession,
     events: DataFrame,
+    *,
     batch_id: int,
     paths: LedgerPaths,
     options: Mapping[str, float],
@@ -116,9 +117,9 @@ def _fold(
         state = previous.join(new.select(*KEYS), KEYS, "left_anti").unionByName(after)
         kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"]))
         version = paths.version(batch_id)
-        kept.select(*KEYS, *figures.FACT_COLUMNS).coalesce(STATE_FILES).write.mode(
-            "overwrite"
-        ).parquet(uri(version / "messages"))
+        kept.select(*KEYS, *figures.FACT_COLUMNS).coalesce(STATE_FILES).write.mode("overwrite").parquet(
+            uri(version / "messages")
+        )
         open_rows = kept.where(F.col("is_open")).select(
             *KEYS, (F.unix_micros("accepted_at") / 1_000_000.0).alias("accepted_at")
         )
@@ -131,11 +132,13 @@ def _fold(
         for r in figures.event_counts(events).collect()
     ]
     old = {tuple(row[:5]): (int(row[5]), int(row[6])) for row in totals["event_counts"]}
-    merged = add_event_counts(old, event_rows)  # type: ignore[arg-type]
+    merged = add_event_counts(old, event_rows)
     totals["event_counts"] = [[*key, n, units] for key, (n, units) in sorted(merged.items(), key=str)]
     totals["events"] = int(totals["events"]) + int(summary["n"])
     totals["clock"] = clock
-    totals["latency"] = _latency(spark, paths, batch_id, sample_rows, totals, options)
+    totals["latency"] = _latency(
+        spark, paths, batch_id=batch_id, samples=sample_rows, totals=totals, options=options
+    )
     totals["batch_id"] = batch_id
     live_store.commit(paths, batch_id, totals)
 
@@ -158,6 +161,7 @@ def _kept(flagged: DataFrame, clock: float | None, linger: float) -> DataFrame:
 def _latency(
     spark: SparkSession,
     paths: LedgerPaths,
+    *,
     batch_id: int,
     samples: list[dict[str, Any]],
     totals: Mapping[str, Any],
