@@ -26,8 +26,10 @@ means the roller is behind or down), and for paired entities ``paired`` (``faile
 ``last_error``, ``last_error_at``, ``barriers``: the restore barriers its shards wait for, each
 ``{"shard", "queue", "state", "sent_at", "resends"}`` with ``state`` ``open`` / ``sending`` / ``waiting``
 / ``lost`` — not passed within ``paired.barrier_timeout``, or sent again after that; empty when none,
-docs/paired.md); at the top ``cost`` (totals) and, when an entity is paired,
-``backlog`` (the rotation of the backlog queues).
+docs/paired.md); at the top ``cost`` (totals), ``ledger`` (the live ledger's last publication,
+``bridge.state.live_ledger``: ``verdict`` — ``ok``, ``overdue``, ``incomplete`` or ``no data`` —
+``reasons``, ``overdue``, ``published_at`` and per entity its counts and ``overdue_ids``; null when no live
+ledger runs) and, when an entity is paired, ``backlog`` (the rotation of the backlog queues).
 
 For a paired entity, ``active`` is ``"secondary"`` while failover is engaged (its messages go to the
 secondary namespace's backlog queues) and the primary then shows as unavailable; the newer of the health
@@ -52,6 +54,7 @@ from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
 from bridge.state.cost import CostStore
+from bridge.state.live_ledger import LiveLedgerStore
 from bridge.state.paired import PairedStore
 from bridge.state.probes import ProbeRecord, ProbeStore
 from bridge.state.retry import RetryStore
@@ -211,4 +214,5 @@ def collect_status(settings: Settings, client: SyncRedis, now: float | None = No
         backlog = backlog_status(settings, client, server_time(client) if now is None else now)
         if backlog is not None:
             out["backlog"] = backlog
+    out["ledger"] = LiveLedgerStore(client).read()
     return out

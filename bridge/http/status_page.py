@@ -9,7 +9,9 @@ Stable hooks for tests and scrapers: each entity row is ``tr[data-entity=<name>]
 ``td[data-field=<field>]``; a namespace cell has the class ``up`` or ``down``, and so has the ``barriers``
 cell when a restore barrier is lost (``docs/paired.md``). A last error that carries a trace id shows it as
 ``.trace[data-trace-id]`` in its cell: a link (``a``, opening in a new tab) when the ``trace_url`` setting
-names a trace viewer (``docs/tracing.md``), else text.
+names a trace viewer (``docs/tracing.md``), else text. The live ledger's block (``#ledger-section``,
+shown when ``ledger`` in the status is not null) holds ``#ledger-verdict`` and a row
+``tr[data-ledger-entity=<name>]`` per entity with its overdue count and oldest overdue MessageIds.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ PAGE = """<!doctype html>
     <thead><tr>
       <th>queue</th><th>in rotation</th><th>messages</th><th>measured</th><th>syphon</th>
     </tr></thead>
+    <tbody></tbody>
+  </table>
+</div>
+<div id="ledger-section" hidden>
+  <h2>Live ledger: <span id="ledger-verdict"></span> <span id="ledger-age" class="muted"></span></h2>
+  <div id="ledger-reasons" class="muted"></div>
+  <table id="ledger">
+    <thead><tr><th>entity</th><th>overdue</th><th>pending</th><th>oldest overdue MessageIds</th></tr></thead>
     <tbody></tbody>
   </table>
 </div>
@@ -171,10 +181,34 @@ function render(data) {
   } else {
     section.hidden = true;
   }
+  renderLedger(data.ledger, data.generated_at);
   const banner = document.getElementById("banner");
   banner.className = "muted";
   const total = data.cost.total;
   banner.textContent = "updated " + when(data.generated_at) + " \\u00b7 billable operations " + total;
+}
+function renderLedger(ledger, now) {
+  const section = document.getElementById("ledger-section");
+  section.hidden = !ledger;
+  if (!ledger) return;
+  const verdict = document.getElementById("ledger-verdict");
+  verdict.textContent = ledger.verdict;
+  verdict.className = ledger.verdict === "ok" ? "up" : "down";
+  const published = age(now - ledger.published_at);
+  document.getElementById("ledger-age").textContent = "(published " + published + " ago)";
+  document.getElementById("ledger-reasons").textContent = (ledger.reasons || []).join("; ");
+  const rows = document.querySelector("#ledger tbody");
+  rows.replaceChildren();
+  for (const [name, e] of Object.entries(ledger.entities || {})) {
+    const row = document.createElement("tr");
+    row.dataset.ledgerEntity = name;
+    cell(row, "entity", name);
+    cell(row, "overdue", e.overdue, e.overdue ? "num down" : "num");
+    cell(row, "pending", e.pending, "num");
+    const ids = (e.overdue_ids || []).map((m) => m.message_id + " (" + age(m.age) + ")");
+    cell(row, "overdue_ids", ids.join(", "));
+    rows.appendChild(row);
+  }
 }
 async function poll() {
   try {

@@ -61,11 +61,20 @@ def start(spark: SparkSession, journal: Path, paths: LedgerPaths, options: Mappi
     )
 
 
-def _counts(flagged: DataFrame) -> dict[str, dict[str, int]]:
-    return {
-        row["entity"]: {name: int(row[name]) for name in figures.COUNT_NAMES}
-        for row in figures.entity_counts(flagged).collect()
-    }
+def _changes(
+    before: DataFrame, after: DataFrame
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """The changed messages' counts after and before the batch (one Spark job: the entity column of each
+    side is tagged, then untagged)."""
+    both = after.withColumn("entity", F.concat(F.lit("+"), "entity")).unionByName(
+        before.withColumn("entity", F.concat(F.lit("-"), "entity"))
+    )
+    plus: Counts = {}
+    minus: Counts = {}
+    for row in figures.entity_counts(both).collect():
+        side = plus if row["entity"].startswith("+") else minus
+        side[row["entity"][1:]] = {name: int(row[name]) for name in figures.COUNT_NAMES}
+    return plus, minus
 
 
 def _messages(spark: SparkSession, folder: Path | None, like: DataFrame) -> DataFrame:
@@ -100,14 +109,14 @@ def _fold(
     folder: Path | None,
     totals: dict[str, Any],
 ) -> None:
-    new = figures.merge_facts(figures.event_facts(events))
+    new = figures.merge_facts(figures.event_facts(events)).persist()
     previous = _messages(spark, folder, new)
     touched = previous.join(new.select(*KEYS), KEYS, "left_semi").persist()
     after = figures.merge_facts(touched.unionByName(new)).persist()
     try:
         before_flags = figures.flags(figures.with_first_sent(touched))
         after_flags = figures.flags(figures.with_first_sent(after))
-        totals["counts"] = add_counts(totals["counts"], _counts(after_flags), _counts(before_flags))
+        totals["counts"] = add_counts(totals["counts"], *_changes(before_flags, after_flags))
         known = figures.latency_samples(before_flags).select(*KEYS, "measure")
         samples = figures.latency_samples(after_flags).join(known, [*KEYS, "measure"], "left_anti")
         sample_rows = [row.asDict() for row in samples.collect()]
@@ -115,7 +124,7 @@ def _fold(
         assert summary is not None
         clock = _newest(totals.get("clock"), summary["clock"])
         state = previous.join(new.select(*KEYS), KEYS, "left_anti").unionByName(after)
-        kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"]))
+        kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"])).persist()
         version = paths.version(batch_id)
         kept.select(*KEYS, *figures.FACT_COLUMNS).coalesce(STATE_FILES).write.mode("overwrite").parquet(
             uri(version / "messages")
@@ -124,9 +133,10 @@ def _fold(
             *KEYS, (F.unix_micros("accepted_at") / 1_000_000.0).alias("accepted_at")
         )
         open_rows.coalesce(1).write.mode("overwrite").parquet(uri(version / "open"))
+        kept.unpersist()
     finally:
-        touched.unpersist()
-        after.unpersist()
+        for frame in (new, touched, after):
+            frame.unpersist()
     event_rows = [
         ((r["entity"], r["kind"], r["namespace"], r["path"], r["result"]), int(r["events"]), int(r["units"]))
         for r in figures.event_counts(events).collect()
