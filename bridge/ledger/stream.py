@@ -61,9 +61,10 @@ def start(spark: SparkSession, journal: Path, paths: LedgerPaths, options: Mappi
     )
 
 
-def _changes(
-    before: DataFrame, after: DataFrame
-) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+Counts = dict[str, dict[str, int]]
+
+
+def _changes(before: DataFrame, after: DataFrame) -> tuple[Counts, Counts]:
     """The changed messages' counts after and before the batch (one Spark job: the entity column of each
     side is tagged, then untagged)."""
     both = after.withColumn("entity", F.concat(F.lit("+"), "entity")).unionByName(
