@@ -137,6 +137,12 @@ def _reasons(data: LedgerInput, late: int, overdue_after: float) -> list[str]:
     for name, n in sorted(data.overflow.items()):
         if n:
             reasons.append(f"{name}: {n} events found a full journal and are missing")
+    for name, counts in sorted(data.counts.items()):
+        if counts.get("clock_skewed"):
+            reasons.append(
+                f"{name}: {counts['clock_skewed']} messages were sent or handled before their acceptance by "
+                "the journal's times: the hosts' clocks disagree (their latencies are below the truth)"
+            )
     return reasons
 
 

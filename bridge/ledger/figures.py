@@ -104,7 +104,8 @@ def with_first_sent(facts: DataFrame) -> DataFrame:
 
 def flags(facts: DataFrame) -> DataFrame:
     """``with_first_sent`` facts plus what each message is (``is_accepted``, ..., ``is_open``), the part
-    of a message's class that needs no outbox snapshot."""
+    of a message's class that needs no outbox snapshot. ``is_clock_skewed``: the journal says it was sent
+    or handled before it was accepted — written by hosts whose clocks disagree."""
     accepted = F.col("accepted_events") > 0
     delivered = F.col("first_sent_at").isNotNull()
     dead = F.col("dead_letters") > 0
@@ -125,6 +126,10 @@ def flags(facts: DataFrame) -> DataFrame:
         in_backlog.alias("is_pending_backlog"),
         (accepted & (F.col("suppressed") > 0) & ~handled & ~dead).alias("is_suppressed_unhandled"),
         (~accepted & (delivered | handled)).alias("is_unexpected"),
+        (
+            accepted
+            & ((F.col("first_sent_at") < F.col("accepted_at")) | (F.col("handled_at") < F.col("accepted_at")))
+        ).alias("is_clock_skewed"),
     )
 
 
@@ -146,6 +151,7 @@ COUNTS: tuple[tuple[str, Callable[[], Column]], ...] = (
     ("duplicated_messages", lambda: _count("copies_over_one")),
     ("suppressed_duplicates", lambda: F.sum("suppressed")),
     ("suppressed_unhandled", lambda: _count("is_suppressed_unhandled")),
+    ("clock_skewed", lambda: _count("is_clock_skewed")),
 )
 """Per-entity counts: each a sum over the entity's messages (``flags`` rows) of one per-message value."""
 COUNT_NAMES = tuple(name for name, _ in COUNTS)

@@ -40,7 +40,7 @@ class FileCheck:
     def scan(self, journal: Path) -> list[Unreadable]:
         """Check the files that appeared since the last scan; every unreadable file so far."""
         for path in sorted(journal.rglob("*.parquet")) if journal.is_dir() else []:
-            if path in self.seen:
+            if path in self.seen or path.name.startswith((".", "_")):  # Spark skips these names too
                 continue
             self.seen.add(path)
             try:

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 WATERMARK_DELAY = "1 hour"
 MAX_FILES_PER_TRIGGER = 200
 STATE_FILES = 2
+FOLD_PARTITIONS = 2
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SAMPLE_SCHEMA = "entity string, measure string, ms double, minute long"
 KEYS = list(figures.KEYS)
 
 
@@ -82,7 +85,7 @@ def _messages(spark: SparkSession, folder: Path | None, like: DataFrame) -> Data
     path = None if folder is None else folder / "messages"
     if path is None or not path.is_dir():
         return like.limit(0)
-    return spark.read.parquet(uri(path))
+    return spark.read.schema(like.schema).parquet(uri(path))
 
 
 def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[str, float]) -> None:
@@ -94,9 +97,14 @@ def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[s
         log.info("micro-batch %d is committed already: skipped", batch_id)
         return
     events = batch.persist(StorageLevel.MEMORY_AND_DISK)
+    partitions = spark.conf.get(SHUFFLE_PARTITIONS)
+    # A micro-batch is small: a shuffle of few partitions costs fewer tasks (the streaming query's own
+    # de-duplication keeps the partitions its checkpoint recorded).
+    spark.conf.set(SHUFFLE_PARTITIONS, str(FOLD_PARTITIONS))
     try:
         _fold(spark, events, batch_id=batch_id, paths=paths, options=options, folder=folder, totals=totals)
     finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, partitions or "200")
         events.unpersist()
 
 
@@ -183,7 +191,7 @@ def _latency(
     rows = [row for row in totals["latency"] if int(row["minute"]) not in minutes]
     if minutes:
         folders = [f"file://{(paths.latency / f'minute={m}').resolve()}" for m in sorted(minutes)]
-        frame = spark.read.option("basePath", uri(paths.latency)).parquet(*folders)
+        frame = spark.read.schema(SAMPLE_SCHEMA).option("basePath", uri(paths.latency)).parquet(*folders)
         rows += [row.asDict() for row in figures.latency_per_minute(frame).collect()]
     clock = totals.get("clock")
     if clock is not None:

@@ -14,7 +14,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from bridge.core import journal as J
+from bridge.core.journal_files import to_row
 from bridge.core.ledger import price_table
+from bridge.journal.roll import file_path, table_of, write_durably
 from bridge.ledger import figures, service
 from bridge.ledger.job import ReportInputs, run_report
 from bridge.ledger.live_store import LedgerPaths, current
@@ -55,7 +58,7 @@ def run_live(spark: Any, journal: Path, root: Path, events: int, **overrides: fl
         return int(ledger["events"]) >= events
 
     ledger = service.run(
-        spark, journal, LedgerPaths(root), options(**overrides), duration=240, on_publish=done
+        spark, journal, LedgerPaths(root), options(**overrides), duration=900, on_publish=done
     )
     assert ledger["events"] == events, ledger
     return ledger
@@ -167,3 +170,40 @@ def _move(path: Path, source: Path, target: Path) -> None:
     mtime = path.stat().st_mtime
     path.rename(destination)
     os.utime(destination, (mtime, mtime))
+
+
+@pytest.mark.slow
+def test_bad_and_partial_input_is_named_and_no_data_is_never_nothing_lost(spark: Any, tmp_path: Path) -> None:
+    journal, root = tmp_path / "journal", tmp_path / "ledger"
+    journal.mkdir()
+
+    # Given an empty journal, the ledger says it knows nothing
+    empty = service.run(spark, journal, LedgerPaths(root), options(), duration=60, on_publish=lambda _: True)
+    assert (empty["verdict"], empty["events"], empty["entities"]) == ("no data", 0, {})
+
+    # When the journal arrives with a truncated file, a file that is no Parquet at all, and a message whose
+    # copy a host with a slow clock journaled half a second before another host journaled its acceptance
+    events = write_journal(journal, files=2)
+    good = sorted(journal.rglob("*.parquet"))[0]
+    truncated = good.with_name("j-orders-truncated.parquet")
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    garbage = good.with_name("j-orders-garbage.parquet")
+    garbage.write_bytes(b"not a journal file")
+    skewed = [
+        to_row("orders", "1790000100000-0", J.accepted("s1", T + 100, door="http", size=10)),
+        to_row(
+            "orders",
+            "1790000100000-1",
+            J.sent("s1", T + 99.5, namespace="ns1", role="primary", path="direct", batch="x"),
+        ),
+    ]
+    write_durably(table_of(skewed, T), file_path(journal, "orders", "1790000100000-0", "1790000100000-1"))
+    ledger = run_live(spark, journal, root, events + 2)
+
+    # Then it counts what it could read and names what it could not
+    assert sorted(Path(u["path"]).name for u in ledger["unreadable"]) == [garbage.name, truncated.name]
+    assert any(r.startswith(f"could not read {truncated}") for r in ledger["reasons"])
+    assert ledger["entities"]["orders"]["accepted"] == 5
+    assert ledger["entities"]["orders"]["clock_skewed"] == 1
+    assert any("clocks disagree" in reason for reason in ledger["reasons"])
+    assert ledger["verdict"] == "overdue"  # a3 is still overdue: that outranks "incomplete"
