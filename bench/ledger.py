@@ -402,8 +402,8 @@ def main() -> None:
             from bench.ledger_live import run_all
 
             live = argparse.Namespace(
-                rate=args.live_rate, seconds=args.live_seconds, interval=1.0, report_events=100_000,
-                rounds=max(3, args.rounds), master=args.master,
+                rate=args.live_rate, seconds=args.live_seconds, interval=1.0, catch_up=300.0,
+                report_events=100_000, rounds=max(3, args.rounds), master=args.master,
             )  # fmt: skip
             run_all(live, root)
     finally:
