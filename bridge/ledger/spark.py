@@ -25,13 +25,12 @@ from bridge.core.journal_files import COLUMNS
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "1g"
-LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss16m"
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """The driver JVM's options on a ``local`` master, where it also runs every task: the quick (C1) compiler
 only, and the serial collector. A report is a short batch job on a small machine: the optimising compiler's
 threads spent more CPU than they saved (100,000 events: 9 s instead of 19-25 s; 1,000,000: the same), and
 G1's concurrent threads compete with the tasks for the same cores (``docs/journal-ledger.md``, "Where the
-time goes"). Threads get 16 MB stacks: the live ledger's wide plans overflowed the default on its stream
-thread. ``--conf spark.driver.extraJavaOptions=...`` replaces them."""
+time goes"). ``--conf spark.driver.extraJavaOptions=...`` replaces them."""
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),

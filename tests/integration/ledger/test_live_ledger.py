@@ -23,6 +23,10 @@ from bridge.ledger.job import ReportInputs, run_report
 from bridge.ledger.live_store import LedgerPaths, current
 from tests.integration.ledger.live_journal import T, write_journal
 
+LONG = pytest.mark.timeout(1500)
+"""A micro-batch of the live ledger takes a few seconds on an idle 2-core machine, tens of seconds on a
+loaded one; these tests wait for every batch."""
+
 COMPARED = (
     "accepted",
     "accepted_events",
@@ -69,6 +73,7 @@ def batch_report(spark: Any, journal: Path, out: Path) -> dict[str, Any]:
     return run_report(spark, inputs)
 
 
+@LONG
 def test_the_live_ledger_agrees_with_the_batch_report(spark: Any, tmp_path: Path) -> None:
     # Given a journal whose files arrive one per micro-batch, the last events first
     journal = tmp_path / "journal"
@@ -123,6 +128,7 @@ def assert_agreement(
 
 
 @pytest.mark.slow
+@LONG
 def test_a_message_leaves_the_state_once_settled_and_lingered(spark: Any, tmp_path: Path) -> None:
     # Given the journal in order, four files per entity, and 10 s of linger
     events = write_journal(tmp_path / "journal", files=4)
@@ -140,6 +146,7 @@ def test_a_message_leaves_the_state_once_settled_and_lingered(spark: Any, tmp_pa
     assert set(figures.FACT_COLUMNS) <= set(held[0])
 
 
+@LONG
 def test_a_restart_from_the_checkpoint_counts_nothing_twice(spark: Any, tmp_path: Path) -> None:
     # Given a live ledger that read the first files of the journal and stopped
     journal, staging, root = tmp_path / "journal", tmp_path / "staging", tmp_path / "ledger"
@@ -174,6 +181,7 @@ def _move(path: Path, source: Path, target: Path) -> None:
 
 
 @pytest.mark.slow
+@LONG
 def test_bad_and_partial_input_is_named_and_no_data_is_never_nothing_lost(spark: Any, tmp_path: Path) -> None:
     journal, root = tmp_path / "journal", tmp_path / "ledger"
     journal.mkdir()
