@@ -90,11 +90,14 @@ def _messages(spark: SparkSession, folder: Path | None, like: DataFrame) -> Data
 
 def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[str, float]) -> None:
     """Merge one micro-batch into the committed state and commit it as version ``batch_id`` (a batch
-    committed already is skipped: Spark runs the last one again after a restart)."""
+    committed already is read but not counted: Spark runs the last one again after a restart)."""
     spark = batch.sparkSession
     folder, totals = live_store.current(paths)
     if batch_id <= int(totals["batch_id"]):
-        log.info("micro-batch %d is committed already: skipped", batch_id)
+        # Read it through all the same: Spark commits the de-duplication state of a micro-batch only
+        # when foreachBatch consumed every partition of it (and fails the query otherwise).
+        batch.write.format("noop").mode("overwrite").save()
+        log.info("micro-batch %d is committed already: read, not counted", batch_id)
         return
     events = batch.persist(StorageLevel.MEMORY_AND_DISK)
     partitions = spark.conf.get(SHUFFLE_PARTITIONS)
