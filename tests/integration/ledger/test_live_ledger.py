@@ -8,6 +8,7 @@ through the streaming query one file per micro-batch, and every figure both show
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,8 @@ def test_bad_and_partial_input_is_named_and_no_data_is_never_nothing_lost(spark:
             J.sent("s1", T + 99.5, namespace="ns1", role="primary", path="direct", batch="x"),
         ),
     ]
-    write_durably(table_of(skewed, T), file_path(journal, "orders", "1790000100000-0", "1790000100000-1"))
+    rolled = file_path(journal, "orders", "1790000100000-0", "1790000100000-1")
+    write_durably(table_of(skewed, time.time()), rolled)
     ledger = run_live(spark, journal, root, events + 2)
 
     # Then it counts what it could read and names what it could not
