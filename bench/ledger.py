@@ -2,7 +2,8 @@
 
     python -m bench.ledger [--events 1000000 5000000] [--master local[2]] [--driver-memory 1g] [--rounds 1]
                            [--roll-events 200000] [--hot-path-messages 50000] [--hot-path-rounds 3]
-                           [--skip report|roll|hot-path] [--keep]
+                           [--skip report|roll|hot-path|live] [--live-rate 2000] [--live-seconds 60]
+                           [--keep]
 
 1. report: for each size, a synthetic rolled journal (Parquet, the roll's layout: hour partitions, files of
    250,000 events) with a realistic mix per message — accepted, sent, received, handled; 5 % sent to the
@@ -26,6 +27,10 @@
    --concurrency 2``, 4 outbox shards) on a stack with ``journal.enabled = false`` and one with it on,
    alternated ``--hot-path-rounds`` times. Ratios on / off of the best rates and the median of the rounds'
    ratios (target >= 0.9).
+
+4. live: the live ledger's freshness at ``--live-rate`` messages/s, the report's time on 100,000 events in
+   a warm session, and cold report / floor on the same journal (``bench.ledger_live`` says how; also
+   ``python -m bench.ledger_live`` alone).
 
 Nothing here asserts a time; it prints the figures.
 """
@@ -378,7 +383,9 @@ def main() -> None:
     parser.add_argument("--roll-events", type=int, default=200_000)
     parser.add_argument("--hot-path-messages", type=int, default=50_000)
     parser.add_argument("--hot-path-rounds", type=int, default=3)
-    parser.add_argument("--skip", action="append", default=[], choices=["report", "roll", "hot-path"])
+    parser.add_argument("--skip", action="append", default=[], choices=["report", "roll", "hot-path", "live"])
+    parser.add_argument("--live-rate", type=int, default=2000, help="live: messages/s")
+    parser.add_argument("--live-seconds", type=float, default=60, help="live: seconds of writing")
     parser.add_argument("--keep", action="store_true", help="keep the generated journals")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
@@ -390,6 +397,14 @@ def main() -> None:
         if "hot-path" not in args.skip:
             ingress_cost(max(5, args.hot_path_rounds))
             hot_path(args.hot_path_messages, args.hot_path_rounds)
+        if "live" not in args.skip:
+            from bench.ledger_live import run_all
+
+            live = argparse.Namespace(
+                rate=args.live_rate, seconds=args.live_seconds, interval=1.0, catch_up=300.0,
+                report_events=100_000, rounds=max(3, args.rounds), master=args.master,
+            )  # fmt: skip
+            run_all(live, root)
     finally:
         if args.keep:
             print(f"kept {root}")

@@ -18,6 +18,7 @@ from bridge.cli import (
     demo,
     emulator,
     emulator_ctl,
+    ledger,
     provision,
     receive,
     report,
@@ -51,6 +52,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     provision,
     receive,
     report,
+    ledger,
 )
 """Every sub-command module, in ``bridge --help`` order. A new command is one import and one entry here."""
 

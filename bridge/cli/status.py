@@ -180,6 +180,8 @@ def _print_table(report: dict[str, Any]) -> None:
             )
     console.print(redis_line(report), markup=False)
     console.print(f"billable operations: {report['cost']['total']}", markup=False)
+    for line in ledger_lines(report.get("ledger"), time.time()):
+        console.print(line, markup=False)
 
 
 def redis_line(report: dict[str, Any]) -> str:
@@ -202,3 +204,21 @@ def redis_line(report: dict[str, Any]) -> str:
         f"redis: {redis['role']} ({redis['topology']}), replicas {redis['connected_replicas']}"
         f"{' [' + lags + ']' if lags else ''}, AOF {aof}; {said}"
     )
+
+
+def ledger_lines(ledger: dict[str, Any] | None, now: float, shown: int = 10) -> list[str]:
+    """The live ledger's verdict, its reasons and each entity's oldest overdue MessageIds, as text."""
+    if ledger is None:
+        return ["live ledger: not running (no publication in Redis; start `bridge ledger`)"]
+    published = ledger.get("published_at")
+    when = f", published {_ago(published)} ago" if published is not None else ""
+    lines = [f"live ledger: {str(ledger['verdict']).upper()} ({ledger.get('overdue', 0)} overdue{when})"]
+    lines += [f"  {reason}" for reason in ledger.get("reasons", [])]
+    for name, entity in sorted(ledger.get("entities", {}).items()):
+        ids = entity.get("overdue_ids", [])
+        if not ids:
+            continue
+        listed = ", ".join(f"{m['message_id']} ({int(m['age'])}s)" for m in ids[:shown])
+        more = f" and {entity['overdue'] - shown} more" if entity["overdue"] > shown else ""
+        lines.append(f"  {name}: {entity['overdue']} overdue: {listed}{more}")
+    return lines

@@ -19,7 +19,9 @@ cell when a restore barrier is lost (``docs/paired.md``). A last error that carr
 ``.trace[data-trace-id]`` in its cell: a link (``a``, opening in a new tab) when the ``trace_url`` setting
 names a trace viewer (``docs/tracing.md``), else text. The Redis row is ``#redis tbody tr`` with cells
 ``role``, ``topology``, ``durability`` (class ``down`` when ``replicated`` lacks connected replicas), ``aof``,
-``replicas`` and ``replication_lag``.
+``replicas`` and ``replication_lag``. The live ledger's block (``#ledger-section``,
+shown when ``ledger`` in the status is not null) holds ``#ledger-verdict`` and a row
+``tr[data-ledger-entity=<name>]`` per entity with its overdue count and oldest overdue MessageIds.
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ PAGE = """<!doctype html>
     <thead><tr>
       <th>queue</th><th>state</th><th>in rotation</th><th>messages</th><th>measured</th><th>syphon</th>
     </tr></thead>
+    <tbody></tbody>
+  </table>
+</div>
+<div id="ledger-section" hidden>
+  <h2>Live ledger: <span id="ledger-verdict"></span> <span id="ledger-age" class="muted"></span></h2>
+  <div id="ledger-reasons" class="muted"></div>
+  <table id="ledger">
+    <thead><tr><th>entity</th><th>overdue</th><th>pending</th><th>oldest overdue MessageIds</th></tr></thead>
     <tbody></tbody>
   </table>
 </div>

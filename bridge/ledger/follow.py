@@ -217,14 +217,20 @@ def follow(
 
 
 def _roll(settings: Settings, journal_dir: Path) -> None:
-    from bridge.journal.store import JournalStore
-    from bridge.ledger.live import outbox_entities, roll_now
     from bridge.redis.connection import sync_client
 
     client = sync_client(settings.redis_url.get_secret_value())
     try:
-        owners = set(outbox_entities(client)) | set(settings.entities)
-        owners |= {o for o in JournalStore(client, settings.journal).owners() if not o.startswith("~")}
-        roll_now(client, settings, journal_dir, owners, wait=0)
+        roll_live(client, settings, journal_dir)
     finally:
         client.close()
+
+
+def roll_live(client: Any, settings: Settings, journal_dir: Path) -> None:
+    """Roll every entity's live journal into ``journal_dir`` now (a roller already busy: not waited for)."""
+    from bridge.journal.store import JournalStore
+    from bridge.ledger.live import outbox_entities, roll_now
+
+    owners = set(outbox_entities(client)) | set(settings.entities)
+    owners |= {o for o in JournalStore(client, settings.journal).owners() if not o.startswith("~")}
+    roll_now(client, settings, journal_dir, owners, wait=0)

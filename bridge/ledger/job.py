@@ -35,7 +35,7 @@ from bridge.core.ledger import (
 )
 from bridge.errors import EmptyJournalError
 from bridge.journal.keys import is_entity
-from bridge.ledger import html, over_time, tables
+from bridge.ledger import figures, html, over_time, tables
 from bridge.ledger.spark import empty_snapshot, read_journal, read_rolled, read_snapshot, uri
 
 LOST_IDS_IN_JSON = 1000
@@ -141,6 +141,8 @@ def _report(
         latency_rows = _in_order(
             [row.asDict() for row in tables.latency(messages).collect()], "entity", "measure", "path"
         )
+        per_minute = figures.latency_per_minute(figures.latency_samples(messages))
+        _write_frame(per_minute, table_dir / "latency_per_minute")
         step("time series")
         roles = _roles(events)
         span = _span(rec_rows)

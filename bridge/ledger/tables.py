@@ -27,23 +27,14 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from bridge.core.control_events import BARRIER_PATH, PING_RESULT
-from bridge.core.journal import EventKind
+from bridge.ledger import figures
 
-PERCENTILES = (0.5, 0.95, 0.99)
-PERCENTILE_ACCURACY = 10_000
-"""``percentile_approx`` accuracy: exact below this many values per group, 1/10,000 relative rank error
-above."""
+PERCENTILES = figures.PERCENTILES
+PERCENTILE_ACCURACY = figures.PERCENTILE_ACCURACY
+is_control_event = figures.is_control_event
+event_counts = figures.event_counts
 
 TIMELINE_KINDS = ("role_swapped", "failover_engaged", "failover_ended", "backlog_rotation_changed")
-
-
-def is_control_event() -> Column:
-    """The events of the bridge's control messages (``bridge.core.control_events.is_control``): restore
-    barriers and pings, billed but no application message."""
-    barrier = _is(EventKind.SENT) & (F.col("path") == BARRIER_PATH)
-    ping = _is(EventKind.RECEIVED) & (F.col("result") == PING_RESULT)
-    return F.coalesce(barrier | ping, F.lit(False))
 
 
 def _is(kind: str) -> Column:
@@ -54,37 +45,9 @@ def _count_if(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
-def _sent(path: str | None = None) -> Column:
-    sent = _is("sent")
-    return sent if path is None else sent & (F.col("path") == path)
-
-
 def message_facts(events: DataFrame) -> DataFrame:
-    """Per (entity, message_id): counts and first times of each kind of event."""
-    with_id = events.where(
-        F.col("message_id").isNotNull() & ~F.col("entity").startswith("~") & ~is_control_event()
-    )
-    sent_time = F.when(_sent(), F.col("time"))
-    return with_id.groupBy("entity", "message_id").agg(
-        _count_if(_is("accepted")).alias("accepted_events"),
-        F.min(F.when(_is("accepted"), F.col("time"))).alias("accepted_at"),
-        F.min(F.when(_is("accepted"), F.struct("stream_ms", "stream_seq"))).alias("accepted_pos"),
-        F.max(F.when(_is("accepted"), F.col("size"))).alias("size"),
-        F.max(F.when(_is("accepted"), F.col("trace_id"))).alias("trace_id"),
-        F.min(sent_time).alias("first_sent_at"),
-        F.min_by(F.col("path"), sent_time).alias("first_path"),
-        _count_if(_sent() & (F.col("path") != "backlog")).alias("copies"),
-        _count_if(_sent("backlog")).alias("backlog_copies"),
-        _count_if(_is("syphoned") | _sent("syphon")).alias("syphon_events"),
-        _count_if(_is("dead_lettered")).alias("dead_letters"),
-        F.max(F.when(_is("dead_lettered"), F.col("where"))).alias("dead_letter_where"),
-        _count_if(_is("quarantined")).alias("quarantines"),
-        F.min(F.when(_is("dead_lettered") | _is("quarantined"), F.col("time"))).alias("closed_at"),
-        F.min(F.when(_is("handled"), F.col("time"))).alias("handled_at"),
-        _count_if(_is("handled")).alias("handled_events"),
-        _count_if(_is("received")).alias("receives"),
-        _count_if(_is("duplicate_suppressed")).alias("suppressed"),
-    )
+    """Per (entity, message_id): counts and first times of each kind of event (``figures.FACTS``)."""
+    return figures.message_facts(events)
 
 
 def classify(
@@ -106,15 +69,8 @@ def classify(
         ["entity", "message_id"]
     )
     marks = watermarks.select("entity", "wm_ms", "wm_seq")
-    joined = facts.join(in_outbox, ["entity", "message_id"], "left").join(
-        F.broadcast(marks), "entity", "left"
-    )
-    accepted = F.col("accepted_events") > 0
-    delivered = F.col("first_sent_at").isNotNull()
-    dead = F.col("dead_letters") > 0
-    quarantined = F.col("quarantines") > 0
-    handled = F.col("handled_at").isNotNull()
-    terminal = delivered | dead | quarantined | handled
+    joined = figures.flags(facts).join(in_outbox, ["entity", "message_id"], "left")
+    joined = joined.join(F.broadcast(marks), "entity", "left")
     pos = F.col("accepted_pos")
     before_watermark = F.col("wm_ms").isNotNull() & (
         (pos["stream_ms"] < F.col("wm_ms"))
@@ -128,11 +84,7 @@ def classify(
         waiting = in_snapshot | ~before_watermark
     else:
         waiting = F.lit(True)
-    open_ = accepted & ~terminal
-    suppressed_unhandled = accepted & (F.col("suppressed") > 0) & ~handled & ~dead
-    in_backlog = (
-        delivered & (F.col("first_path") == "backlog") & (F.col("syphon_events") == 0) & ~handled & ~dead
-    )
+    open_ = F.col("is_open")
     path = (
         F.when(F.col("first_path").isin("backlog", "syphon"), F.lit("backlog+syphon"))
         .when(F.col("first_path").isNotNull(), F.col("first_path"))
@@ -140,16 +92,8 @@ def classify(
     )
     return joined.select(
         "*",
-        accepted.alias("is_accepted"),
-        delivered.alias("is_delivered"),
-        dead.alias("is_dead_lettered"),
-        quarantined.alias("is_quarantined"),
-        handled.alias("is_handled"),
         (open_ & waiting).alias("is_pending_outbox"),
-        in_backlog.alias("is_pending_backlog"),
-        ((open_ & ~waiting) | suppressed_unhandled).alias("is_lost"),
-        suppressed_unhandled.alias("is_suppressed_unhandled"),
-        (~accepted & (delivered | handled)).alias("is_unexpected"),
+        ((open_ & ~waiting) | F.col("is_suppressed_unhandled")).alias("is_lost"),
         path.alias("path"),
         ((F.unix_micros("first_sent_at") - F.unix_micros("accepted_at")) / 1000.0).alias("to_service_bus_ms"),
         ((F.unix_micros("handled_at") - F.unix_micros("accepted_at")) / 1000.0).alias("to_handler_ms"),
@@ -157,28 +101,18 @@ def classify(
 
 
 def reconciliation(messages: DataFrame, events: DataFrame) -> DataFrame:
-    """Per entity counts (``bridge.core.ledger.SUMMARY_KEYS`` and ``EXTRA_KEYS``)."""
+    """Per entity counts (``bridge.core.ledger.SUMMARY_KEYS`` and ``EXTRA_KEYS``): ``figures.COUNTS``,
+    and what needs the outbox snapshot (pending in the outbox, lost)."""
 
     def total(flag: str) -> Column:
         return _count_if(F.col(flag))
 
-    per_message = messages.groupBy("entity").agg(
-        total("is_accepted").alias("accepted"),
-        F.sum("accepted_events").alias("accepted_events"),
-        total("is_delivered").alias("delivered"),
-        (total("is_pending_outbox") + total("is_pending_backlog")).alias("pending"),
-        total("is_pending_outbox").alias("pending_outbox"),
-        total("is_pending_backlog").alias("pending_backlog"),
-        total("is_dead_lettered").alias("dead_lettered"),
-        total("is_quarantined").alias("quarantined_messages"),
-        total("is_handled").alias("handled"),
-        total("is_lost").alias("lost"),
-        total("is_unexpected").alias("unexpected"),
-        F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("broker_duplicates"),
-        _count_if(F.col("copies") > 1).alias("duplicated_messages"),
-        F.sum("suppressed").alias("suppressed_duplicates"),
-        total("is_suppressed_unhandled").alias("suppressed_unhandled"),
+    per_message = figures.entity_counts(
+        messages, total("is_pending_outbox").alias("pending_outbox"), total("is_lost").alias("lost")
     )
+    per_message = per_message.select(
+        "*", (F.col("pending_outbox") + F.col("pending_backlog")).alias("pending")
+    ).drop("open")
     entity_level = (
         events.where(~F.col("entity").startswith("~"))
         .groupBy("entity")
@@ -245,13 +179,6 @@ def latency(messages: DataFrame) -> DataFrame:
             F.col("q")[2].alias("p99_ms"),
             "max_ms",
         )
-    )
-
-
-def event_counts(events: DataFrame) -> DataFrame:
-    """Events and the operations they stand for, per entity, kind, namespace, path and result."""
-    return events.groupBy("entity", "kind", "namespace", "path", "result").agg(
-        F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units")
     )
 
 

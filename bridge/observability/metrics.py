@@ -198,8 +198,29 @@ REDIS_MAXMEMORY = StateMetric(
 )
 REDIS_REPLICAS = StateMetric("bridge_redis_connected_replicas", "Replicas connected to the Redis server.", ())
 
+LEDGER_OVERDUE = StateMetric(
+    "bridge_ledger_overdue_messages",
+    "Accepted messages with no end after journal.live_ledger.overdue_after seconds, per the live ledger's "
+    "last publication (absent when no live ledger publishes).",
+    ("entity",),
+)
+LEDGER_PUBLISHED_AGE = StateMetric(
+    "bridge_ledger_publication_age_seconds",
+    "Seconds since the live ledger last published its verdict (absent when none is in Redis).",
+    (),
+)
+LEDGER_COMPLETE = StateMetric(
+    "bridge_ledger_complete",
+    "1 when the live ledger read every journal file and event it was given and has read some (its verdict "
+    "is ok or overdue), 0 when it is incomplete or has no data.",
+    (),
+)
+
 STATE_METRICS: tuple[StateMetric, ...] = (
     STATE_UP,
+    LEDGER_OVERDUE,
+    LEDGER_PUBLISHED_AGE,
+    LEDGER_COMPLETE,
     OUTBOX_MESSAGES,
     OUTBOX_BYTES,
     OUTBOX_OLDEST_AGE,

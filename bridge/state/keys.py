@@ -56,6 +56,8 @@ key                                        holds
 ``bridge:{aside:<Q>}:locks``               string, PX: a syphon of Q may still hold message locks
 ``bridge:{aside:<Q>}:scan``                hash: the scan of Q for lost set-aside records: its Redis server,
                                            where it resumes, whether it is complete (``aside_pass``)
+``bridge:{bridge}:ledger``                 hash ``summary`` and ``entity:<E>`` (JSON): the live ledger's
+                                           last publication (``bridge.state.live_ledger``)
 =========================================  ==============================================================
 """
 
@@ -70,6 +72,7 @@ COST_TOTALS = "bridge:{bridge}:cost"
 DRAINERS = "bridge:{bridge}:drainers"
 NAMESPACE_BACK = "bridge:{bridge}:namespace-back"
 SCOUT = "bridge:{bridge}:scout"
+LIVE_LEDGER = "bridge:{bridge}:ledger"
 
 
 def role(entity: str) -> str:

@@ -27,7 +27,10 @@ means the roller is behind or down), and for paired entities ``paired`` (``faile
 ``{"shard", "queue", "state", "sent_at", "resends"}`` with ``state`` ``open`` / ``sending`` / ``waiting``
 / ``lost`` — not passed within ``paired.barrier_timeout``, or sent again after that; empty when none,
 docs/paired.md); at the top ``cost`` (totals), ``durability`` (``mode``, ``wait_replicas``,
-``wait_timeout``: ``ingress.durability``, docs/durability.md), ``redis`` (``bridge.redis.server_info``: role,
+``wait_timeout``: ``ingress.durability``, docs/durability.md), ``ledger`` (the live ledger's last publication,
+``bridge.state.live_ledger``: ``verdict`` — ``ok``, ``overdue``, ``incomplete`` or ``no data`` —
+``reasons``, ``overdue``, ``published_at`` and per entity its counts and ``overdue_ids``; null when no live
+ledger runs), ``redis`` (``bridge.redis.server_info``: role,
 topology, AOF, memory, replicas with their lag; null on a Cluster or where ``INFO`` is refused) and, when an
 entity is paired, ``backlog`` (the rotation of the backlog queues).
 
@@ -55,6 +58,7 @@ from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
 from bridge.state.cost import CostStore
+from bridge.state.live_ledger import LiveLedgerStore
 from bridge.state.paired import PairedStore
 from bridge.state.probes import ProbeRecord, ProbeStore
 from bridge.state.retry import RetryStore
@@ -221,4 +225,5 @@ def collect_status(settings: Settings, client: SyncRedis, now: float | None = No
         backlog = backlog_status(settings, client, server_time(client) if now is None else now)
         if backlog is not None:
             out["backlog"] = backlog
+    out["ledger"] = LiveLedgerStore(client).read()
     return out

@@ -71,6 +71,8 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
         add(m.REDIS_USED_MEMORY, [], server["used_memory"])
         add(m.REDIS_MAXMEMORY, [], server["maxmemory"])
         add(m.REDIS_REPLICAS, [], server["connected_replicas"])
+    for spec, labels, value in _ledger_series(snapshot):
+        add(spec, labels, value)
     backlog = snapshot.get("backlog")
     if backlog is not None:
         in_rotation = set(backlog["in_rotation"])
@@ -80,6 +82,19 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
             if depth["messages"] is not None:
                 add(m.BACKLOG_MESSAGES, [queue], depth["messages"])
     return list(fam.values())
+
+
+def _ledger_series(snapshot: dict[str, Any]) -> list[tuple[m.StateMetric, list[str], float]]:
+    """The live ledger's series (none when no live ledger published, ``bridge.state.live_ledger``)."""
+    ledger = snapshot.get("ledger")
+    if ledger is None:
+        return []
+    out = [(m.LEDGER_OVERDUE, [name], float(e.get("overdue", 0))) for name, e in ledger["entities"].items()]
+    published, generated = ledger.get("published_at"), snapshot.get("generated_at")
+    if published is not None and generated is not None:
+        out.append((m.LEDGER_PUBLISHED_AGE, [], max(0.0, float(generated) - float(published))))
+    out.append((m.LEDGER_COMPLETE, [], 1.0 if ledger.get("verdict") in ("ok", "overdue") else 0.0))
+    return out
 
 
 class StateCollector(Collector):

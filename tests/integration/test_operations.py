@@ -299,6 +299,14 @@ def test_worker_counts_sum_over_its_prefork_children(run: Run) -> None:
     )
 
 
+LIVE_LEDGER_SERIES = (
+    "bridge_ledger_complete",
+    "bridge_ledger_overdue_messages",
+    "bridge_ledger_publication_age_seconds",
+)
+"""Read from the live ledger's publication (``tests/integration/test_live_ledger_status.py``)."""
+
+
 def test_every_endpoint_reports_the_same_shared_state(run: Run) -> None:
     for name, found in run.scrapes.items():
         assert found.value("bridge_state_up") == 1, name
@@ -326,8 +334,13 @@ def test_a_scrape_contains_every_series(run: Run) -> None:
     bases = {re.sub(r"_(bucket|sum|count)$", "", n) for n in present}
     missing = [name for name in exposed_names() if name not in present and name not in bases]
     # A rotation removal needs a backlog queue that fails while the primary is down, a full problem stream
-    # needs max_problem_entries problem messages: neither is in this story.
-    assert sorted(missing) == ["bridge_backlog_rotation_removals_total", "bridge_problem_stream_full_total"]
+    # needs max_problem_entries problem messages, the live ledger's series need a running `bridge ledger`:
+    # none is in this story.
+    assert sorted(missing) == [
+        "bridge_backlog_rotation_removals_total",
+        *LIVE_LEDGER_SERIES,
+        "bridge_problem_stream_full_total",
+    ]
 
 
 def test_no_series_is_labelled_per_message(run: Run) -> None:
@@ -344,10 +357,11 @@ def test_every_grafana_query_names_a_scraped_series(run: Run) -> None:
     assert len(queries) >= 15
     used = {name for q in queries for name in re.findall(r"\bbridge_[a-z0-9_]+", q)}
     assert used - present == set()
-    # and the dashboard shows every series the bridge has, but the two this story cannot produce
+    # and the dashboard shows every series the bridge has, but those this story cannot produce
     assert set(exposed_names()) - {re.sub(r"_(bucket|sum|count)$", "", n) for n in used} == {
         "bridge_backlog_rotation_removals_total",
         "bridge_problem_stream_full_total",
+        *LIVE_LEDGER_SERIES,
     }
 
 

@@ -329,6 +329,29 @@ function renderRedis(data) {
     (r) => r.address + " " + r.state + " " + r.lag_bytes + " B / " + r.lag_seconds + " s");
   cell(row, "replication_lag", lags.join(", ") || "-");
 }
+function renderLedger(ledger, now) {
+  const section = document.getElementById("ledger-section");
+  section.hidden = !ledger;
+  if (!ledger) return;
+  const verdict = document.getElementById("ledger-verdict");
+  verdict.textContent = ledger.verdict;
+  verdict.className = ledger.verdict === "ok" ? "up" : "down";
+  const published = age(now - ledger.published_at);
+  document.getElementById("ledger-age").textContent = "(published " + published + " ago)";
+  document.getElementById("ledger-reasons").textContent = (ledger.reasons || []).join("; ");
+  const rows = document.querySelector("#ledger tbody");
+  rows.replaceChildren();
+  for (const [name, e] of Object.entries(ledger.entities || {})) {
+    const row = document.createElement("tr");
+    row.dataset.ledgerEntity = name;
+    cell(row, "entity", name);
+    cell(row, "overdue", e.overdue, e.overdue ? "num down" : "num");
+    cell(row, "pending", e.pending, "num");
+    const ids = (e.overdue_ids || []).map((m) => m.message_id + " (" + age(m.age) + ")");
+    cell(row, "overdue_ids", ids.join(", "));
+    rows.appendChild(row);
+  }
+}
 function render(data) {
   names = data.namespace_names || names;
   document.getElementById("names").textContent =
@@ -343,6 +366,7 @@ function render(data) {
   body.replaceChildren(...data.entities.map((e) => entityRow(e, codes)));
   renderBacklog(data);
   renderRedis(data);
+  renderLedger(data.ledger, data.generated_at);
   const banner = document.getElementById("banner");
   banner.className = "muted";
   banner.textContent = "updated " + when(data.generated_at) + " \u00b7 billable operations " + data.cost.total;

@@ -1,0 +1,235 @@
+"""The live ledger's freshness, and reports from a warm session, measured in one process.
+
+    python -m bench.ledger_live [--rate 2000] [--seconds 60] [--interval 1] [--report-events 100000]
+                                [--rounds 3] [--master local[2]]
+
+1. freshness: the live ledger (``bridge.ledger.service``) runs on an empty journal folder while a writer
+   rolls ``--rate`` messages/s into it, one file a second as the roll does (each message: accepted, sent,
+   handled, its event times spread over the second before the file is written). A watcher reads the
+   committed state every 50 ms; a message's freshness is the time from its ``accepted`` event to the first
+   commit that holds it. Prints p50/p99/max over every message, and how far behind the ledger was at the
+   end (events written but not yet committed), so a ledger that falls behind cannot pass unnoticed.
+2. warm report: ``bridge report``'s job (``run_report``) on ``--report-events`` events in this process's
+   session, already started: ``--rounds`` times, each printed; and the running ledger's answer (reading
+   its published ``ledger.json``).
+3. cold report / floor: ``bridge report`` as its own process against the floor job (``bench.ledger``:
+   start a session, read the journal, one grouped count), alternated ``--rounds`` times.
+
+Nothing here asserts a time; it prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.ledger import generate, run_floor, run_report
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def _write_second(journal: Path, rate: int, first: int, second_start: float, prefix: str = "m") -> int:
+    """One roll's file: ``rate`` messages (accepted, sent, handled) accepted over the second before
+    ``second_start``; returns the events written."""
+    from bridge.core import journal as J
+    from bridge.core.journal_files import to_row
+    from bridge.journal.roll import file_path, table_of, write_durably
+
+    rows = []
+    for i in range(rate):
+        at = second_start - 1 + i / rate
+        mid = f"{prefix}-{first + i:010d}"
+        ms = int(at * 1000)
+        rows.append(to_row("orders", f"{ms}-{3 * i}", J.accepted(mid, at, door="http", size=100)))
+        copy = J.sent(mid, at + 0.01, namespace="ns1", role="primary", path="direct", batch="b")
+        rows.append(to_row("orders", f"{ms}-{3 * i + 1}", copy))
+        rows.append(to_row("orders", f"{ms}-{3 * i + 2}", J.handled(mid, at + 0.02)))
+    first_id = f"{rows[0]['stream_ms']}-{rows[0]['stream_seq']}"
+    last_id = f"{rows[-1]['stream_ms']}-{rows[-1]['stream_seq']}"
+    write_durably(table_of(rows, time.time()), file_path(journal, "orders", first_id, last_id))
+    return len(rows)
+
+
+def _writer(
+    journal: Path,
+    rate: int,
+    seconds: float,
+    written: list[tuple[float, int]],
+    stop: threading.Event,
+    offset: int = 0,
+) -> None:
+    """One file a second of ``rate`` messages; ``written`` gets (first acceptance time, events so far,
+    counting ``offset`` events written before)."""
+    total, n, started = offset, 0, time.time()
+    while not stop.is_set() and time.time() - started < seconds:
+        second_start = time.time()
+        total += _write_second(journal, rate, n, second_start)
+        n += rate
+        written.append((second_start - 1, total))
+        stop.wait(max(0.0, 1.0 - (time.time() - second_start)))
+
+
+def freshness(spark: Any, root: Path, rate: int, seconds: float, interval: float, catch_up: float) -> None:
+    """Part 1 (module docstring). The ledger first commits one small warm-up file (its first micro-batch
+    compiles the plans); the writer starts after that, and the ledger runs until it committed everything
+    written or ``catch_up`` seconds after the writer stopped."""
+    from bridge.ledger import live_store, service
+    from bridge.ledger.live_store import LedgerPaths
+
+    journal, paths = root / "live-journal", LedgerPaths(root / "live-ledger")
+    journal.mkdir(parents=True)
+    written: list[tuple[float, int]] = []
+    commits: list[tuple[float, int]] = []
+    stop, warm = threading.Event(), threading.Event()
+    _write_second(journal, 100, 0, time.time(), "warm")
+
+    def watch() -> None:
+        last = -1
+        while not stop.is_set():
+            _, totals = live_store.current(paths)
+            if totals["events"] != last:
+                last = totals["events"]
+                commits.append((time.time(), int(last)))
+                if last > 0:
+                    warm.set()
+            stop.wait(0.05)
+
+    def write() -> None:
+        warm.wait()
+        _writer(journal, rate, seconds, written, stop, offset=300)
+
+    writer = threading.Thread(target=write, daemon=True)
+    started = time.monotonic()
+
+    def done(_ledger: dict[str, Any]) -> bool:
+        if writer.is_alive() or not written:
+            return False
+        return bool(commits and commits[-1][1] >= written[-1][1]) or time.monotonic() - started > catch_up
+
+    options = {"interval": interval, "linger": 30.0, "latency_minutes": 60.0, "overdue_after": 300.0,
+               "listed": 100.0, "max_files": 200.0}  # fmt: skip
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    writer.start()
+    service.run(spark, journal, paths, options, duration=seconds + catch_up + 600, on_publish=done)
+    stop.set()
+    writer.join()
+    watcher.join()
+    _print_freshness(written, commits, rate, seconds, interval)
+
+
+def _print_freshness(
+    written: list[tuple[float, int]],
+    commits: list[tuple[float, int]],
+    rate: int,
+    seconds: float,
+    interval: float,
+) -> None:
+    samples: list[float] = []
+    for second_start, events in written:
+        seen = next((at for at, n in commits if n >= events), None)
+        if seen is not None:
+            # the second's messages were accepted evenly over it: their ages at that commit
+            samples += [seen - (second_start + k / 10) for k in range(10)]
+    behind = written[-1][1] - (commits[-1][1] if commits else 0) if written else 0
+    head = f"freshness at {rate:,} msgs/s ({3 * rate:,} events/s, {seconds:.0f} s, trigger {interval:g} s): "
+    if not samples:
+        print(head + f"no second of the {len(written)} written was committed; {behind:,} events behind")
+        return
+    print(
+        head + f"p50 {_percentile(samples, 0.5):.1f} s, p99 {_percentile(samples, 0.99):.1f} s, "
+        f"max {max(samples):.1f} s (target p99 <= 10 s); {len(written) - len(samples) // 10} of "
+        f"{len(written)} seconds never committed, {behind:,} events behind at the end",
+        flush=True,
+    )
+
+
+def warm_report(spark: Any, root: Path, events: int, rounds: int) -> Path:
+    """Part 2 (module docstring); returns the journal it generated."""
+    from bridge.core.ledger import price_table
+    from bridge.ledger.job import ReportInputs
+    from bridge.ledger.job import run_report as job
+
+    journal = root / f"journal-{events}"
+    generate(journal, events)
+    times = []
+    for round_ in range(1, rounds + 1):
+        started = time.monotonic()
+        summary = job(spark, ReportInputs(journal, root / "warm-report", price_table(), drained=True))
+        times.append(time.monotonic() - started)
+        print(
+            f"  warm report round {round_}: {times[-1]:.1f} s (accepted {summary['accepted']:,})", flush=True
+        )
+    print(
+        f"warm report on {events:,} events: best {min(times):.1f} s, median {statistics.median(times):.1f} s "
+        f"(target <= 3 s)",
+        flush=True,
+    )
+    ledger = root / "live-ledger" / "ledger.json"
+    if ledger.exists():
+        started = time.monotonic()
+        json.loads(ledger.read_text())
+        print(f"the running ledger's answer (ledger.json): {1000 * (time.monotonic() - started):.1f} ms")
+    return journal
+
+
+def cold_ratio(journal: Path, root: Path, master: str, rounds: int) -> None:
+    """Part 3 (module docstring)."""
+    ratios = []
+    for round_ in range(1, rounds + 1):
+        elapsed, _, _, _ = run_report(journal, root / "cold-report", master, "1g")
+        floor, _, _ = run_floor(journal, master, "1g")
+        ratios.append(elapsed / floor)
+        print(f"  cold round {round_}: report {elapsed:.1f} s, floor {floor:.1f} s, ratio {ratios[-1]:.2f}")
+    print(
+        f"cold report / floor: best {min(ratios):.2f}, median {statistics.median(ratios):.2f}, "
+        f"worst {max(ratios):.2f} (target <= 1.5)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--catch-up", type=float, default=300, help="seconds the ledger may take after")
+    parser.add_argument("--report-events", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="bench-ledger-live-"))
+    try:
+        run_all(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, root: Path) -> None:
+    """Parts 1-3 in one warm session (``args``: this module's options)."""
+    from bridge.ledger.spark import build_session
+
+    spark = build_session(args.master)
+    try:
+        freshness(spark, root, args.rate, args.seconds, args.interval, args.catch_up)
+        journal = warm_report(spark, root, args.report_events, args.rounds)
+    finally:
+        spark.stop()
+    cold_ratio(journal, root, args.master, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

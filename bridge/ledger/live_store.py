@@ -1,0 +1,149 @@
+"""The live ledger's folder: its Spark checkpoint, its committed state per micro-batch, its tables.
+
+::
+
+    <directory>/checkpoint/                 Spark's checkpoint (source offsets, the de-duplication state)
+    <directory>/state/v-<batch>/messages/   Parquet: facts of every message still open or lingering
+    <directory>/state/v-<batch>/open/       Parquet: (entity, message_id, accepted_at) of the open ones
+    <directory>/state/v-<batch>/totals.json running counts, event counts, latency per minute, clock
+    <directory>/state/CURRENT               the name of the last committed ``v-<batch>``
+    <directory>/latency/minute=<m>/b-<batch>.parquet   latency samples, kept ``latency_minutes``
+    <directory>/ledger.json                 the published ledger (``bridge.core.live_ledger.verdict``)
+
+A micro-batch commits by writing ``v-<batch>`` whole and then replacing ``CURRENT`` (an atomic rename):
+a batch that Spark runs again after a crash (its id is at or below ``CURRENT``'s) is skipped, so a
+restart from the checkpoint never counts an event twice. Readers (``bridge status``, the status page,
+Prometheus) read ``ledger.json`` or the Redis copy of it; none needs Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bridge.core.live_ledger import OpenMessage
+
+VERSIONS_KEPT = 2
+
+
+@dataclass(frozen=True)
+class LedgerPaths:
+    """Where each part of the live ledger lives under its folder."""
+
+    root: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        """Spark's checkpoint folder."""
+        return self.root / "checkpoint"
+
+    @property
+    def state(self) -> Path:
+        """The committed versions."""
+        return self.root / "state"
+
+    @property
+    def latency(self) -> Path:
+        """Latency samples by minute."""
+        return self.root / "latency"
+
+    @property
+    def published(self) -> Path:
+        """The published ledger."""
+        return self.root / "ledger.json"
+
+    def version(self, batch_id: int) -> Path:
+        """The folder of the state committed by micro-batch ``batch_id``."""
+        return self.state / f"v-{batch_id:012d}"
+
+
+def empty_totals() -> dict[str, Any]:
+    """The totals before the first micro-batch."""
+    return {"batch_id": -1, "clock": None, "events": 0, "counts": {}, "event_counts": [], "latency": []}
+
+
+def current(paths: LedgerPaths) -> tuple[Path | None, dict[str, Any]]:
+    """The last committed version's folder (None before the first) and its totals."""
+    pointer = paths.state / "CURRENT"
+    if not pointer.exists():
+        return None, empty_totals()
+    folder = paths.state / pointer.read_text().strip()
+    return folder, json.loads((folder / "totals.json").read_text())
+
+
+def commit(paths: LedgerPaths, batch_id: int, totals: dict[str, Any]) -> None:
+    """Write ``totals`` into ``v-<batch_id>`` (whose Parquet parts Spark wrote already), point ``CURRENT``
+    at it, and drop versions older than the last ``VERSIONS_KEPT``."""
+    folder = paths.version(batch_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomically(folder / "totals.json", json.dumps(totals, default=str))
+    _write_atomically(paths.state / "CURRENT", folder.name)
+    versions = sorted(p for p in paths.state.iterdir() if p.is_dir() and p.name.startswith("v-"))
+    for old in versions[:-VERSIONS_KEPT]:
+        if old != folder:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.tmp")
+    with open(partial, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def write_samples(paths: LedgerPaths, batch_id: int, rows: list[dict[str, Any]]) -> set[int]:
+    """A batch's latency samples, one file per minute (named by the batch: a re-run replaces it);
+    returns the minutes written."""
+    by_minute: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_minute.setdefault(int(row["minute"]), []).append(row)
+    schema = pa.schema([("entity", pa.string()), ("measure", pa.string()), ("ms", pa.float64())])
+    for minute, group in by_minute.items():
+        folder = paths.latency / f"minute={minute}"
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist([{k: r[k] for k in ("entity", "measure", "ms")} for r in group], schema)
+        partial = folder / f".b-{batch_id:012d}.tmp"
+        pq.write_table(table, partial)
+        os.replace(partial, folder / f"b-{batch_id:012d}.parquet")
+    return set(by_minute)
+
+
+def drop_samples_before(paths: LedgerPaths, minute: int) -> None:
+    """Forget the latency samples of minutes before ``minute`` (their percentiles stay in the totals)."""
+    if not paths.latency.is_dir():
+        return
+    for folder in paths.latency.iterdir():
+        if folder.name.startswith("minute=") and int(folder.name.split("=", 1)[1]) < minute:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_messages(folder: Path | None) -> list[OpenMessage]:
+    """The open messages of a committed version (none before the first)."""
+    path = None if folder is None else folder / "open"
+    if path is None or not path.is_dir() or not any(path.glob("*.parquet")):
+        return []
+    table = pq.read_table(path)
+    return [
+        OpenMessage(row["entity"], row["message_id"], float(row["accepted_at"])) for row in table.to_pylist()
+    ]
+
+
+def publish(paths: LedgerPaths, ledger: dict[str, Any]) -> None:
+    """Replace ``ledger.json``."""
+    paths.root.mkdir(parents=True, exist_ok=True)
+    _write_atomically(paths.published, json.dumps(ledger, indent=2, default=str))
+
+
+def read_published(root: Path) -> dict[str, Any] | None:
+    """The last published ledger in ``root`` (None when the ledger never published there)."""
+    path = LedgerPaths(root).published
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,88 @@
+"""The live ledger's verdict and running totals (``bridge.core.live_ledger``), as tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.core.live_ledger import LedgerInput, OpenMessage, Unreadable, add_counts, overdue, verdict
+
+NOW = 1_000_000.0
+
+
+def test_running_totals_add_the_new_facts_and_take_away_the_old() -> None:
+    totals = {"orders": {"accepted": 5, "open": 2}}
+    # a batch: one open message of orders got delivered, one new message of payments arrived
+    after = {"orders": {"accepted": 1, "open": 0, "delivered": 1}, "payments": {"accepted": 1, "open": 1}}
+    before = {"orders": {"accepted": 1, "open": 1}}
+
+    assert add_counts(totals, after, before) == {
+        "orders": {"accepted": 5, "open": 1, "delivered": 1},
+        "payments": {"accepted": 1, "open": 1},
+    }
+    assert totals == {"orders": {"accepted": 5, "open": 2}}  # not changed in place
+
+
+def test_overdue_is_open_longer_than_the_threshold_oldest_first() -> None:
+    messages = [
+        OpenMessage("orders", "young", NOW - 10),
+        OpenMessage("orders", "old", NOW - 500),
+        OpenMessage("payments", "older", NOW - 900),
+        OpenMessage("orders", "edge", NOW - 300),
+    ]
+    assert [m.message_id for m in overdue(messages, NOW, 300)] == ["older", "old"]
+
+
+@pytest.mark.parametrize(
+    ("events", "open_at", "unreadable", "overflow", "expected"),
+    [
+        (0, None, (), {}, "no data"),
+        (0, NOW - 900, (), {}, "no data"),
+        (10, None, (), {}, "ok"),
+        (10, NOW - 10, (), {}, "ok"),
+        (10, NOW - 900, (), {}, "overdue"),
+        (10, None, (Unreadable("j.parquet", "ArrowInvalid: truncated"),), {}, "incomplete"),
+        (10, None, (), {"orders": 3}, "incomplete"),
+        (10, NOW - 900, (Unreadable("j.parquet", "bad"),), {}, "overdue"),
+    ],
+)
+def test_the_verdict(
+    events: int,
+    open_at: float | None,
+    unreadable: tuple[Unreadable, ...],
+    overflow: dict[str, int],
+    expected: str,
+) -> None:
+    opened = [] if open_at is None else [OpenMessage("orders", "m1", open_at)]
+    data = LedgerInput(
+        counts={"orders": {"accepted": 1, "open": len(opened)}},
+        open_messages=opened,
+        events=events,
+        unreadable=unreadable,
+        overflow=overflow,
+    )
+    assert verdict(data, NOW, 300)["verdict"] == expected
+
+
+def test_no_data_never_reads_as_nothing_lost() -> None:
+    ledger = verdict(LedgerInput(counts={}, open_messages=[], events=0), NOW, 300)
+
+    assert ledger["verdict"] == "no data"
+    assert ledger["reasons"] == ["no journal event read yet: nothing can be said about lost messages"]
+
+
+def test_each_entity_lists_its_oldest_overdue_ids_and_says_what_was_unreadable() -> None:
+    opened = [OpenMessage("orders", f"m{i}", NOW - 1000 + i) for i in range(5)]
+    data = LedgerInput(
+        counts={"orders": {"accepted": 9, "open": 5, "pending_backlog": 1}},
+        open_messages=opened,
+        events=40,
+        unreadable=[Unreadable("date=x/j.parquet", "ArrowInvalid: not a Parquet file")],
+    )
+
+    ledger = verdict(data, NOW, 300, listed=2)
+
+    orders = ledger["entities"]["orders"]
+    assert (orders["overdue"], orders["pending"]) == (5, 6)
+    assert [m["message_id"] for m in orders["overdue_ids"]] == ["m0", "m1"]
+    assert orders["overdue_ids"][0]["age"] == 1000
+    assert "could not read date=x/j.parquet: ArrowInvalid: not a Parquet file" in ledger["reasons"]
