@@ -9,12 +9,13 @@ The parameter names follow azure-servicebus's ``retry_backoff_factor`` (the firs
 
 A backoff is a guess at how long a namespace stays down, and after a long outage it is at its cap: a shard
 that failed just before the namespace came back would sit out up to ``retry_backoff_max`` seconds more for
-nothing. So a backoff ends early once a namespace is *seen back* — a send accepted after failures, a probe
-or a ping that got through, by any worker (``bridge.state.resume``) — or when the shard is this second's
-*scout*, the one shard of the deployment that may try before its time (``scout_due``). ``resume_at``
-says when a woken shard may try: what the backoff must keep (``floor``: an inherited abandoned send's
-wait) still holds. The jitter still spreads the retries while nothing is known; what a namespace seen back
-gets at once is one turn of each waiting shard, which the pool's fixed number of threads bounds.
+nothing. So a backoff ends early once a namespace it waits for (``bridge.core.seen_back``) is *seen back* — a
+send accepted after failures, a probe or a ping that got through, by any worker (``bridge.state.resume``) — or
+when the shard is this second's *scout*, the one shard of the deployment that may try before its time
+(``scout_due``). ``resume_at`` says when a woken shard may try: what the backoff must keep (``floor``: an
+inherited abandoned send's wait) still holds. The jitter still spreads the retries while nothing is known;
+what a namespace seen back gets at once is one turn of each shard waiting for it, which the pool's fixed
+number of threads bounds.
 """
 
 from __future__ import annotations

@@ -84,6 +84,9 @@ class Stop:
     backoff: bool
     reason: str
     floor: float | None = None
+    pending: tuple[Target, ...] = ()
+    """Where the retried entry still has to go (``Retry.pending``): what the backoff waits for
+    (``bridge.core.seen_back.backoff_awaits``)."""
 
 
 @dataclass(frozen=True)
@@ -163,4 +166,4 @@ def _stop(
     inherited = {path: until for path, until in waits.items() if path not in own_waits}
     floor = retry_floor(inherited, retry.pending, entity, now)
     retry_after = max(retry.retry_after, floor)
-    return Stop(now + retry_after, retry_after, retry.backoff, retry.reason, now + floor)
+    return Stop(now + retry_after, retry_after, retry.backoff, retry.reason, now + floor, retry.pending)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from bridge.core.backoff import resume_at
 from bridge.core.layout import Layout
 from bridge.core.roles import RoleState
-from bridge.core.seen_back import SeenBack
+from bridge.core.seen_back import SeenBack, backoff_awaits
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.expiry import settle_unexpired
 from bridge.delivery.lease_keeper import HeldLease, LeaseKeeper
@@ -343,6 +343,7 @@ class ShardDrainer:
         self.state.abandoned = {key: now + left for key, left in waits.items()}
         # An earlier tenure's backoff ends early like our own, never before its abandoned sends' waits.
         self.state.wake_floor = None if backoff is None else max([now, *self.state.abandoned.values()])
+        self.state.wake_awaits = backoff_awaits(self.state.mode)  # what its batch lacked is not known
 
     def _settled(self) -> None:
         """A batch went through: a backoff or retry count left in Redis is over (fenced). (A namespace that
@@ -355,10 +356,11 @@ class ShardDrainer:
 
     def wake(self, news: SeenBack) -> float | None:
         """Namespaces were seen back (``news``; ``bridge.core.seen_back``): end this tenure's backoff early
-        (``bridge.core.backoff.resume_at``), and let the held keys that wait for what the news names be
-        decided again now (a key still blocked is held again); the other held keys keep their time. Seconds
-        still to wait (0: none), or None when the shard waits for neither. Called between turns only (the
-        pool's lock keeps it off a running turn)."""
+        (``bridge.core.backoff.resume_at``) when the news names a namespace it waits for
+        (``TenureState.wake_awaits``), and let the held keys that wait for what the news names be decided
+        again now (a key still blocked is held again); the other held keys keep their time. Seconds still
+        to wait (0: none), or None when the shard waits for neither. Called between turns only (the pool's
+        lock keeps it off a running turn)."""
         now = float(self.ctx.clock())
         ends = [
             key
@@ -368,7 +370,8 @@ class ShardDrainer:
         for key in ends:
             self.state.holds[key] = min(self.state.holds[key], now)
         held = bool(ends)
-        if self.state.wake_floor is None or self.state.not_before is None:
+        backoff = self.state.wake_floor is not None and self.state.not_before is not None
+        if not backoff or not news.ends_backoff(self.state.wake_awaits):
             return 0.0 if held and (self.state.not_before is None or self.state.not_before <= now) else None
         self.state.not_before = resume_at(self.state.not_before, self.state.wake_floor, now)
         if self.state.not_before is None:

@@ -23,18 +23,18 @@ How (one ``ShardPool`` per ``DrainService``):
   is empty, must wait, or ``TURN_BUDGET`` seconds passed (then it goes to the back of the queue, so a busy
   shard does not starve the others).
 - **A namespace seen back ends the backoffs** (``bridge.core.backoff``, ``bridge.state.resume``): the hot
-  watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any
-  worker's send accepted after failures, a probe, a ping) makes every shard waiting for a backoff try at
-  once — or, if it inherited an abandoned send's wait, when that ends — and every shard with keys held for
-  the namespace and entity the entry names decide them again (``bridge.core.seen_back``: news about
-  another entity claims none of them); the links of their entities are made again in the background
-  (``NamespacePool.reopen``), all at once instead of each when a batch first needs it. A turn that ends in
-  a backoff or with holds after such news came during it is woken as it is placed. While some shard backs
-  off, the watcher asks once per ``retry.outbox_scout_interval`` to be the deployment's scout and, if it
-  is, wakes one of them (its backoff ends, its holds do not): that early try is what sees a namespace
-  back when nobody else sends. While a namespace's address refuses connections, the watcher also connects
-  to it every ``retry.outbox_door_watch`` seconds and has one backing-off shard try the moment it accepts
-  (``bridge.core.reachability``).
+  watcher's ``XREAD`` also waits on the deployment's namespace-back stream, and an entry there (any worker's
+  send accepted after failures, a probe, a ping) makes every shard backing off for the namespace it names
+  (about any entity: ``bridge.core.seen_back.backoff_awaits``) try at once — or, if it inherited an abandoned
+  send's wait, when that ends — and every shard with keys held for the namespace and entity the entry names
+  decide them again (``bridge.core.seen_back``: news about another entity claims none of them); the links of
+  their entities are made again in the background (``NamespacePool.reopen``), all at once instead of each when
+  a batch first needs it. A turn that ends in a backoff or with holds after such news came during it is woken
+  as it is placed. While some shard backs off, the watcher asks once per ``retry.outbox_scout_interval`` to be
+  the deployment's scout and, if it is, wakes one of them (its backoff ends, its holds do not): that early try
+  is what sees a namespace back when nobody else sends. While a namespace's address refuses connections, the
+  watcher also connects to it every ``retry.outbox_door_watch`` seconds and has one backing-off shard try the
+  moment it accepts (``bridge.core.reachability``).
 - **Every guarantee is the drainer's, unchanged**: one holder per shard (its lease, renewed by the service's
   ``LeaseKeeper`` whatever the shard is doing), the tenure's state kept between turns (held keys, the
   claim position, backoff, abandoned sends), a shard never in two turns at once, fenced writes,
@@ -360,9 +360,9 @@ class ShardPool:
         ]
 
     def _namespace_back(self, news: SeenBack) -> None:
-        """Namespaces were seen back (by any worker): every shard waiting for a backoff tries now, and so does
-        every shard with a held key that waits for what ``news`` names (``bridge.core.seen_back``); a shard
-        in a turn or queued for one takes the news with it."""
+        """Namespaces were seen back (by any worker): every shard backing off for one of them tries now, and
+        so does every shard with a held key that waits for what ``news`` names (``bridge.core.seen_back``);
+        a shard in a turn or queued for one takes the news with it."""
         woken: list[ShardRef] = []
         with self._lock:
             for ref, slot in self._slots.items():

@@ -16,6 +16,7 @@ from bridge.core.journal import JournalEvent
 from bridge.core.layout import stream_id
 from bridge.core.partitioning import partition_key
 from bridge.core.roles import Swap
+from bridge.core.seen_back import backoff_awaits
 from bridge.core.settle import (
     Acknowledge,
     DeadLetterEntry,
@@ -193,6 +194,7 @@ class ShardSettling:
             self.state.retry_state = True
         self.state.not_before = stop.until
         self.state.wake_floor = stop.floor if stop.backoff else None
+        self.state.wake_awaits = backoff_awaits(self.state.mode, stop.pending)
         self.state.report.retry_after = stop.retry_after
         log.info(
             "entity %s shard %d waits %.2fs: %s",

@@ -117,6 +117,9 @@ class TenureState:
     wake_floor: float | None = None
     """Set while ``not_before`` is a backoff that a namespace seen back may end early, not before this
     time (``bridge.core.backoff.resume_at``); None while the wait is planned and must run out."""
+    wake_awaits: frozenset[Role] | None = None
+    """The namespaces whose news, about any entity, ends the backoff early
+    (``bridge.core.seen_back.backoff_awaits``); news of another namespace leaves it be."""
     retry_state: bool = False
     """A backoff or retry count is kept in Redis for the shard: the next batch that goes through clears it."""
     abandoned: dict[tuple[Role, str], float] = field(default_factory=dict)

@@ -4,8 +4,8 @@ before its backoff ends (``bridge.core.backoff``, "seen back").
 - ``bridge:{bridge}:namespace-back`` is a stream of the last ``KEEP`` times a namespace was seen back for
   some entity: a send it accepted after failures, a probe or a ping that got through. Every process's
   shard watcher blocks on it together with the outbox streams (``bridge.delivery.shard_pool``), so the
-  news reaches every worker within a round trip, and each wakes its backing-off shards and the held keys
-  that wait for the namespace and entity an entry names (``bridge.core.seen_back``).
+  news reaches every worker within a round trip, and each wakes its shards backing off for the namespace
+  an entry names and the held keys that wait for that namespace and entity (``bridge.core.seen_back``).
 - ``bridge:{bridge}:scout`` (``SET NX PX``) makes one process of the deployment per interval the scout:
   it lets one of its backing-off shards try early. That try is what sees a namespace back when nothing
   else sends; it costs one failed attempt per interval while the namespaces stay down.

@@ -8,6 +8,7 @@ control refuses connections (an outage) and then takes them again.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -71,6 +72,7 @@ def _no_scout(
     *,
     attempt_deadline: float = 3,
     lease_ttl: float = 10,
+    retry: dict[str, float | None] | None = None,
 ) -> Settings:
     """Long backoffs and no scout: only news of a namespace back (or the door watch) ends a backoff early."""
     namespaces = {"primary": namespace_settings(primary)}
@@ -87,6 +89,7 @@ def _no_scout(
                 "outbox_backoff_factor": 40,
                 "outbox_backoff_max": 60,
                 "outbox_scout_interval": None,
+                **(retry or {}),
             },
             "workers": {"lease_ttl": lease_ttl},
         }
@@ -324,6 +327,56 @@ def test_the_door_watch_makes_the_links_of_the_other_backing_off_shards_before_t
         for entity in entities:
             got = receive_all(ns, entity, 1, timeout=30)
             assert [b"".join(m.body) for m in got] == [f"{entity}-held".encode()]
+    finally:
+        service.stop()
+        client.close()
+
+
+def test_a_backoff_ends_early_only_on_news_of_a_namespace_it_waits_for(
+    redis_url: str,
+    namespace_pair: tuple[LocalNamespace, LocalNamespace],
+    contexts: list[DeliveryContext],
+) -> None:
+    """A shard of a ``none`` entity backs off while the primary is down: news that the secondary is back
+    (for another entity) is news of a namespace it never sends to and leaves it be; news that the primary
+    is back, even for another entity, has it try at once."""
+    primary, secondary = namespace_pair
+    entities = {
+        ENTITY: {"replication": "none", "outbox_shards": "1"},
+        "other": {"replication": "passive", "outbox_shards": "1"},
+    }
+    # One long draw (up to 1,000 s, at least LONG_BACKOFF in 49 runs of 50), and no door watch: only news
+    # ends the backoff early.
+    long_draw: dict[str, float | None] = {
+        "outbox_backoff_factor": 1000,
+        "outbox_backoff_max": 1000,
+        "outbox_door_watch": None,
+    }
+    settings = _no_scout(redis_url, entities, primary, secondary, retry=long_draw)
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    retry = RetryStore(client)
+    ctx = DeliveryContext.build(settings)
+    contexts.append(ctx)
+    # Given the primary down and the entity's shard backing off for a long time
+    primary.control.outage()
+    with Producer(settings=settings) as producer:
+        producer.send(ENTITY, b"m0")
+    service = DrainService(ctx, tick=0.1, block_ms=200).start()
+    try:
+        wait_until(lambda: (retry.backoff_left(ENTITY, 0) or 0) >= LONG_BACKOFF, 120, what="a long backoff")
+        tries = retry.attempts(ENTITY, 0)
+        # When the secondary is announced back for another entity
+        ctx.seen_back("secondary", "other", "a test announced it")
+        # Then the shard does not try (a try would count one more failure: the primary is still down)
+        time.sleep(6)
+        left = retry.backoff_left(ENTITY, 0) or 0
+        assert left > 0 and retry.attempts(ENTITY, 0) == tries, (left, retry.attempts(ENTITY, 0), tries)
+        # When the primary is announced back (for another entity: the outage is the namespace's)
+        ends_at = _redis_now(client) + left
+        ctx.seen_back("primary", "other", "a test announced it")
+        # Then the shard tries at once, long before its backoff ran out (and fails again: it is still down)
+        wait_until(lambda: retry.attempts(ENTITY, 0) > tries, 30, what="the shard tried again")
+        assert _redis_now(client) < ends_at
     finally:
         service.stop()
         client.close()
