@@ -71,6 +71,10 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
         add(m.REDIS_USED_MEMORY, [], server["used_memory"])
         add(m.REDIS_MAXMEMORY, [], server["maxmemory"])
         add(m.REDIS_REPLICAS, [], server["connected_replicas"])
+    replicas = (server or {}).get("replicas") or snapshot.get("cluster_replicas") or []
+    for replica in replicas:
+        add(m.REDIS_REPLICA_LAG_BYTES, [replica["address"]], replica["lag_bytes"])
+        add(m.REDIS_REPLICA_LAG_SECONDS, [replica["address"]], replica["lag_seconds"])
     backlog = snapshot.get("backlog")
     if backlog is not None:
         in_rotation = set(backlog["in_rotation"])

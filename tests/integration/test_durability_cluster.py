@@ -22,6 +22,8 @@ from bridge import Producer
 from bridge.embedded.redis_server import WAITAOF_VERSION, redis_server_binary
 from bridge.errors import DurabilityNotReachedError
 from bridge.outbox import keys
+from bridge.redis.connection import sync_client
+from bridge.redis.server_info import cluster_replicas
 from bridge.settings import Settings
 from tests.integration.cluster_support import ClusterWithReplicas, Shard
 from tests.integration.ingress_support import running_ingress
@@ -143,3 +145,26 @@ def test_a_re_posted_duplicate_on_a_cluster_is_confirmed_not_waved_through(
         assert producer.send(victim_entity, "one", message_id="d1") == "d1"
     with redis.Redis(port=victim.master.port) as master:
         assert master.xlen(keys.outbox(victim_entity, 0)) == 1
+
+
+def test_the_lag_of_every_masters_replica_is_reported(
+    cluster: ClusterWithReplicas, settings: Settings
+) -> None:
+    victim_entity, _, victim = _two_entities(cluster)
+    client = sync_client(cluster.url)
+    try:
+        healthy = cluster_replicas(client)
+        assert healthy is not None and len(healthy) == 3
+        with contextlib.closing(cluster.admin(victim.replica)) as node:
+            frozen_port = int(node.config_get("port")["port"])
+        with frozen(cluster, victim):
+            with contextlib.closing(cluster.admin(victim.master)) as master:
+                master.set(keys.fence(victim_entity), "x" * 1000)
+            lagging = cluster_replicas(client)
+        assert lagging is not None
+        lag = {int(r.address.rpartition(":")[2]): r.lag_bytes for r in lagging}
+        assert lag[frozen_port] >= 1000
+        # the others lag at most a ping or two (a replica acknowledges once a second)
+        assert all(value < 1000 for value in sorted(lag.values())[:2])
+    finally:
+        client.close()
