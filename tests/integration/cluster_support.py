@@ -63,7 +63,7 @@ class ClusterWithReplicas:
                     # The bus port defaults to port + 10000, past 65535 for a high free port: name one.
                     "--cluster-port",
                     str(free_port()),
-                )
+                ),
             )
             self.servers.append(self._stack.enter_context(server))
         subprocess.run(
