@@ -197,6 +197,16 @@ REDIS_MAXMEMORY = StateMetric(
     "bridge_redis_maxmemory_bytes", "The Redis server's maxmemory (0: no limit).", ()
 )
 REDIS_REPLICAS = StateMetric("bridge_redis_connected_replicas", "Replicas connected to the Redis server.", ())
+REDIS_REPLICA_LAG_BYTES = StateMetric(
+    "bridge_redis_replica_lag_bytes",
+    "Bytes of its primary's replication stream the replica has not acknowledged (every Cluster master's).",
+    ("replica",),
+)
+REDIS_REPLICA_LAG_SECONDS = StateMetric(
+    "bridge_redis_replica_lag_seconds",
+    "Seconds since the replica last acknowledged its primary (it does so every second when healthy).",
+    ("replica",),
+)
 
 LEDGER_OVERDUE = StateMetric(
     "bridge_ledger_overdue_messages",
@@ -241,6 +251,8 @@ STATE_METRICS: tuple[StateMetric, ...] = (
     REDIS_USED_MEMORY,
     REDIS_MAXMEMORY,
     REDIS_REPLICAS,
+    REDIS_REPLICA_LAG_BYTES,
+    REDIS_REPLICA_LAG_SECONDS,
 )
 
 

@@ -29,6 +29,7 @@ key                                      holds
                                          .shard_pool``; a few entries, expires when the process is gone)
 ``bridge:{E}:layout``                    hash: the shard layout writers and readers agree on
                                          (``bridge.outbox.layout``)
+``bridge:{E}:fence``                     never kept: set and deleted after a Cluster write to be confirmed
 =======================================  =================================================================
 """
 
@@ -45,6 +46,11 @@ ENTITIES = "bridge:{bridge}:entities"
 def outbox(entity: str, shard: int) -> str:
     """Outbox stream of one shard."""
     return f"{_tag(entity)}out:{shard}"
+
+
+def fence(entity: str) -> str:
+    """Set and deleted at once: a replicated write in E's slot (``bridge.outbox.node_held``)."""
+    return _tag(entity) + "fence"
 
 
 def stats(entity: str) -> str:

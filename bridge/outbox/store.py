@@ -26,13 +26,13 @@ from bridge.core.durability import FENCE_CHANNEL, LOCAL, Reached, Shortfall, ver
 from bridge.errors import (
     BackpressureError,
     BridgeError,
-    ConfigurationError,
     DurabilityNotReachedError,
     OutboxLayoutChangedError,
     OutboxUnavailableError,
 )
 from bridge.outbox import keys
 from bridge.outbox.cluster_globals import ClusterGlobals
+from bridge.outbox.node_held import AsyncNodeConnections, NodeConnections
 from bridge.outbox.scripts import WRITE
 from bridge.outbox.writer import Ack, Command, Group, OutboxWriter
 from bridge.redis.connection import is_cluster
@@ -61,9 +61,13 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class Script:
-    """One call of the write script outside a pipeline (``run_script``); a refusal is its reply."""
+    """One call of the write script outside a pipeline (``run_script``); a refusal is its reply.
+
+    ``held``: on a Cluster, run on the held connection of its master (``bridge.outbox.node_held``); the
+    reply is then ``(node name or None, reply)``."""
 
     command: Command
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,16 @@ class Confirm:
     command: tuple[str | int, ...]
 
 
-Step = Pipeline | Script | Load | Confirm
+@dataclass(frozen=True)
+class ConfirmNodes:
+    """Cluster: ``WAIT``/``WAITAOF`` on the held connection of each named master, all at once; the reply
+    maps each name to its confirmation."""
+
+    command: tuple[str | int, ...]
+    names: tuple[str, ...]
+
+
+Step = Pipeline | Script | Load | Confirm | ConfirmNodes
 Steps = Generator[Step, Any, list[GroupResult]]
 
 
@@ -103,8 +116,8 @@ def _write_steps(
     if not send:
         return [early[i] for i in range(len(groups))]
     commands = writer.commands(send)
-    replies = yield from _send_steps(writer, commands)
-    results = _collect(writer, groups, early, commands, replies)
+    replies, confirms = yield from _send_steps(writer, commands)
+    results = _collect(writer, groups, early, commands, replies, confirms=confirms)
     results = yield from _relayout_steps(writer, groups, results)
     if globals_ is not None:
         results = yield from _cluster_globals_steps(
@@ -185,21 +198,27 @@ def _relayout_steps(
             break
         again = [writer.regroup(groups[index]) for index in changed]
         commands = writer.commands(again)
-        replies = yield from _send_steps(writer, commands)
-        retried = _collect(writer, again, {}, commands, replies)
+        replies, confirms = yield from _send_steps(writer, commands)
+        retried = _collect(writer, again, {}, commands, replies, confirms=confirms)
         for slot, index in enumerate(changed):
             results[index] = retried[slot]
     return results
 
 
-def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step, Any, list[Any]]:
-    """Script replies (or their errors) in command order, then the confirmation's reply if any."""
+Sent = tuple[list[Any], list[Any] | None]
+"""Script replies (or their errors) in command order, and each command's confirmation reply if any."""
+
+
+def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step, Any, Sent]:
+    """Send the script calls and, when the durability asks for it, confirm them."""
+    if writer.cluster and _waits(writer):
+        return (yield from _cluster_send_steps(writer, commands))
     # A cluster pipeline refuses EVALSHA: one call per entity. A lone call needs no pipeline either.
     if writer.cluster or (len(commands) == 1 and not _waits(writer)):
         replies = []
         for command in commands:
             replies.append((yield Script(command)))
-        return replies
+        return replies, None
     replies = yield Pipeline(_calls(writer, commands), errors_as_values=True)
     retry = [i for i in range(len(commands)) if is_noscript(replies[i])]
     if retry:
@@ -214,8 +233,30 @@ def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step
             confirmed = yield Confirm(policy.confirm_command(timeout_ms))
             if not policy.again(confirmed):
                 break
-        replies = [*replies[: len(commands)], confirmed]
-    return list(replies)
+        return list(replies[: len(commands)]), [confirmed] * len(commands)
+    return list(replies), None
+
+
+def _cluster_send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step, Any, Sent]:
+    """Each script on its master's held connection, then each of those masters confirms (in rounds, as
+    ``_send_steps``; a master confirmed in a round is not asked again). A master that took no write of
+    this call (its calls failed) is not asked: its groups are refused anyway."""
+    replies: list[Any] = []
+    nodes: list[str | None] = []
+    for command in commands:
+        node, reply = yield Script(command, held=True)
+        nodes.append(node)
+        replies.append(reply)
+    policy = writer.durability
+    pending = sorted({n for n, r in zip(nodes, replies, strict=True) if n and not isinstance(r, Exception)})
+    confirmed: dict[str, Any] = {}
+    for timeout_ms in policy.rounds():
+        if not pending:
+            break
+        got = yield ConfirmNodes(policy.confirm_command(timeout_ms), tuple(pending))
+        confirmed.update(got)
+        pending = [name for name in pending if policy.again(got[name])]
+    return replies, [confirmed.get(node) if node else None for node in nodes]
 
 
 def _calls(writer: OutboxWriter, commands: Sequence[Command]) -> list[tuple[Any, ...]]:
@@ -250,10 +291,12 @@ def _collect(
     early: dict[int, GroupResult],
     commands: list[Command],
     replies: list[Any],
+    *,
+    confirms: list[Any] | None,
 ) -> list[GroupResult]:
-    judged = verdict(writer.durability, replies[-1] if _waits(writer) else None)
     by_group: dict[int, GroupResult] = {}
-    for command, reply in zip(commands, replies[: len(commands)], strict=True):
+    for index, (command, reply) in enumerate(zip(commands, replies, strict=True)):
+        judged = verdict(writer.durability, None if confirms is None else confirms[index])
         if isinstance(reply, Exception):
             error = translate(reply, OutboxUnavailableError)
             results: list[GroupResult] = [
@@ -291,7 +334,7 @@ def _stored_entities(groups: Sequence[Group], results: list[GroupResult]) -> lis
 
 
 def _waits(writer: OutboxWriter) -> bool:
-    return writer.durability.waits and not writer.cluster
+    return writer.durability.waits
 
 
 def cluster_globals(settings: Settings, cluster: bool) -> ClusterGlobals | None:
@@ -309,17 +352,14 @@ def _accepted(
 
 
 def _writer(client: SyncRedis | AsyncRedis, settings: Settings) -> OutboxWriter:
-    """The writer for ``client``; a Cluster cannot confirm a replicated write, so it refuses the mode
-    rather than acknowledge less than it promises."""
-    cluster = is_cluster(client)
-    if cluster and settings.ingress.durability == "replicated":
-        raise ConfigurationError("ingress.durability = 'replicated' is not supported on a Redis Cluster")
-    return OutboxWriter(settings, cluster=cluster)
+    """The writer for ``client`` (a Cluster master confirms its own writes: ``bridge.outbox.node_held``)."""
+    return OutboxWriter(settings, cluster=is_cluster(client))
 
 
-def _holds(writer: OutboxWriter, client: SyncRedis | AsyncRedis) -> bool:
-    """A write whose durability waits runs on one held connection (``bridge.redis.held``)."""
-    return _waits(writer) and not is_cluster(client)
+def _holds(writer: OutboxWriter) -> bool:
+    """A write whose durability waits runs on one held connection (``bridge.redis.held``), on a Cluster
+    one per master."""
+    return _waits(writer)
 
 
 class SyncOutbox:
@@ -334,7 +374,9 @@ class SyncOutbox:
     def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
         steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
-        held = HeldConnection(self.client) if _holds(self.writer, self.client) else None
+        held: HeldConnection | NodeConnections | None = None
+        if _holds(self.writer):
+            held = NodeConnections(self.client) if self.writer.cluster else HeldConnection(self.client)
         reply: Any = None
         try:
             with driver_errors(OutboxUnavailableError):
@@ -349,7 +391,11 @@ class SyncOutbox:
             if held is not None:
                 held.release()
 
-    def _do(self, step: Step, held: HeldConnection | None) -> Any:
+    def _do(self, step: Step, held: HeldConnection | NodeConnections | None) -> Any:
+        if isinstance(held, NodeConnections) and isinstance(step, Script | ConfirmNodes):
+            if isinstance(step, ConfirmNodes):
+                return held.confirm(step.command, step.names)
+            return held.script(step.command)
         if isinstance(step, Script):
             try:
                 return run_script(self.client, WRITE, step.command.keys, step.command.args)
@@ -362,9 +408,10 @@ class SyncOutbox:
         if isinstance(step, Load):
             load(self.client, WRITE)
             return None
-        if held is not None:
+        if isinstance(held, HeldConnection):
             if isinstance(step, Confirm):
                 return held.run([step.command])[0]
+            assert isinstance(step, Pipeline), "a Cluster confirms on its node connections"
             return held.run(step.calls, errors_as_values=step.errors_as_values)
         assert isinstance(step, Pipeline), "a confirmation runs on a held connection"
         pipe = self.client.pipeline(transaction=False)
@@ -390,7 +437,11 @@ class AsyncOutbox:
     async def write(self, groups: Sequence[Group]) -> list[GroupResult]:
         """Store every group atomically; per group, its acks or the error that refused it."""
         steps = _write_steps(self.writer, groups, self.globals, time.monotonic())
-        held = AsyncHeldConnection(self.client) if _holds(self.writer, self.client) else None
+        held: AsyncHeldConnection | AsyncNodeConnections | None = None
+        if _holds(self.writer):
+            held = (
+                AsyncNodeConnections(self.client) if self.writer.cluster else AsyncHeldConnection(self.client)
+            )
         reply: Any = None
         try:
             with driver_errors(OutboxUnavailableError):
@@ -405,7 +456,11 @@ class AsyncOutbox:
             if held is not None:
                 await held.release()
 
-    async def _do(self, step: Step, held: AsyncHeldConnection | None) -> Any:
+    async def _do(self, step: Step, held: AsyncHeldConnection | AsyncNodeConnections | None) -> Any:
+        if isinstance(held, AsyncNodeConnections) and isinstance(step, Script | ConfirmNodes):
+            if isinstance(step, ConfirmNodes):
+                return await held.confirm(step.command, step.names)
+            return await held.script(step.command)
         if isinstance(step, Script):
             try:
                 return await run_script_async(self.client, WRITE, step.command.keys, step.command.args)
@@ -418,9 +473,10 @@ class AsyncOutbox:
         if isinstance(step, Load):
             await load_async(self.client, WRITE)
             return None
-        if held is not None:
+        if isinstance(held, AsyncHeldConnection):
             if isinstance(step, Confirm):
                 return (await held.run([step.command]))[0]
+            assert isinstance(step, Pipeline), "a Cluster confirms on its node connections"
             return await held.run(step.calls, errors_as_values=step.errors_as_values)
         assert isinstance(step, Pipeline), "a confirmation runs on a held connection"
         pipe = self.client.pipeline(transaction=False)

@@ -58,7 +58,10 @@ async def _check_waitaof(client: AsyncRedis) -> None:
     and a server without ``appendonly`` refuses it, and the refusal's text is the server's own.
     """
     try:
-        await client.execute_command("WAITAOF", 1, 0, 1000)
+        if is_cluster(client):
+            await client.execute_command("WAITAOF", 1, 0, 1000, target_nodes="primaries")
+        else:
+            await client.execute_command("WAITAOF", 1, 0, 1000)
     except redis.exceptions.ResponseError as exc:
         raise ConfigurationError(
             "ingress.durability = 'replicated' needs WAITAOF with appendonly yes on the primary"
@@ -100,17 +103,14 @@ class AsyncOutboxView:
     async def check_start_up(self) -> None:
         """Refuse to start on a Redis that cannot give what the settings demand; load the write script.
 
-        ``ingress.wait_replicas`` needs ``WAIT``, which a Cluster cannot apply across slots;
-        ``ingress.durability = "replicated"`` needs ``WAITAOF`` and the primary's AOF, checked here once.
+        ``ingress.durability = "replicated"`` needs ``WAITAOF`` and the primary's AOF, checked here once
+        (on a Cluster, on every master).
         ``ingress.require_appendfsync`` needs the append-only file with an fsync policy at least that strict
         (``CONFIG GET append*``); it cannot be verified while Redis is down, so then start-up fails. Without
         it, an unreachable Redis only logs a warning: readiness and writes answer 503 until it is back.
         """
         ingress = self.settings.ingress
         client = self.client
-        if ingress.wait_replicas and is_cluster(client):
-            raise ConfigurationError("ingress.wait_replicas is not supported on a Redis Cluster")
-
         try:
             await load_async(client, WRITE)
         except redis.exceptions.ConnectionError as exc:

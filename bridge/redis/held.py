@@ -7,8 +7,9 @@ its connection back to the pool after each ``execute``, so the two could land on
 
 Replies are read one by one; an error reply is returned as its ``ResponseError`` (a pipeline's
 ``raise_on_error=False``). A broken connection is closed before it goes back to the pool, and the driver's
-error propagates (``bridge.redis.errors`` translates it). Single servers and Sentinel-managed primaries
-only: a Cluster client has no single pool.
+error propagates (``bridge.redis.errors`` translates it). A Cluster client has no single pool: there the
+connection is held on one node (``bridge.outbox.node_held``), the blocking client's pool of that node, or
+the asyncio node itself (``NodePool`` gives it the pool's two methods).
 """
 
 from __future__ import annotations
@@ -33,19 +34,32 @@ class HeldConnection:
     """A blocking client's connection, held across calls of ``run``."""
 
     def __init__(self, client: Any) -> None:
-        # ``client``: a ``redis.Redis`` (single server or Sentinel-managed primary), never a Cluster.
+        # ``client``: a ``redis.Redis`` (single server, Sentinel-managed primary, or one Cluster node's).
         self.pool: Any = client.connection_pool
         self.conn: Any = None
 
     def run(self, calls: Sequence[tuple[Any, ...]], *, errors_as_values: bool = True) -> list[Any]:
         """Send ``calls`` in one round trip on the held connection; their replies in order."""
+        self.send(calls)
+        return self.read(len(calls), errors_as_values=errors_as_values)
+
+    def send(self, calls: Sequence[tuple[Any, ...]]) -> None:
+        """Send ``calls`` without reading their replies (``read`` does): several nodes wait at once."""
         if self.conn is None:
             self.conn = self.pool.get_connection()
         conn = self.conn
         try:
             conn.send_packed_command(conn.pack_commands(calls))
+        except _BROKEN:
+            conn.disconnect()
+            raise
+
+    def read(self, count: int, *, errors_as_values: bool = True) -> list[Any]:
+        """The replies of the ``count`` calls last sent, in order."""
+        conn = self.conn
+        try:
             replies = []
-            for _ in calls:
+            for _ in range(count):
                 try:
                     replies.append(conn.read_response())
                 except redis.exceptions.ResponseError as exc:
@@ -62,12 +76,27 @@ class HeldConnection:
             self.conn = None
 
 
+class NodePool:
+    """An asyncio Cluster node (``redis.asyncio.cluster.ClusterNode``) seen as a connection pool."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    async def get_connection(self) -> Any:
+        """A free connection of the node (it connects on first use)."""
+        return self.node.acquire_connection()
+
+    async def release(self, conn: Any) -> None:
+        """Back to the node's free list."""
+        self.node.release(conn)
+
+
 class AsyncHeldConnection:
     """The asyncio counterpart of ``HeldConnection``."""
 
-    def __init__(self, client: Any) -> None:
-        # ``client``: a ``redis.asyncio.Redis``, never a Cluster.
-        self.pool: Any = client.connection_pool
+    def __init__(self, client: Any, pool: Any = None) -> None:
+        # ``client``: a ``redis.asyncio.Redis``; on a Cluster, ``pool`` is a ``NodePool`` instead.
+        self.pool: Any = client.connection_pool if pool is None else pool
         self.conn: Any = None
 
     async def run(self, calls: Sequence[tuple[Any, ...]], *, errors_as_values: bool = True) -> list[Any]:

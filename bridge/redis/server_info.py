@@ -5,8 +5,9 @@ An acknowledgement is only as durable as the server's append-only file and, unde
 "replicated"``, its replicas: an operator wants to see at once that AOF is off, that its last write failed
 (disk full), that memory is near ``maxmemory``, which role the server has and how far each replica lags
 (bytes of the replication stream not yet acknowledged, seconds since its last acknowledgement). A Cluster
-answers ``INFO`` per node and some managed caches refuse it: then nothing is reported (``None``), rather
-than one node's view passed off as the whole.
+answers ``INFO`` per node and some managed caches refuse it: then no server state is reported (``None``),
+rather than one node's view passed off as the whole; a Cluster's replica lag is read from every master
+(``cluster_replicas``), as each master confirms its own writes.
 
 Connection: any blocking client from ``bridge.redis.connection.sync_client``.
 """
@@ -80,6 +81,22 @@ def redis_section(client: SyncRedis) -> dict[str, Any] | None:
     if state is None:
         return None
     return {**state.as_dict(), "topology": topology(client)}
+
+
+def cluster_replicas(client: SyncRedis) -> tuple[ReplicaState, ...] | None:
+    """Every replica of every Cluster master, with its lag (``INFO replication`` of each master); None on a
+    single server (``server_state`` has them) or where ``INFO`` is refused."""
+    if not is_cluster(client):
+        return None
+    cluster: Any = client
+    with driver_errors():
+        try:
+            per_node: Any = cluster.info("replication", target_nodes=cluster.PRIMARIES)
+        except redis.exceptions.ResponseError:
+            return None
+    if not isinstance(per_node, dict) or "role" in per_node:  # one master answered for all
+        per_node = {"": per_node}
+    return tuple(replica for info in per_node.values() for replica in replicas(info))
 
 
 def replicas(info: dict[str, Any]) -> tuple[ReplicaState, ...]:

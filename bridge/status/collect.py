@@ -53,7 +53,7 @@ from bridge.core.roles import ROLES, NamespaceHealth, Role
 from bridge.journal.store import JournalStore
 from bridge.outbox.reader import OutboxReader
 from bridge.redis.clock import server_time
-from bridge.redis.server_info import redis_section
+from bridge.redis.server_info import cluster_replicas, redis_section
 from bridge.redis.types import SyncRedis
 from bridge.settings import Settings
 from bridge.state.backlog import BacklogLedger
@@ -221,6 +221,9 @@ def collect_status(settings: Settings, client: SyncRedis, now: float | None = No
         "wait_timeout": ingress.wait_timeout,
     }
     out["redis"] = redis_section(client)
+    on_masters = cluster_replicas(client)
+    if on_masters is not None:
+        out["cluster_replicas"] = [asdict(replica) for replica in on_masters]
     if any(e["replication"] == "paired" for e in entities):
         backlog = backlog_status(settings, client, server_time(client) if now is None else now)
         if backlog is not None:

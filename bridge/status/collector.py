@@ -71,6 +71,10 @@ def families_from_snapshot(snapshot: dict[str, Any]) -> list[Family]:
         add(m.REDIS_USED_MEMORY, [], server["used_memory"])
         add(m.REDIS_MAXMEMORY, [], server["maxmemory"])
         add(m.REDIS_REPLICAS, [], server["connected_replicas"])
+    replicas = (server or {}).get("replicas") or snapshot.get("cluster_replicas") or []
+    for replica in replicas:
+        add(m.REDIS_REPLICA_LAG_BYTES, [replica["address"]], replica["lag_bytes"])
+        add(m.REDIS_REPLICA_LAG_SECONDS, [replica["address"]], replica["lag_seconds"])
     for spec, labels, value in _ledger_series(snapshot):
         add(spec, labels, value)
     backlog = snapshot.get("backlog")

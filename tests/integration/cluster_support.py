@@ -37,8 +37,10 @@ class Shard:
 class ClusterWithReplicas:
     """Three masters with a replica each; ``url`` is the bridge's ``redis+cluster://`` URL (all six)."""
 
-    def __init__(self, full_coverage: bool = False) -> None:
+    def __init__(self, full_coverage: bool = False, binary: str | None = None) -> None:
         self._stack = ExitStack()
+        self.binary = binary
+        """The server binary (None: Debian's ``redis-server``; a ``WAITAOF`` test names Valkey's)."""
         self.servers: list[RedisServer] = []
         # ``no`` as docs/durability.md recommends: the healthy masters serve while a dead one's slots wait
         # for its replica (``yes`` makes every node refuse every command meanwhile).
@@ -48,6 +50,7 @@ class ClusterWithReplicas:
         """Start six nodes and create the cluster (``--cluster-replicas 1``)."""
         for _ in range(6):
             server = RedisServer(
+                binary=self.binary,
                 extra_args=(
                     "--cluster-enabled",
                     "yes",
@@ -60,7 +63,7 @@ class ClusterWithReplicas:
                     # The bus port defaults to port + 10000, past 65535 for a high free port: name one.
                     "--cluster-port",
                     str(free_port()),
-                )
+                ),
             )
             self.servers.append(self._stack.enter_context(server))
         subprocess.run(

@@ -39,3 +39,25 @@ def test_the_metrics_carry_the_servers_state() -> None:
     assert values["bridge_redis_aof_last_write_ok"] == [1]
     assert values["bridge_redis_used_memory_bytes"] == [1024]
     assert values["bridge_redis_connected_replicas"] == [1]
+
+
+def test_the_metrics_carry_each_replicas_lag() -> None:
+    replica = {"address": "10.0.0.2:6379", "state": "online", "lag_bytes": 512, "lag_seconds": 3}
+    single = {"entities": [], "redis": {**_SERVER, "replicas": [replica]}}
+    cluster = {"entities": [], "redis": None, "cluster_replicas": [replica]}
+    for snapshot in (single, cluster):
+        families = {f.name: f.samples for f in families_from_snapshot(snapshot)}
+        assert [(s.labels, s.value) for s in families["bridge_redis_replica_lag_bytes"]] == [
+            ({"replica": "10.0.0.2:6379"}, 512)
+        ]
+        assert [s.value for s in families["bridge_redis_replica_lag_seconds"]] == [3]
+
+
+_SERVER = {
+    "role": "master",
+    "aof_enabled": True,
+    "aof_last_write_ok": True,
+    "used_memory": 1024,
+    "maxmemory": 0,
+    "connected_replicas": 1,
+}
