@@ -16,9 +16,10 @@ after. After the kill the Sentinels or the Cluster promote the replica and the k
 replica. Once every kill is done the producer stops and the harness waits until the receiver has every
 acknowledged message or nothing new arrives for ``--settle`` seconds.
 
-A run is the traffic acknowledged from the start of one kill (its lag included) to the next. Per run it prints: acknowledged (202),
-delivered (handed to the receiver), lost (acknowledged, never delivered), duplicates (handed more than once),
-order (keys whose messages reached the receiver out of sequence), and the kill. Then the summary. With
+A run is the traffic acknowledged from the start of one kill (its lag included) to the next. Per run it
+prints: acknowledged (202), delivered (handed to the receiver), lost (acknowledged, never delivered),
+duplicates (handed more than once) and the kill; per topology the keys (sessions) whose messages reached the
+receiver out of sequence and the summary. With
 ``--durability replicated`` it exits 1 if any acknowledged message is lost.
 """
 
@@ -214,7 +215,9 @@ def table(rows: list[dict[str, object]]) -> None:
 def totals(rows: list[dict[str, object]]) -> None:
     """One topology's summary line."""
     runs = [row for row in rows if row["run"] != "order"]
-    total = {key: sum(int(str(row[key])) for row in runs) for key in ("acked", "delivered", "lost", "duplicates")}
+    total = {
+        key: sum(int(str(row[key])) for row in runs) for key in ("acked", "delivered", "lost", "duplicates")
+    }
     kills = sum(1 for row in runs if row["run"] != 0)
     order = sum(int(str(row["keys_out_of_order"])) for row in rows if row["run"] == "order")
     lossy = sum(1 for row in runs if int(str(row["lost"])))

@@ -88,7 +88,9 @@ class Topology:
         stack.start_worker(concurrency=1)
         stack.start_beat()
         handler = "tests.integration.receiver_handlers:append_id"
-        stack.start_bridge("receiver", "receive", ENTITY, "--handler", handler, RX_TEST_IDS=str(self.received))
+        stack.start_bridge(
+            "receiver", "receive", ENTITY, "--handler", handler, RX_TEST_IDS=str(self.received)
+        )
         port = free_port()
         serve = stack.start_bridge("serve", "serve", "--port", str(port))
         if not wait_listening("127.0.0.1", port, 60):
@@ -160,7 +162,9 @@ class ClusterTopology(Topology):
     def start(self) -> str:
         self.cluster.start()
         settings = {**FAST, **durability_env(self.mode), "BRIDGE_REDIS_URL": self.cluster.url}
-        stack = LocalStack(self.base / "stack", entities={ENTITY: {**SESSIONS, "outbox_shards": 2}}, settings=settings)
+        stack = LocalStack(
+            self.base / "stack", entities={ENTITY: {**SESSIONS, "outbox_shards": 2}}, settings=settings
+        )
         self.stack = stack
         stack.start()
         assert isinstance(stack.redis, RedisServer)
