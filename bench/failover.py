@@ -6,10 +6,10 @@
 Per topology it starts the whole stack on real processes (``bench.failover_topology``: Sentinel's primary,
 replica and three Sentinels, or a Cluster of three masters with a replica each; two local Service Bus
 namespaces; ``bridge serve``, a worker, a beat and a receiver that appends every MessageId it is handed to
-a file). A producer thread POSTs to the HTTP door at ``--rate`` messages/s over eight keys (``partition_key``;
-the MessageId carries the key and its sequence number) and retries a 503 or a broken connection with the
-same MessageId until it is answered 202, as a real producer does. The topology's share of ``--kills`` then
-happens one after another, each at a random moment (seeded) of its run: with ``--lag`` the primary's
+a file). Eight producer threads, one per session (the MessageId carries the session and its sequence
+number), POST to the HTTP door at ``--rate`` messages/s together; each retries a 503 or a broken connection
+with the same MessageId until it is answered 202, as a real producer does. The topology's share of
+``--kills`` then happens one after another, each at a random moment (seeded) of its run: with ``--lag`` the primary's
 packets to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds before the kill;
 with ``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds
 after. After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a
@@ -56,29 +56,40 @@ class Run:
 
 
 class Producer:
-    """POSTs at a steady rate; retries a refusal with the same MessageId; files each 202 under the run."""
+    """POSTs at a steady rate, one thread per key (so each key's messages go out in sequence); retries a
+    refusal with the same MessageId; files each 202 under the current run."""
 
     def __init__(self, base: str, rate: float, limit: int) -> None:
         self.base = base
-        self.rate = rate
-        self.limit = limit
+        self.rate = rate / KEYS
+        self.limit = limit // KEYS
         self.runs: list[Run] = [Run(kill="(before the first kill)")]
         self.refused = 0
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.threads = [threading.Thread(target=self._loop, args=(key,), daemon=True) for key in range(KEYS)]
+
+    def start(self) -> None:
+        """Start sending."""
+        for thread in self.threads:
+            thread.start()
 
     @property
-    def sent(self) -> int:
-        """Messages acknowledged so far."""
-        return sum(len(run.acked) for run in self.runs)
+    def alive(self) -> bool:
+        """True while a key still has messages to send."""
+        return any(thread.is_alive() for thread in self.threads)
 
-    def _loop(self) -> None:
+    def join(self, timeout: float) -> None:
+        """Wait for every thread."""
+        for thread in self.threads:
+            thread.join(timeout)
+
+    def _loop(self, key: int) -> None:
         started = time.monotonic()
         with httpx.Client(base_url=self.base, timeout=10) as http:
-            n = 0
-            while not self.stop.is_set() and n < self.limit:
-                key = n % KEYS
-                message_id = f"k{key}-{n // KEYS}"
+            for seq in range(self.limit):
+                if self.stop.is_set():
+                    return
+                message_id = f"k{key}-{seq}"
                 body = {"body": message_id, "message_id": message_id, "session_id": f"k{key}"}
                 while not self.stop.is_set():
                     try:
@@ -90,8 +101,7 @@ class Producer:
                         pass
                     self.refused += 1
                     time.sleep(0.1)
-                n += 1
-                time.sleep(max(0.0, started + n / self.rate - time.monotonic()))
+                time.sleep(max(0.0, started + (seq + 1) / self.rate - time.monotonic()))
 
 
 def received(path: Path) -> list[str]:
@@ -158,14 +168,14 @@ def measure(topology: Topology, args: argparse.Namespace, kills: int) -> list[di
     """Start the topology, send while killing, settle; the rows of the table."""
     base = topology.start()
     producer = Producer(base, args.rate, args.messages * kills // max(1, args.total_kills))
-    producer.thread.start()
+    producer.start()
     try:
         kill_all(topology, producer, args, kills)
-        while producer.thread.is_alive() and producer.sent < producer.limit:
+        while producer.alive:
             time.sleep(0.5)
     finally:
         producer.stop.set()
-        producer.thread.join(30)
+        producer.join(30)
     acked = {m for run in producer.runs for m in run.acked}
     ids = settle(topology.received, acked, args.settle)
     counts = Counter(ids)
@@ -261,10 +271,11 @@ def main() -> None:
         topology = TOPOLOGIES[name](base / name, mode)
         print(f"{name}: {kills} kills, durability {mode}; data in {base / name}", flush=True)
         try:
-            rows += measure(topology, args, kills)
+            mine = measure(topology, args, kills)
         finally:
             topology.stop()
-    table(rows)
+        table(mine)  # as soon as a topology is done: a long invocation shows its runs one by one
+        rows += mine
     print()
     sys.exit(summary(rows))
 
