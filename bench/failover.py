@@ -5,16 +5,16 @@
 
 Per topology it starts the whole stack on real processes (``bench.failover_topology``: Sentinel's primary,
 replica and three Sentinels, or a Cluster of three masters with a replica each; two local Service Bus
-namespaces; ``bridge serve``, a worker, a beat and a receiver that appends every MessageId it is handed to
-a file). Eight producer threads, one per session (the MessageId carries the session and its sequence
-number), POST to the HTTP door at ``--rate`` messages/s together; each retries a 503 or a broken connection
-with the same MessageId until it is answered 202, as a real producer does. The topology's share of
-``--kills`` then happens one after another, each at a random moment (seeded) of its run: with ``--lag``
-the primary's packets to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds
-before the kill; with ``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds
-after. After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a
-replica. Once every kill is done the producer stops and the harness waits until the receiver has every
-acknowledged message or nothing new arrives for ``--settle`` seconds.
+namespaces; ``bridge serve``, a worker, a beat and a receiver that appends every MessageId it is handed to a
+file). Eight producer threads, one per session (the MessageId carries the session and its sequence number),
+POST to the HTTP door at ``--rate`` messages/s together; each retries a 503 or a broken connection with the
+same MessageId until it is answered 202, as a real producer does. The topology's share of ``--kills`` then
+happens one after another, each at a random moment (seeded) of its run: with ``--lag`` the primary's packets
+to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds before the kill; with
+``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after.
+After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a replica.
+Once every kill is done the producer stops and the harness waits until the receiver has every acknowledged
+message or nothing new arrives for ``--settle`` seconds.
 
 A run is the traffic acknowledged from the start of one kill (its lag included) to the next. Per run it
 prints: acknowledged (202), delivered (handed to the receiver), lost (acknowledged, never delivered),
