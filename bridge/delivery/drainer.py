@@ -202,7 +202,9 @@ class ShardDrainer:
             self.state.taken_over = True
         try:
             end = self._turn(held, stop, self.ctx.clock() + budget)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, StateStoreUnavailableError):
+                self._claim_all_again()
             self.read_ahead.close(quiet=True)
             self.settler.close(quiet=True)
             raise
@@ -233,6 +235,7 @@ class ShardDrainer:
                 return TurnEnd(None, 0.0)
             if not held.usable():
                 # Renewals are failing (Redis unreachable): start no send that might outlive the lease.
+                self._claim_all_again()
                 return TurnEnd(None, DOUBT_WAIT)
             if self.settling.holds_due():
                 self.state.claiming = True
@@ -269,6 +272,13 @@ class ShardDrainer:
                     due = min([*self.state.holds.values(), self.state.reclaim_at])
                     return TurnEnd(read.last_delivered or "0-0", max(0.0, due - now))
             self._serve_batch(entries, ahead)
+
+    def _claim_all_again(self) -> None:
+        """After Redis failed under a turn, the next read claims the whole pending list from ``0-0`` before
+        any new entry: a read whose reply the failure lost (a failover's promoted replica has the entries
+        pending under this consumer, the drainer never got them) would otherwise be skipped by every read
+        of new entries and sent only at the next ``reclaim_interval``, after newer entries of its keys."""
+        self.state.claiming, self.state.claim_from = True, "0-0"
 
     def _reclaim_if_due(self, now: float) -> None:
         """Every ``workers.reclaim_interval``, claim the whole pending list again from ``0-0``: an

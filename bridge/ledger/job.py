@@ -159,11 +159,7 @@ def _report(
     timeline_rows, failover_rows = _failover(events, entities)
     if series is not None:
         over_time.add_failovers(series, failover_rows)
-    for row in latency_rows:
-        if row["entity"] in entities:
-            entities[row["entity"]].setdefault("latency", []).append(
-                {k: v for k, v in row.items() if k != "entity"}
-            )
+    _attach_latency(entities, latency_rows)
     step("writing tables")
     _write_rows(rec_rows, table_dir / "reconciliation")
     _write_rows(latency_rows, table_dir / "latency", _LATENCY_SCHEMA)
@@ -181,6 +177,15 @@ def _report(
     summary["html"] = str(report_path)
     (inputs.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _attach_latency(entities: dict[str, dict[str, Any]], latency_rows: list[dict[str, Any]]) -> None:
+    """Each entity's latency rows in its summary entry (rows of names that are no entity are left out)."""
+    for row in latency_rows:
+        if row["entity"] in entities:
+            entities[row["entity"]].setdefault("latency", []).append(
+                {k: v for k, v in row.items() if k != "entity"}
+            )
 
 
 def _reconciliation(
