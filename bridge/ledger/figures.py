@@ -198,14 +198,18 @@ def latency_samples(flagged: DataFrame) -> DataFrame:
 
 def latency_per_minute(samples: DataFrame) -> DataFrame:
     """p50/p95/p99/max per (entity, measure, minute) of ``latency_samples`` rows."""
+    return percentiles_by(samples, "entity", "measure", "minute")
+
+
+def percentiles_by(samples: DataFrame, *keys: str) -> DataFrame:
+    """Per ``keys``: the count and the p50/p95/p99/max of the ``ms`` column (one definition for the batch
+    report's latency table and the live ledger's latency per minute)."""
     quantiles = F.percentile_approx("ms", list(PERCENTILES), PERCENTILE_ACCURACY)
     return (
-        samples.groupBy("entity", "measure", "minute")
+        samples.groupBy(*keys)
         .agg(F.count(F.lit(1)).alias("count"), quantiles.alias("q"), F.max("ms").alias("max_ms"))
         .select(
-            "entity",
-            "measure",
-            "minute",
+            *keys,
             "count",
             F.col("q")[0].alias("p50_ms"),
             F.col("q")[1].alias("p95_ms"),

@@ -165,21 +165,7 @@ def latency(messages: DataFrame) -> DataFrame:
     measures = measures.where(F.col("ms").isNotNull() & F.col("path").isNotNull())
     everything = measures.withColumn("path", F.lit("all"))
     both = measures.unionByName(everything)
-    quantiles = F.percentile_approx("ms", list(PERCENTILES), PERCENTILE_ACCURACY)
-    return (
-        both.groupBy("entity", "path", "measure")
-        .agg(F.count(F.lit(1)).alias("count"), quantiles.alias("q"), F.max("ms").alias("max_ms"))
-        .select(
-            "entity",
-            "path",
-            "measure",
-            "count",
-            F.col("q")[0].alias("p50_ms"),
-            F.col("q")[1].alias("p95_ms"),
-            F.col("q")[2].alias("p99_ms"),
-            "max_ms",
-        )
-    )
+    return figures.percentiles_by(both, "entity", "path", "measure")
 
 
 def timeline_events(events: DataFrame) -> DataFrame:

@@ -31,29 +31,20 @@ def _processes_using(path: Path) -> list[str]:
     return found
 
 
-def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
+def _start_up(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """``bridge up --data-dir tmp_path FLAGS`` with no ``BRIDGE_*`` of this process, and what it printed
+    until the stack was up (its "Ctrl-C stops everything" line) or 120 s passed."""
     proc = subprocess.Popen(
-        # --tls: the ingress speaks HTTPS with the self-signed pair `bridge up` makes (plain HTTP: the demo)
-        [
-            sys.executable,
-            "-m",
-            "bridge.cli.main",
-            "up",
-            "--data-dir",
-            str(tmp_path),
-            "--concurrency",
-            "1",
-            "--tls",
-        ],
+        [sys.executable, "-m", "bridge.cli.main", "up", "--data-dir", str(tmp_path), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")},
     )
+    assert proc.stdout is not None
     lines: list[str] = []
+    deadline = time.monotonic() + 120
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -61,7 +52,17 @@ def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
             lines.append(line)
             if "Ctrl-C stops everything" in line:
                 break
-        out = "".join(lines)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc, "".join(lines)
+
+
+def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
+    # --tls: the ingress speaks HTTPS with the self-signed pair `bridge up` makes (plain HTTP: the demo)
+    proc, out = _start_up(tmp_path, "--concurrency", "1", "--tls")
+    try:
         url = re.search(r"^ingress\s+(https://\S+)", out, re.M)
         env_file = re.search(r"^settings\s+(\S+)", out, re.M)
         metrics = dict(
@@ -105,28 +106,8 @@ def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
 
 
 def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "bridge.cli.main", "up", "--ha", "--data-dir", str(tmp_path)),
-            *("--concurrency", "1", "--no-receivers", "--no-standard-ports"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")},
-    )
-    lines: list[str] = []
+    proc, out = _start_up(tmp_path, "--ha", "--concurrency", "1", "--no-receivers", "--no-standard-ports")
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "Ctrl-C stops everything" in line:
-                break
-        out = "".join(lines)
         url = re.search(r"^ingress\s+(http://\S+)", out, re.M)
         kill = re.search(r"^failover:\s+kill -9 (\d+)", out, re.M)
         assert url and kill and "durability replicated" in out, out
@@ -162,5 +143,5 @@ def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
             proc.kill()
             proc.wait(10)
     rest = proc.stdout.read() if proc.stdout else ""
-    assert "starting it again as a replica" in rest or "starting it again as a replica" in "".join(lines)
+    assert "starting it again as a replica" in out + rest
     assert _processes_using(tmp_path) == []
