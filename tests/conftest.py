@@ -174,6 +174,13 @@ KNOWN_COST = {
     # first run, so it starts first.
     "tests/integration/test_container_images.py": 250.0,
     "tests/integration/test_container_compose.py": 400.0,
+    # Whole stacks with Spark at the end (the tutorial's `bridge report`), the live ledger's streaming runs,
+    # Redis failovers: long units that must start early, not be left for last.
+    "tests/integration/test_tutorial.py": 240.0,
+    "tests/integration/ledger/test_live_ledger.py": 180.0,
+    "tests/integration/ledger/test_report_hosts.py": 120.0,
+    "tests/integration/ledger/test_cluster_stack.py": 60.0,
+    "tests/integration/test_failover_harness.py": 40.0,
 }
 # The rest by the fixtures they take, plus a base cost for an integration or a unit test:
 FIXTURE_COST = {"make_stack": 20.0, "spark": 15.0, "namespace_factory": 8.0, "namespace_pair": 8.0}

@@ -23,15 +23,17 @@ def celery_broker(settings: Settings) -> tuple[str, dict[str, Any]]:
     """The broker URL for ``Celery(broker=...)`` and its ``broker_transport_options``."""
     given = settings.celery_broker_url
     url = (given or settings.redis_url).get_secret_value()
-    target = parse_redis_url(url)
-    if target.kind == "single":
-        return url, {}
-    if target.kind == "cluster":
+    # The scheme alone says Cluster: the refusal comes before the URL is parsed, so it is the error a
+    # Cluster URL gets whatever else is wrong with it
+    if url.partition("://")[0].lower().endswith("+cluster"):
         which = "celery_broker_url" if given else "redis_url"
         raise ConfigurationError(
             f"{which} names a Redis Cluster, which cannot be Celery's broker: set celery_broker_url to a"
             " single Redis or a redis+sentinel:// URL"
         )
+    target = parse_redis_url(url)
+    if target.kind == "single":
+        return url, {}
     auth = ""
     if target.password is not None:
         auth = f"{quote(target.username or '', safe='')}:{quote(target.password, safe='')}@"

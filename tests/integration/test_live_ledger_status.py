@@ -10,7 +10,7 @@ import redis
 
 from bridge.core.live_ledger import LedgerInput, OpenMessage, verdict
 from bridge.state.live_ledger import LiveLedgerStore
-from bridge.status import collect_status
+from bridge.status.collect import collect_status
 from bridge.status.collector import families_from_snapshot
 from tests.integration.test_state_status import bridge, clean_env, make_settings
 

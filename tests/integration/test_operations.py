@@ -306,6 +306,9 @@ LIVE_LEDGER_SERIES = (
 )
 """Read from the live ledger's publication (``tests/integration/test_live_ledger_status.py``)."""
 
+REPLICA_LAG_SERIES = ("bridge_redis_replica_lag_bytes", "bridge_redis_replica_lag_seconds")
+"""One sample per replica: this story's Redis has none (``tests/integration/test_redis_server_info.py``)."""
+
 
 def test_every_endpoint_reports_the_same_shared_state(run: Run) -> None:
     for name, found in run.scrapes.items():
@@ -334,13 +337,16 @@ def test_a_scrape_contains_every_series(run: Run) -> None:
     bases = {re.sub(r"_(bucket|sum|count)$", "", n) for n in present}
     missing = [name for name in exposed_names() if name not in present and name not in bases]
     # A rotation removal needs a backlog queue that fails while the primary is down, a full problem stream
-    # needs max_problem_entries problem messages, the live ledger's series need a running `bridge ledger`:
-    # none is in this story.
-    assert sorted(missing) == [
-        "bridge_backlog_rotation_removals_total",
-        *LIVE_LEDGER_SERIES,
-        "bridge_problem_stream_full_total",
-    ]
+    # needs max_problem_entries problem messages, the live ledger's series need a running `bridge ledger`,
+    # the replica lag a replica: none is in this story.
+    assert sorted(missing) == sorted(
+        [
+            "bridge_backlog_rotation_removals_total",
+            *LIVE_LEDGER_SERIES,
+            "bridge_problem_stream_full_total",
+            *REPLICA_LAG_SERIES,
+        ]
+    )
 
 
 def test_no_series_is_labelled_per_message(run: Run) -> None:
@@ -362,6 +368,7 @@ def test_every_grafana_query_names_a_scraped_series(run: Run) -> None:
         "bridge_backlog_rotation_removals_total",
         "bridge_problem_stream_full_total",
         *LIVE_LEDGER_SERIES,
+        *REPLICA_LAG_SERIES,
     }
 
 
