@@ -69,6 +69,18 @@ def server_version(binary: str) -> tuple[int, int]:
     return (major, minor) if "Redis" in out or major < 7 else max((major, minor), WAITAOF_VERSION)
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, up to 10 s to exit, then SIGKILL (a server process this module or a sibling started)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 class RedisServer:
     """One redis-server child process.
 
@@ -192,13 +204,7 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop gracefully (SIGTERM), then force."""
-        if self._proc and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        stop_process(self._proc)
         self._proc = None
 
     def restart(self, hard: bool = False) -> None:

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import redis
 
 from bridge.embedded.ports import free_port, wait_listening
-from bridge.embedded.redis_server import WAITAOF_VERSION, RedisServer, redis_server_binary
+from bridge.embedded.redis_server import WAITAOF_VERSION, RedisServer, redis_server_binary, stop_process
 from bridge.errors import EmulatorError
 
 SERVICE = "bridge"
@@ -72,13 +72,7 @@ class SentinelProcess:
 
     def stop(self) -> None:
         """SIGTERM, then force."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        stop_process(self._proc)
         self._proc = None
 
 
