@@ -24,7 +24,8 @@ through scripts fenced with the tenure's lease token, and a ``LeaseKeeper`` rene
 sends; a tenure whose lease passed to another drainer stops at its next write (``LeaseLostError``) and
 changes nothing: the new holder claims and resends what was pending.
 
-The drainer's state is one dataclass (``bridge.delivery.tenure.TenureState``); sending
+The drainer's state is one ``bridge.delivery.tenure.TenureState`` of small dataclasses (the tenure, its
+backoff, holds, abandoned paths, read position and batch in flight); sending
 (``shard_sending``) and settling (``shard_settling``) are collaborators it hands that state; the replication
 mode decides each batch from a plan in the core (``bridge.delivery.modes``); this module reads, claims,
 carries out one plan per batch and ends turns.
@@ -116,9 +117,19 @@ class ShardDrainer:
         self.settling = ShardSettling(ctx, self.state, self.sending, self.settler)
 
     @property
+    def entity(self) -> str:
+        """The tenure's entity."""
+        return self.state.tenure.entity
+
+    @property
+    def shard(self) -> int:
+        """The tenure's shard."""
+        return self.state.tenure.shard
+
+    @property
     def token(self) -> str:
         """This tenure's lease token."""
-        return self.state.token
+        return self.state.tenure.token
 
     @property
     def report(self) -> DrainReport:
@@ -128,8 +139,8 @@ class ShardDrainer:
     def run(self, budget: float = 20.0, idle_reads: int = 2, block_ms: int = 200) -> DrainReport:
         """Take the lease, drain until the shard is empty, must wait, or ``budget`` seconds passed, and give
         the lease back (the sweeper's drain task: the safety net behind ``DrainService``)."""
-        keeper = LeaseKeeper(self.ctx.leases, self.state.lease_ttl)
-        held = keeper.acquire(self.state.entity, self.state.shard, self.state.token)
+        keeper = LeaseKeeper(self.ctx.leases, self.state.tenure.lease_ttl)
+        held = keeper.acquire(self.entity, self.shard, self.state.tenure.token)
         if held is None:
             self.state.report.busy = True
             return self.state.report
@@ -149,7 +160,7 @@ class ShardDrainer:
                 idle += 1
                 if idle >= idle_reads:
                     break
-                self.ctx.reader.wait_for_new(self.state.entity, self.state.shard, end.after, block_ms)
+                self.ctx.reader.wait_for_new(self.entity, self.shard, end.after, block_ms)
         except LeaseLostError:
             self.state.report.notes.append("lease lost")
         finally:
@@ -161,14 +172,12 @@ class ShardDrainer:
     def _hand_over_holds(self) -> None:
         """A bounded drain that ends with held keys leaves the earliest of their times for the next one, so
         the sweeper does not restart it at once just to hold them again."""
-        if self.state.holds and self.state.report.retry_after is None:
-            delay = max(0.0, min(self.state.holds.values()) - self.ctx.clock())
+        if self.state.holds.until and self.state.report.retry_after is None:
+            delay = max(0.0, min(self.state.holds.until.values()) - self.ctx.clock())
             try:
-                self.ctx.retry.hold_off(self.state.entity, self.state.shard, delay)
+                self.ctx.retry.hold_off(self.entity, self.shard, delay)
             except StateStoreUnavailableError as exc:
-                log.info(
-                    "entity %s shard %d: hold time not recorded: %s", self.state.entity, self.state.shard, exc
-                )
+                log.info("entity %s shard %d: hold time not recorded: %s", self.entity, self.shard, exc)
 
     def let_go(self, keeper: LeaseKeeper, held: HeldLease) -> None:
         """Wait for the bookkeeping still on its way, then release the lease and delete this process's
@@ -178,17 +187,14 @@ class ShardDrainer:
         try:
             self.settler.close()
         except Exception as exc:  # a lost lease or Redis failing: the next holder claims what is pending
-            log.warning(
-                "entity %s shard %d: bookkeeping not finished: %s", self.state.entity, self.state.shard, exc
-            )
+            log.warning("entity %s shard %d: bookkeeping not finished: %s", self.entity, self.shard, exc)
         try:
             keeper.release(held)
-            if self.state.taken_over:  # else this tenure never read: no group to leave, maybe none at all
-                self.ctx.reader.retire_consumer(self.state.entity, self.state.shard, self.state.consumer)
+            # A tenure that never read has no consumer in the group to retire (maybe no group at all).
+            if self.state.reading.taken_over:
+                self.ctx.reader.retire_consumer(self.entity, self.shard, self.state.tenure.consumer)
         except StateStoreUnavailableError as exc:
-            log.warning(
-                "entity %s shard %d: not released cleanly: %s", self.state.entity, self.state.shard, exc
-            )
+            log.warning("entity %s shard %d: not released cleanly: %s", self.entity, self.shard, exc)
 
     # ---- one turn ----------------------------------------------------------------------------------
     def turn(self, held: HeldLease, stop: threading.Event, budget: float) -> TurnEnd:
@@ -197,9 +203,9 @@ class ShardDrainer:
 
         ``LeaseLostError`` when the lease passed to another drainer; the caller releases the lease.
         """
-        if not self.state.taken_over:
+        if not self.state.reading.taken_over:
             self._take_over()
-            self.state.taken_over = True
+            self.state.reading.taken_over = True
         try:
             end = self._turn(held, stop, self.ctx.clock() + budget)
         except BaseException as exc:
@@ -212,7 +218,7 @@ class ShardDrainer:
             self.read_ahead.close()
             # The turn's bookkeeping finishes behind it (``bridge.delivery.settler``); a failure of it
             # ends this turn, or the next one, with the error.
-            cost = self.state.take_cost()
+            cost = self.state.batch.take_cost()
             if cost.total:
                 self.settler.submit(lambda: self.settling.count(cost))
             else:
@@ -227,10 +233,10 @@ class ShardDrainer:
         while True:
             self.settler.check()
             if held.lost.is_set():
-                raise LeaseLostError(f"shard {self.state.shard} of {self.state.entity}: lease not renewed")
+                raise LeaseLostError(f"shard {self.shard} of {self.entity}: lease not renewed")
             now = self.ctx.clock()
-            if self.state.not_before is not None and self.state.not_before > now:
-                return TurnEnd(None, self.state.not_before - now, backoff=True)
+            if self.state.backoff.not_before is not None and self.state.backoff.not_before > now:
+                return TurnEnd(None, self.state.backoff.not_before - now, backoff=True)
             if stop.is_set() or now >= deadline:
                 return TurnEnd(None, 0.0)
             if not held.usable():
@@ -238,27 +244,28 @@ class ShardDrainer:
                 self._claim_all_again()
                 return TurnEnd(None, DOUBT_WAIT)
             if self.settling.holds_due():
-                self.state.claiming = True
+                self.state.reading.claiming = True
             self._reclaim_if_due(now)
             ahead: Ahead | None = None
-            if self.state.claiming:
+            if self.state.reading.claiming:
                 self.settling.release_due_holds()
                 self.read_ahead.drop()  # its entries are pending: this claim takes them (``read_ahead``)
                 self.settler.flush()  # acknowledgements on their way would be claimed and sent again
-                self.state.claim_asked = read_count(self.state.entry_bytes)
+                self.state.reading.claim_asked = read_count(self.state.reading.entry_bytes)
                 entries = reader.claim_fenced(
-                    self.state.entity,
-                    self.state.shard,
-                    self.state.consumer,
-                    self.state.fence,
-                    count=self.state.claim_asked,
-                    prune=self.state.prune,
-                    start=self.state.claim_from,
+                    self.entity,
+                    self.shard,
+                    self.state.tenure.consumer,
+                    self.state.tenure.fence,
+                    count=self.state.reading.claim_asked,
+                    prune=self.state.reading.prune,
+                    start=self.state.reading.claim_from,
                 )
-                self.state.prune = False
+                self.state.reading.prune = False
                 self._sized(entries)
                 if not entries:
-                    self.state.claiming = False  # the whole pending list was claimed: read what is new
+                    # The whole pending list was claimed: read what is new.
+                    self.state.reading.claiming = False
                     continue
             else:
                 ahead = self.read_ahead.take()
@@ -269,7 +276,7 @@ class ShardDrainer:
                 if not entries:
                     # Empty: wait for a write, or until the earliest held key may be tried again, or the
                     # pending list is read again.
-                    due = min([*self.state.holds.values(), self.state.reclaim_at])
+                    due = min([*self.state.holds.until.values(), self.state.reading.reclaim_at])
                     return TurnEnd(read.last_delivered or "0-0", max(0.0, due - now))
             self._serve_batch(entries, ahead)
 
@@ -278,31 +285,31 @@ class ShardDrainer:
         any new entry: a read whose reply the failure lost (a failover's promoted replica has the entries
         pending under this consumer, the drainer never got them) would otherwise be skipped by every read
         of new entries and sent only at the next ``reclaim_interval``, after newer entries of its keys."""
-        self.state.claiming, self.state.claim_from = True, "0-0"
+        self.state.reading.claiming, self.state.reading.claim_from = True, "0-0"
 
     def _reclaim_if_due(self, now: float) -> None:
         """Every ``workers.reclaim_interval``, claim the whole pending list again from ``0-0``: an
         acknowledgement a Redis failover lost (the promoted replica never received it) leaves an entry
         pending under this consumer, which keeps its lease and would otherwise never look at it again."""
-        if now < self.state.reclaim_at:
+        if now < self.state.reading.reclaim_at:
             return
-        self.state.reclaim_at = now + self.state.reclaim_interval
-        if not self.state.claiming:
-            self.state.claiming, self.state.claim_from = True, "0-0"
+        self.state.reading.reclaim_at = now + self.state.tenure.reclaim_interval
+        if not self.state.reading.claiming:
+            self.state.reading.claiming, self.state.reading.claim_from = True, "0-0"
 
     def _read_next(self) -> Ahead:
         """The next batch's read, with the entity's layout and roles read after the entries in the same
         script (in line, or run ahead: ``bridge.delivery.read_ahead``), and in active mode where each entry
         was already accepted (``ShardSending.delivered``)."""
         read = self.ctx.reader.read_fenced(
-            self.state.entity,
-            self.state.shard,
-            self.state.consumer,
-            self.state.fence,
-            read_count(self.state.entry_bytes),
-            hashes=(outbox_keys.layout(self.state.entity), state_keys.role(self.state.entity)),
-            per_entry=state_keys.delivered(self.state.entity, self.state.shard)
-            if self.state.mode == "active"
+            self.entity,
+            self.shard,
+            self.state.tenure.consumer,
+            self.state.tenure.fence,
+            read_count(self.state.reading.entry_bytes),
+            hashes=(outbox_keys.layout(self.entity), state_keys.role(self.entity)),
+            per_entry=state_keys.delivered(self.entity, self.shard)
+            if self.state.tenure.mode == "active"
             else None,
         )
         roles_at = self.ctx.monotonic()  # the reply's time, before the packing below
@@ -310,11 +317,11 @@ class ShardDrainer:
             return Ahead(read, None)
         self._sized(read.entries)
         layout, roles = read.hashes
-        packed = self.sending.pack_ahead(read.entries) if self.state.mode == "active" else None
+        packed = self.sending.pack_ahead(read.entries) if self.state.tenure.mode == "active" else None
         return Ahead(read, Layout.from_fields(layout), RoleState.from_fields(roles), roles_at, packed)
 
     def _serve_batch(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> None:
-        claimed = self.state.claiming
+        claimed = self.state.reading.claiming
         if not claimed:
             # While this batch is sent, the next one is read; used only if this one leaves nothing pending.
             self.read_ahead.start(self._read_next)
@@ -323,89 +330,90 @@ class ShardDrainer:
             if claimed:
                 # Every claimed entry is settled or its key held: the next claim starts after them, and new
                 # entries are read only once no pending entry is left beyond (a short claim).
-                self.state.claim_from = _after(entries[-1].entry_id)
-                self.state.claiming = len(entries) >= self.state.claim_asked
+                self.state.reading.claim_from = _after(entries[-1].entry_id)
+                self.state.reading.claiming = len(entries) >= self.state.reading.claim_asked
         else:
             # The entry that must wait and everything after it stay pending (ours): claimed again first.
-            self.state.claiming = True
+            self.state.reading.claiming = True
 
     def _sized(self, entries: Sequence[OutboxEntry]) -> None:
         """Remember the entries' mean size: the next read's count follows it (``read_count``)."""
         if entries:
-            self.state.entry_bytes = sum(entry_size(e.fields) for e in entries) / len(entries)
+            self.state.reading.entry_bytes = sum(entry_size(e.fields) for e in entries) / len(entries)
 
     def _take_over(self) -> None:
         """What an earlier holder left: the consumer group, and the shard's backoff and retry count."""
         ctx = self.ctx
-        ctx.reader.ensure_groups(self.state.entity)
+        ctx.reader.ensure_groups(self.entity)
         # Redis answers with seconds left on its own clock; this tenure counts them from a reading of its
         # clock taken after the answer came, so a wait can only come out longer, never shorter.
-        backoff = ctx.retry.backoff_left(self.state.entity, self.state.shard)
+        backoff = ctx.retry.backoff_left(self.entity, self.shard)
         waits = (
-            ctx.retry.abandoned_waits_left(self.state.entity, self.state.shard)
-            if self.state.abandoned_wait
+            ctx.retry.abandoned_waits_left(self.entity, self.shard)
+            if self.state.tenure.abandoned_wait
             else {}
         )
         now = ctx.clock()
-        self.state.not_before = None if backoff is None else now + backoff
-        self.state.attempts = ctx.retry.attempts(self.state.entity, self.state.shard)
-        self.state.retry_state = self.state.not_before is not None or self.state.attempts > 0
-        self.state.abandoned = {key: now + left for key, left in waits.items()}
+        wait = self.state.backoff
+        wait.not_before = None if backoff is None else now + backoff
+        wait.attempts = ctx.retry.attempts(self.entity, self.shard)
+        wait.retry_state = wait.not_before is not None or wait.attempts > 0
+        self.state.abandoned.until = {key: now + left for key, left in waits.items()}
         # An earlier tenure's backoff ends early like our own, never before its abandoned sends' waits.
-        self.state.wake_floor = None if backoff is None else max([now, *self.state.abandoned.values()])
-        self.state.wake_awaits = backoff_awaits(self.state.mode)  # what its batch lacked is not known
+        wait.wake_floor = None if backoff is None else max([now, *self.state.abandoned.until.values()])
+        wait.wake_awaits = backoff_awaits(self.state.tenure.mode)  # what its batch lacked is not known
 
     def _settled(self) -> None:
         """A batch went through: a backoff or retry count left in Redis is over (fenced). (A namespace that
         was down is announced back by the send's health record, ``ShardSending.record_due_health``: a shard
         that waited out a throttled namespace's backoff wakes nobody.)"""
-        if self.state.retry_state:
-            self.ctx.retry.clear(self.state.entity, self.state.shard, fence=self.state.fence)
-            self.state.attempts, self.state.not_before, self.state.retry_state = 0, None, False
-            self.state.wake_floor = None
+        wait = self.state.backoff
+        if wait.retry_state:
+            self.ctx.retry.clear(self.entity, self.shard, fence=self.state.tenure.fence)
+            wait.attempts, wait.not_before, wait.retry_state, wait.wake_floor = 0, None, False, None
 
     def wake(self, news: SeenBack) -> float | None:
         """Namespaces were seen back (``news``; ``bridge.core.seen_back``): end this tenure's backoff early
         (``bridge.core.backoff.resume_at``) when the news names a namespace it waits for
-        (``TenureState.wake_awaits``), and let the held keys that wait for what the news names be decided
+        (``ShardBackoff.wake_awaits``), and let the held keys that wait for what the news names be decided
         again now (a key still blocked is held again); the other held keys keep their time. Seconds still
         to wait (0: none), or None when the shard waits for neither. Called between turns only (the pool's
         lock keeps it off a running turn)."""
         now = float(self.ctx.clock())
         ends = [
             key
-            for key in self.state.holds
-            if news.ends_hold(self.state.entity, self.state.held_from[key].awaits)
+            for key in self.state.holds.until
+            if news.ends_hold(self.entity, self.state.holds.held_from[key].awaits)
         ]
         for key in ends:
-            self.state.holds[key] = min(self.state.holds[key], now)
+            self.state.holds.until[key] = min(self.state.holds.until[key], now)
         held = bool(ends)
-        backoff = self.state.wake_floor is not None and self.state.not_before is not None
-        if not backoff or not news.ends_backoff(self.state.wake_awaits):
-            return 0.0 if held and (self.state.not_before is None or self.state.not_before <= now) else None
-        self.state.not_before = resume_at(self.state.not_before, self.state.wake_floor, now)
-        if self.state.not_before is None:
-            self.state.wake_floor = None
+        wait = self.state.backoff
+        backoff = wait.wake_floor is not None and wait.not_before is not None
+        if not backoff or not news.ends_backoff(wait.wake_awaits):
+            return 0.0 if held and (wait.not_before is None or wait.not_before <= now) else None
+        wait.not_before = resume_at(wait.not_before, wait.wake_floor, now)
+        if wait.not_before is None:
+            wait.wake_floor = None
             return 0.0
-        return max(0.0, self.state.not_before - now)
+        return max(0.0, wait.not_before - now)
 
     # ---- one batch ---------------------------------------------------------------------------------
     def _process(self, entries: Sequence[OutboxEntry], ahead: Ahead | None = None) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry, or a layout change
         that holds the rest back). ``ahead``: the read the entries came from, with its layout and roles."""
         roles = ahead.roles if ahead is not None else None
-        self.state.batch_roles = None if ahead is None or roles is None else (roles, ahead.at)
-        self.state.batch_delivered = None if ahead is None else ahead.read.per_entry
-        self.state.batch_packed = None if ahead is None else ahead.packed
+        self.state.batch.roles = None if ahead is None or roles is None else (roles, ahead.at)
+        self.state.batch.delivered = None if ahead is None else ahead.read.per_entry
+        self.state.batch.packed = None if ahead is None else ahead.packed
         entries, held_back = self._layout_gate(entries, ahead)
         if held_back:
             done = self._process_entries(entries) if entries else True
             # Retried soon, without counting a failure: the old layout's drainers are making progress.
             now = self.ctx.clock()
-            self.state.not_before = (
-                max(self.state.not_before or now, now + LAYOUT_WAIT) if done else self.state.not_before
-            )
-            self.state.wake_floor = None if done else self.state.wake_floor
+            wait = self.state.backoff
+            wait.not_before = max(wait.not_before or now, now + LAYOUT_WAIT) if done else wait.not_before
+            wait.wake_floor = None if done else wait.wake_floor
             self.state.report.retry_after = self.state.report.retry_after or LAYOUT_WAIT
             return False
         return self._process_entries(entries)
@@ -417,19 +425,19 @@ class ShardDrainer:
         new-layout entry waits until the old layout is drained; True when some are held back. The layout
         is read after the entries (with them when they were read ahead)."""
         store = LayoutStore(self.ctx.redis)
-        layout = ahead.layout if ahead is not None else store.get(self.state.entity)
+        layout = ahead.layout if ahead is not None else store.get(self.entity)
         if layout is None or not layout.migrating:
             return entries, False
-        cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.state.shard, e.entry_id)), None)
-        if cut is None or store.finish_if_drained(self.state.entity, layout):
+        cut = next((i for i, e in enumerate(entries) if layout.must_wait(self.shard, e.entry_id)), None)
+        if cut is None or store.finish_if_drained(self.entity, layout):
             return entries, False
         return entries[:cut], True
 
     def _process_entries(self, entries: Sequence[OutboxEntry]) -> bool:
         """Send and settle a batch in order; False when the shard must stop (a Retry)."""
         good: list[OutboxEntry] = []
-        self.state.journal.clear()
-        self.state.health_due.clear()
+        self.state.batch.journal.clear()
+        self.state.batch.health_due.clear()
         for entry in entries:
             if entry.envelope is not None:
                 good.append(entry)
@@ -441,5 +449,5 @@ class ShardDrainer:
         if not good:
             return True
         # Only what has TTL left is sent, with what is left of it (``bridge.delivery.expiry``).
-        decisions = settle_unexpired(sender_for(self.state.mode), self.sending, good, self.ctx.clock())
+        decisions = settle_unexpired(sender_for(self.state.tenure.mode), self.sending, good, self.ctx.clock())
         return self.settling.apply(good, decisions)

@@ -355,8 +355,8 @@ class ShardPool:
             ref
             for ref, s in self._slots.items()
             if s.state == "waiting"
-            and s.drainer.state.wake_floor is not None
-            and s.drainer.state.wake_floor <= s.drainer.ctx.clock()
+            and s.drainer.state.backoff.wake_floor is not None
+            and s.drainer.state.backoff.wake_floor <= s.drainer.ctx.clock()
         ]
 
     def _namespace_back(self, news: SeenBack) -> None:

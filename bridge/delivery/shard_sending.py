@@ -107,12 +107,12 @@ class ShardSending:
     @property
     def entity(self) -> str:
         """The tenure's entity (``SendPort``)."""
-        return self.state.entity
+        return self.state.tenure.entity
 
     @property
     def shard(self) -> int:
         """The tenure's shard (``SendPort``)."""
-        return self.state.shard
+        return self.state.tenure.shard
 
     def observed_roles(self) -> RoleState:
         """The entity's roles for this batch's send (``bridge.delivery.modes.base.SendPort``): those the
@@ -125,10 +125,10 @@ class ShardSending:
         batch. Roles can change between any reading and the send it decides; reading them with the entries
         widens that window by at most ``ROLES_FRESH``, and what the send then finds is decided as before
         (``bridge.core.replication``: a swap is compared against the epoch observed)."""
-        batch, self.state.batch_roles = self.state.batch_roles, None
+        batch, self.state.batch.roles = self.state.batch.roles, None
         if (
             batch is not None
-            and batch[0].epoch >= self.state.seen_epoch
+            and batch[0].epoch >= self.state.batch.seen_epoch
             and self.ctx.monotonic() - batch[1] <= ROLES_FRESH
         ):
             return batch[0]
@@ -142,7 +142,7 @@ class ShardSending:
         shard's time in a drain after an outage. Read with the entries it is exact when used: only this
         tenure writes the records of its entries (fenced), and it writes them for entries it sent, never
         for entries read and not sent yet."""
-        batch, self.state.batch_delivered = self.state.batch_delivered, None
+        batch, self.state.batch.delivered = self.state.batch.delivered, None
         if batch is None:
             return self.ctx.retry.delivered(self.entity, self.shard, entry_ids)
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
@@ -176,7 +176,7 @@ class ShardSending:
         """The messages packed with this batch's read when the batch is exactly its entries and each
         message's TTL is still the one left of it (``built_ttl_holds``: ``entries`` carry the TTL left
         now), for a mode that sends them (counted in the report); taken once per batch."""
-        packed, self.state.batch_packed = self.state.batch_packed, None
+        packed, self.state.batch.packed = self.state.batch.packed, None
         if packed is None or packed.entry_ids != tuple(e.entry_id for e in entries):
             return None
         left = [None if e.envelope is None else e.envelope.time_to_live for e in entries]
@@ -188,7 +188,7 @@ class ShardSending:
     def retry_context(self) -> RetryContext:
         """The clock, this tenure's retry count and the backoff (``bridge.delivery.modes.base.SendPort``)."""
         # The retry count is this tenure's: read at take-over, counted by each backoff (only we write it).
-        return RetryContext(self.ctx.clock(), self.state.attempts, self.ctx.backoff, random.random)
+        return RetryContext(self.ctx.clock(), self.state.backoff.attempts, self.ctx.backoff, random.random)
 
     def send_messages(
         self,
@@ -216,9 +216,9 @@ class ShardSending:
         now = self.ctx.clock()
         refusals: list[BatchOutcome | None] = []
         for send in sends:
-            left = abandoned.wait_left(self.state.abandoned, send.role, send.path, now)
+            left = abandoned.wait_left(self.state.abandoned.until, send.role, send.path, now)
             refused = left > 0 and not abandoned.resent(
-                self.state.abandoned_ids.get((send.role, send.path)),
+                self.state.abandoned.ids.get((send.role, send.path)),
                 [message_id_of(m) for m in send.messages],
             )
             outcome = abandoned.refused(send.role, send.path, left)
@@ -260,7 +260,7 @@ class ShardSending:
         if result.accepted:
             # Counted with the batch's settlement (``ShardSettling.apply``), not here: one Redis write
             # (fsync'd with ``appendfsync always``) less on the path of every batch.
-            self.state.cost = self.state.cost.add(operation, len(result.accepted))
+            self.state.batch.cost = self.state.batch.cost.add(operation, len(result.accepted))
         metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
         if messaging_metrics.enabled():
             messaging_metrics.record_send(
@@ -270,16 +270,16 @@ class ShardSending:
             )  # fmt: skip
         barrier = operation is Operation.BARRIER
         backlog = path if operation is Operation.BACKLOG_SEND or barrier else None
-        self.state.journal.record_send(
+        self.state.batch.journal.record_send(
             role, ids, outcome.outcomes, now, backlog_queue=backlog, barrier=barrier
         )
         if outcome.all_ok:
             # "Available" is all it can say: written with the batch's settlement, off the send's path, as
             # of now (a later attempt's record, written before it, stands).
-            self.state.health_due.append((role, outcome, now))
+            self.state.batch.health_due.append((role, outcome, now))
         else:
             self._record_health(role, outcome, now, span, messages)
-        if self.state.abandoned_wait:
+        if self.state.tenure.abandoned_wait:
             self._after_send(role, path, ids, outcome, now)
         if span is not None:
             send_spans.end_send(span, len(result.accepted), send_spans.outcome_type(outcome.outcomes))
@@ -294,11 +294,12 @@ class ShardSending:
         self, role: Role, path: str, messages: Sequence[OutgoingMessage], operation: Operation
     ) -> SendSpan | None:
         """The ``send <path>`` span of one batch (``bridge.observability.send_spans``)."""
-        failover = operation is Operation.BACKUP_SEND or (self.state.mode != "active" and role == "secondary")
+        mode = self.state.tenure.mode
+        failover = operation is Operation.BACKUP_SEND or (mode != "active" and role == "secondary")
         attributes: dict[str, str | int | bool] = {
             "bridge.namespace.role": role,
-            "bridge.replication.mode": self.state.mode,
-            "bridge.attempt": self.state.attempts + 1,
+            "bridge.replication.mode": mode,
+            "bridge.attempt": self.state.backoff.attempts + 1,
             "bridge.failover": failover,
             "bridge.operation": operation.value,
         }
@@ -318,12 +319,12 @@ class ShardSending:
         key = (role, path)
         lost_track = abandoned.timed_out(ids, outcome.outcomes)
         if lost_track:
-            still = abandoned.wait_left(self.state.abandoned, role, path, now) > 0
-            before = self.state.abandoned_ids.get(key, frozenset()) if still else frozenset()
-            self.state.abandoned[key] = now + self.state.abandoned_wait
-            self.state.abandoned_ids[key] = before | lost_track
+            still = abandoned.wait_left(self.state.abandoned.until, role, path, now) > 0
+            before = self.state.abandoned.ids.get(key, frozenset()) if still else frozenset()
+            self.state.abandoned.until[key] = now + self.state.tenure.abandoned_wait
+            self.state.abandoned.ids[key] = before | lost_track
             self.ctx.retry.wait_after_abandoned(
-                self.entity, self.shard, role, path, wait=self.state.abandoned_wait
+                self.entity, self.shard, role, path, wait=self.state.tenure.abandoned_wait
             )
             log.info(
                 "entity %s shard %d: %d messages to %s on %s timed out; nothing newer goes there for %.1fs",
@@ -332,16 +333,16 @@ class ShardSending:
                 len(lost_track),
                 path,
                 role,
-                self.state.abandoned_wait,
+                self.state.tenure.abandoned_wait,
             )
-        elif key in self.state.abandoned_ids and abandoned.all_accepted(
-            self.state.abandoned_ids[key], ids, outcome.outcomes
+        elif key in self.state.abandoned.ids and abandoned.all_accepted(
+            self.state.abandoned.ids[key], ids, outcome.outcomes
         ):
-            del self.state.abandoned[key], self.state.abandoned_ids[key]
+            del self.state.abandoned.until[key], self.state.abandoned.ids[key]
             self.ctx.retry.end_wait_after_abandoned(self.entity, self.shard, role, path)
 
     def record_due_health(self, due: list[HealthDue]) -> None:
-        """Record the health after sends that every message went through (``TenureState.health_due``)."""
+        """Record the health after sends that every message went through (``BatchInFlight.health_due``)."""
         for role, outcome, at in due:
             self._record_health(role, outcome, at, None, ())
 

@@ -51,6 +51,16 @@ class ShardSettling:
         self.sending = sending
         self.settler = settler
 
+    @property
+    def entity(self) -> str:
+        """The tenure's entity."""
+        return self.state.tenure.entity
+
+    @property
+    def shard(self) -> int:
+        """The tenure's shard."""
+        return self.state.tenure.shard
+
     def apply(self, entries: Sequence[OutboxEntry], decisions: Sequence[Settlement]) -> bool:
         """Carry out the batch's settle plan (``bridge.core.settle``): the state changes, once each, then
         every entry's fate; False when a ``Retry`` stops the shard until its backoff.
@@ -62,25 +72,26 @@ class ShardSettling:
         plan = plan_settlement(
             decisions,
             keys,
-            held=self.state.holds.keys(),
-            waits=self.state.abandoned,
-            own_waits=self.state.abandoned_ids.keys(),
-            entity=self.state.entity,
+            held=self.state.holds.until.keys(),
+            waits=self.state.abandoned.until,
+            own_waits=self.state.abandoned.ids.keys(),
+            entity=self.entity,
             now=self.ctx.clock(),
         )
         for alert in plan.alerts:
-            log.error("entity %s: %s", self.state.entity, alert)
+            log.error("entity %s: %s", self.entity, alert)
         self._apply_changes(plan.changes)
-        due = self.state.take_health_due()
+        in_flight = self.state.batch
+        due = in_flight.take_health_due()
         if plan.behind:
             # Every entry accepted: journal, send counts, acknowledgement and health are written behind us
             # (``settler``).
-            batch, accepted, cost = self.state.journal.take(), list(entries), self.state.take_cost()
+            batch, accepted, cost = in_flight.journal.take(), list(entries), in_flight.take_cost()
             self.settler.submit(lambda: self._settle_accepted(batch, accepted, due, cost))
             return True
         self.settler.flush()
         self.sending.record_due_health(due)
-        self.count(self.state.take_cost())
+        self.count(self.state.batch.take_cost())
         full = self._settle_in_line(entries, keys, plan)
         if plan.stop is not None:
             self._stop(plan.stop)
@@ -96,13 +107,13 @@ class ShardSettling:
         journaled nor moved): the refusal is returned, and the shard holds until there is room."""
         fates = list(zip(entries, plan.fates, strict=True))
         dead = [entry.entry_id for entry, fate in fates if isinstance(fate, DeadLetterEntry)]
-        room = self.ctx.reader.problem_room(self.state.entity, "deadletter") if dead else 0
+        room = self.ctx.reader.problem_room(self.entity, "deadletter") if dead else 0
         kept = set(dead[room:])
         for entry, fate in fates:
             if isinstance(fate, DeadLetterEntry) and entry.entry_id not in kept:
-                self.state.journal.dead_lettered(message_id_of(entry), plan.now, fate.reason)
+                self.state.batch.journal.dead_lettered(message_id_of(entry), plan.now, fate.reason)
         # Before any entry is acknowledged or moved: the journal then never lacks what the outbox lost.
-        self.state.journal.take().write(self.ctx.journal, self.state.entity)
+        self.state.batch.journal.take().write(self.ctx.journal, self.entity)
         full = self.full("deadletter") if kept else None
         pending: dict[str, str] = {}  # each key's first entry that stays pending (a hold starts there)
         for key, (entry, fate) in zip(keys, fates, strict=True):
@@ -119,16 +130,14 @@ class ShardSettling:
             elif isinstance(fate, HoldKey):
                 self._hold(fate, pending.get(fate.key, entry.entry_id))
             elif isinstance(fate, StayPending) and fate.delivered_to:
-                self.ctx.retry.remember_delivered(
-                    self.state.entity, self.state.shard, entry.entry_id, fate.delivered_to
-                )
+                self.ctx.retry.remember_delivered(self.entity, self.shard, entry.entry_id, fate.delivered_to)
         self._ack([entry for entry, fate in fates if isinstance(fate, Acknowledge)])
         return full
 
     def quarantine(self, entry: OutboxEntry) -> bool:
         """Move an undecodable entry to the quarantine stream, journaled first; False when the stream has
         no room: the entry stays pending (never moved, never lost) and the shard holds."""
-        entity = self.state.entity
+        entity = self.entity
         if not self.ctx.reader.problem_room(entity, "quarantine"):
             self.problem_stream_full(self.full("quarantine"))
             return False
@@ -143,7 +152,7 @@ class ShardSettling:
                 code="corrupt_entry",
                 reason=reason,
                 now=self.ctx.clock(),
-                fence=self.state.fence,
+                fence=self.state.tenure.fence,
             )
         except ProblemStreamFullError as full:  # filled since the check (another shard): held
             self.problem_stream_full(full)
@@ -154,52 +163,53 @@ class ShardSettling:
         return True
 
     def full(self, stream: str) -> ProblemStreamFullError:
-        bound = self.ctx.settings.entity(self.state.entity).max_problem_entries
-        return ProblemStreamFullError(self.state.entity, stream, bound, bound, retry_after=PROBLEM_FULL_WAIT)
+        bound = self.ctx.settings.entity(self.entity).max_problem_entries
+        return ProblemStreamFullError(self.entity, stream, bound, bound, retry_after=PROBLEM_FULL_WAIT)
 
     def problem_stream_full(self, full: ProblemStreamFullError) -> None:
         """A problem entry found its stream full: it stays pending and the shard holds (loudly) until
         ``PROBLEM_FULL_WAIT`` has passed, then decides it again (docs/durability.md, "Bounded problem
         streams")."""
         now = self.ctx.clock()
-        self.state.not_before = max(self.state.not_before or now, now + PROBLEM_FULL_WAIT)
-        self.state.wake_floor = None  # a full stream is no namespace outage: nothing seen back ends this wait
+        wait = self.state.backoff
+        wait.not_before = max(wait.not_before or now, now + PROBLEM_FULL_WAIT)
+        wait.wake_floor = None  # a full stream is no namespace outage: nothing seen back ends this wait
         self.state.report.retry_after = max(self.state.report.retry_after or 0.0, PROBLEM_FULL_WAIT)
         self.state.report.notes.append(str(full))
-        log.error("entity %s shard %d holds: %s", self.state.entity, self.state.shard, full)
-        transitions.problem_stream_full(self.state.entity, full.stream)
+        log.error("entity %s shard %d holds: %s", self.entity, self.shard, full)
+        transitions.problem_stream_full(self.entity, full.stream)
 
     def _dead_letter(self, entry: OutboxEntry, fate: DeadLetterEntry, now: float) -> None:
         reason = fate.reason
         self.ctx.reader.move(
-            entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.state.fence
+            entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.state.tenure.fence
         )
-        self.ctx.retry.forget_delivered(self.state.entity, self.state.shard, [entry.entry_id])
+        self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
         self.state.report.dead_lettered += 1
         log.warning(
             "entity %s: message %s dead-lettered locally: %s",
-            self.state.entity,
+            self.entity,
             message_id_of(entry) or "?",
             reason,
         )
-        transitions.dead_lettered(self.state.entity, reason)
+        transitions.dead_lettered(self.entity, reason)
 
     def _stop(self, stop: Stop) -> None:
         """The shard waits until ``stop.until``; a backoff is counted and kept in Redis (fenced), a planned
         wait (a restore barrier) is this tenure's alone."""
         if stop.backoff:
-            self.state.attempts = self.ctx.retry.back_off(
-                self.state.entity, self.state.shard, stop.retry_after, fence=self.state.fence
+            self.state.backoff.attempts = self.ctx.retry.back_off(
+                self.entity, self.shard, stop.retry_after, fence=self.state.tenure.fence
             )
-            self.state.retry_state = True
-        self.state.not_before = stop.until
-        self.state.wake_floor = stop.floor if stop.backoff else None
-        self.state.wake_awaits = backoff_awaits(self.state.mode, stop.pending)
+            self.state.backoff.retry_state = True
+        self.state.backoff.not_before = stop.until
+        self.state.backoff.wake_floor = stop.floor if stop.backoff else None
+        self.state.backoff.wake_awaits = backoff_awaits(self.state.tenure.mode, stop.pending)
         self.state.report.retry_after = stop.retry_after
         log.info(
             "entity %s shard %d waits %.2fs: %s",
-            self.state.entity,
-            self.state.shard,
+            self.entity,
+            self.shard,
             stop.retry_after,
             stop.reason,
         )
@@ -210,7 +220,7 @@ class ShardSettling:
         # Before the entries are acknowledged: the journal then never lacks what the outbox lost, and the
         # send counters never lag behind the outbox (an entry gone from it is counted in every namespace
         # that took it; one counted and not acknowledged when the process dies is sent, and counted, again).
-        batch.write(self.ctx.journal, self.state.entity)
+        batch.write(self.ctx.journal, self.entity)
         self.count(cost)
         self._ack(entries)
         # A namespace that was down is announced back from here (a few milliseconds after its send), unless
@@ -218,62 +228,62 @@ class ShardSettling:
         self.sending.record_due_health(due)
 
     def count(self, cost: CostTally) -> None:
-        """Write the send counters (``TenureState.cost``): with each batch's settlement, before its
+        """Write the send counters (``BatchInFlight.cost``): with each batch's settlement, before its
         acknowledgements, and at the end of a turn for sends no settlement took."""
         if cost.total:
-            self.ctx.cost.add(self.state.entity, cost)
+            self.ctx.cost.add(self.entity, cost)
 
     # ---- keys that wait (Hold) -------------------------------------------------------------------
     def key(self, entry: OutboxEntry) -> str:
         """The entry's order key (SessionId, PartitionKey, MessageId when deduplicating), else its own id."""
-        key = partition_key(entry.envelope, self.state.dedup) if entry.envelope is not None else None
+        key = partition_key(entry.envelope, self.state.tenure.dedup) if entry.envelope is not None else None
         return f"key:{key}" if key is not None else f"entry:{entry.entry_id}"
 
     def _hold(self, hold: HoldKey, first: str) -> None:
-        self.state.holds[hold.key] = hold.until
-        self.state.held_from[hold.key] = HeldFrom(first, hold.awaits)
+        self.state.holds.until[hold.key] = hold.until
+        self.state.holds.held_from[hold.key] = HeldFrom(first, hold.awaits)
         log.info(
             "entity %s shard %d holds a key for %.2fs: %s",
-            self.state.entity,
-            self.state.shard,
+            self.entity,
+            self.shard,
             hold.retry_after,
             hold.reason,
         )
 
     def not_held(self, entries: list[OutboxEntry]) -> list[OutboxEntry]:
         """The entries whose key is not held; a held key's entries stay pending behind its first one."""
-        if not self.state.holds:
+        if not self.state.holds.until:
             return entries
-        return [e for e in entries if self.key(e) not in self.state.holds]
+        return [e for e in entries if self.key(e) not in self.state.holds.until]
 
     def holds_due(self) -> bool:
         """Some held key may be tried again: its entries are claimed again (in order) and re-decided."""
-        return bool(self.state.holds) and min(self.state.holds.values()) <= self.ctx.clock()
+        return bool(self.state.holds.until) and min(self.state.holds.until.values()) <= self.ctx.clock()
 
     def release_due_holds(self) -> None:
         """Forget the holds that are due; the next claim starts at the first pending entry of their keys
         (the entries before it are settled or belong to keys still held), so they are decided again in
         order and a long run of another key's held entries before them is not claimed again."""
         now = self.ctx.clock()
-        due = [key for key, at in self.state.holds.items() if at <= now]
+        due = [key for key, at in self.state.holds.until.items() if at <= now]
         if not due:
             return
-        starts = [self.state.claim_from, *(self.state.held_from[key].entry_id for key in due)]
-        self.state.claim_from = min(starts, key=stream_id)
+        starts = [self.state.reading.claim_from, *(self.state.holds.held_from[key].entry_id for key in due)]
+        self.state.reading.claim_from = min(starts, key=stream_id)
         for key in due:
-            del self.state.holds[key], self.state.held_from[key]
+            del self.state.holds.until[key], self.state.holds.held_from[key]
 
     def _ack(self, entries: list[OutboxEntry]) -> None:
         if entries:
             entry_ids = [entry.entry_id for entry in entries]
             sizes = [entry_size(entry.fields) for entry in entries]
             self.ctx.reader.ack(
-                self.state.entity, self.state.shard, entry_ids, fence=self.state.fence, sizes=sizes
+                self.entity, self.shard, entry_ids, fence=self.state.tenure.fence, sizes=sizes
             )
-            metrics.record_delivered(self.state.entity, entry_ids, time.time())
+            metrics.record_delivered(self.entity, entry_ids, time.time())
             self._record_latency(entry_ids)
-            if self.state.mode == "active":
-                self.ctx.retry.forget_delivered(self.state.entity, self.state.shard, entry_ids)
+            if self.state.tenure.mode == "active":
+                self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)
             self.state.report.sent += len(entry_ids)
 
     def _record_latency(self, entry_ids: list[str]) -> None:
@@ -283,19 +293,19 @@ class ShardSettling:
             return
         now = self.ctx.clock()
         try:
-            self.ctx.latency.record(self.state.entity, latency_counts([entry_age(i, now) for i in entry_ids]))
+            self.ctx.latency.record(self.entity, latency_counts([entry_age(i, now) for i in entry_ids]))
         except BridgeError as exc:
-            log.debug("entity %s: latency not recorded: %s", self.state.entity, exc)
+            log.debug("entity %s: latency not recorded: %s", self.entity, exc)
 
     def write_journal(self, events: list[JournalEvent]) -> None:
         if self.ctx.journal is not None and events:
-            self.ctx.journal.append(self.state.entity, events)
+            self.ctx.journal.append(self.entity, events)
 
     def _apply_changes(self, changes: Sequence[Change]) -> None:
         for change in changes:
             if isinstance(change, Swap):
-                applied, state = self.ctx.roles.swap(self.state.entity, change)
-                self.state.seen_epoch = max(self.state.seen_epoch, state.epoch)
+                applied, state = self.ctx.roles.swap(self.entity, change)
+                self.state.batch.seen_epoch = max(self.state.batch.seen_epoch, state.epoch)
                 if applied:
                     self.write_journal(
                         [
@@ -310,14 +320,14 @@ class ShardSettling:
                     )
                     log.warning(
                         "entity %s: roles swapped %s -> %s (epoch %d): %s",
-                        self.state.entity,
+                        self.entity,
                         change.from_role,
                         change.to_role,
                         state.epoch,
                         change.reason,
                     )
-                    transitions.role_swapped(self.state.entity, change.to_role, change.reason)
+                    transitions.role_swapped(self.entity, change.to_role, change.reason)
             else:
                 namespace = self.ctx.settings.primary.namespace_name if self.ctx.settings.primary else ""
-                update = self.ctx.paired.apply_all(self.state.entity, namespace, [change])
+                update = self.ctx.paired.apply_all(self.entity, namespace, [change])
                 self.write_journal(paired_events(change, update, self.ctx.clock()))

@@ -1,11 +1,13 @@
-"""The state one shard's tenure carries between batches and turns (``TenureState``), a plain dataclass.
+"""The state one shard's tenure carries between batches and turns (``TenureState``): small dataclasses.
 
 ``ShardDrainer`` (``bridge.delivery.drainer``) owns one ``TenureState`` and hands it to its two
 collaborators: the sending part (``bridge.delivery.shard_sending``: one recorded send, health, abandoned
 sends) and the settling part (``bridge.delivery.shard_settling``: carrying out the settle plan, holds,
-acknowledgements, state changes). What the tenure knows lives here and nowhere else: its fence, retry count
-and backoff, held keys, paths it must not send to yet, where the next claim starts, and what this batch has
-recorded so far (journal events, health owed, sends not yet counted).
+acknowledgements, state changes). What the tenure knows lives here and nowhere else, grouped by what it is:
+``tenure`` (its names, fence and the entity's settings: fixed), ``backoff`` (retry count and when the next
+batch may start), ``holds`` (held keys), ``abandoned`` (paths it must not send to yet), ``reading`` (where
+the next claim starts, whether to claim or read new entries), ``batch`` (what was read with this batch and
+what its sends recorded so far: journal events, health owed, sends not yet counted) and ``report``.
 """
 
 from __future__ import annotations
@@ -80,13 +82,9 @@ def message_id_of(entry: OutboxEntry) -> str | None:
     return entry.envelope.message_id if entry.envelope else None
 
 
-@dataclass
-class TenureState:
-    """One tenure of one shard: what it knows between batches and turns (see the module docstring).
-
-    Only the drainer and the two collaborators it hands the state to read or change it, all on the thread
-    that serves the shard's turn; the settler and the read ahead get copies of what they need.
-    """
+@dataclass(frozen=True)
+class ShardTenure:
+    """Who this tenure is and the entity's settings it drains by: fixed for the tenure."""
 
     entity: str
     shard: int
@@ -103,13 +101,14 @@ class TenureState:
     lease_ttl: float
     reclaim_interval: float
     """Seconds between claims of the whole pending list from ``0-0`` (``ShardDrainer._reclaim_if_due``)."""
-    reclaim_at: float
-    """When this tenure next claims its whole pending list again (the context's clock)."""
     abandoned_wait: float
     """Seconds nothing newer goes to a path after a send there timed out (0: no such wait)."""
-    journal: BatchJournal
-    """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
-    report: DrainReport
+
+
+@dataclass
+class ShardBackoff:
+    """The shard's retry count and when its next batch may start."""
+
     attempts: int = 0
     """The shard's retry count: read at take-over, counted by each backoff (only this tenure writes it)."""
     not_before: float | None = None
@@ -122,15 +121,34 @@ class TenureState:
     (``bridge.core.seen_back.backoff_awaits``); news of another namespace leaves it be."""
     retry_state: bool = False
     """A backoff or retry count is kept in Redis for the shard: the next batch that goes through clears it."""
-    abandoned: dict[tuple[Role, str], float] = field(default_factory=dict)
-    """Paths this shard sends nothing newer to until the time given, after a send there timed out
-    (``bridge.core.abandoned``); loaded from Redis when the tenure starts."""
-    abandoned_ids: dict[tuple[Role, str], frozenset[str]] = field(default_factory=dict)
-    """The messages this tenure abandoned per path: a send that carries them all may go at once."""
-    holds: dict[str, float] = field(default_factory=dict)
-    """Keys this tenure holds back (``Hold``) until the time given; their entries stay pending."""
+
+
+@dataclass
+class KeyHolds:
+    """Keys this tenure holds back (``Hold``): their entries stay pending until the hold ends."""
+
+    until: dict[str, float] = field(default_factory=dict)
+    """Held key -> the time (the context's clock) its hold ends."""
     held_from: dict[str, HeldFrom] = field(default_factory=dict)
     """Per held key: its first pending entry and what may end its hold early (``HeldFrom``)."""
+
+
+@dataclass
+class AbandonedPaths:
+    """Paths this shard sends nothing newer to after a send there timed out (``bridge.core.abandoned``)."""
+
+    until: dict[tuple[Role, str], float] = field(default_factory=dict)
+    """Path -> the time the wait ends; loaded from Redis when the tenure starts."""
+    ids: dict[tuple[Role, str], frozenset[str]] = field(default_factory=dict)
+    """The messages this tenure abandoned per path: a send that carries them all may go at once."""
+
+
+@dataclass
+class ReadPosition:
+    """Where the tenure reads next: a claim of the pending list or new entries, and how many."""
+
+    reclaim_at: float
+    """When this tenure next claims its whole pending list again (the context's clock)."""
     claim_from: str = "0-0"
     """Where the next claim starts: every entry still pending before it belongs to a held key."""
     claiming: bool = True
@@ -143,16 +161,24 @@ class TenureState:
     """The mean size of the entries of the last read or claim (``read_count``)."""
     claim_asked: int = READ_COUNT
     """Entries the last claim asked for: one that returned fewer claimed the rest of the pending list."""
-    seen_epoch: int = 0
-    """The role epoch of the last swap this tenure asked for, applied or not: roles read with entries
-    before it (a batch read ahead while the batch that failed over was sent) are stale."""
-    batch_roles: tuple[RoleState, float] | None = None
+
+
+@dataclass
+class BatchInFlight:
+    """What was read with the batch being sent and what its sends recorded, until its settlement."""
+
+    journal: BatchJournal
+    """This batch's journal events, written before its entries are settled (``bridge.journal.emit``)."""
+    roles: tuple[RoleState, float] | None = None
     """The entity's roles read with this batch's entries and when, on the context's ``monotonic`` clock
     (``ShardSending.observed_roles``)."""
-    batch_delivered: Mapping[str, bytes] | None = None
+    seen_epoch: int = 0
+    """The role epoch of the last swap this tenure asked for, applied or not (kept across batches): roles
+    read with entries before it (a batch read ahead while the batch that failed over was sent) are stale."""
+    delivered: Mapping[str, bytes] | None = None
     """Where each entry of this batch was already accepted, read with its entries (active mode's
     ``delivered`` hash; ``ShardSending.delivered``); None: not read with them."""
-    batch_packed: PackedAhead | None = None
+    packed: PackedAhead | None = None
     """Active mode: this batch's messages built and packed with its read (``ShardSending.packed``)."""
     health_due: list[HealthDue] = field(default_factory=list)
     """This batch's sends that every message of went through: their namespaces' health is recorded with
@@ -161,6 +187,34 @@ class TenureState:
     cost: CostTally = field(default_factory=CostTally)
     """The billable sends not yet counted in Redis: written with the batch's settlement, before its
     acknowledgements, and at a turn's end for sends no settlement took (``ShardSettling.count``)."""
+
+    def take_health_due(self) -> list[HealthDue]:
+        """The health records this batch owes (and forget them)."""
+        due, self.health_due = self.health_due, []
+        return due
+
+    def take_cost(self) -> CostTally:
+        """The sends counted so far and not yet written (and forget them)."""
+        cost, self.cost = self.cost, CostTally()
+        return cost
+
+
+@dataclass
+class TenureState:
+    """One tenure of one shard: what it knows between batches and turns, in groups named for what they
+    hold (see the module docstring).
+
+    Only the drainer and the two collaborators it hands the state to read or change it, all on the thread
+    that serves the shard's turn; the settler and the read ahead get copies of what they need.
+    """
+
+    tenure: ShardTenure
+    reading: ReadPosition
+    batch: BatchInFlight
+    report: DrainReport
+    backoff: ShardBackoff = field(default_factory=ShardBackoff)
+    holds: KeyHolds = field(default_factory=KeyHolds)
+    abandoned: AbandonedPaths = field(default_factory=AbandonedPaths)
 
     @classmethod
     def begin(
@@ -181,7 +235,7 @@ class TenureState:
             settings.primary.namespace_name if settings.primary else None,
             settings.secondary.namespace_name if settings.secondary else None,
         )
-        return cls(
+        tenure = ShardTenure(
             entity=entity,
             shard=shard,
             consumer=consumer,
@@ -191,18 +245,11 @@ class TenureState:
             dedup=settings.entity(entity).requires_duplicate_detection,
             lease_ttl=settings.workers.lease_ttl,
             reclaim_interval=settings.workers.reclaim_interval,
-            reclaim_at=ctx.clock() + settings.workers.reclaim_interval,
             abandoned_wait=settings.retry.abandoned_wait,
-            journal=BatchJournal(names, dual=mode == "active"),
+        )
+        return cls(
+            tenure=tenure,
+            reading=ReadPosition(reclaim_at=ctx.clock() + settings.workers.reclaim_interval),
+            batch=BatchInFlight(journal=BatchJournal(names, dual=mode == "active")),
             report=DrainReport(entity, shard),
         )
-
-    def take_health_due(self) -> list[HealthDue]:
-        """The health records this batch owes (and forget them)."""
-        due, self.health_due = self.health_due, []
-        return due
-
-    def take_cost(self) -> CostTally:
-        """The sends counted so far and not yet written (and forget them)."""
-        cost, self.cost = self.cost, CostTally()
-        return cost

@@ -2,7 +2,8 @@
 
 The HTTP app reaches Redis only through here (and ``AsyncOutbox`` for writes), so it never imports a driver
 or names a key. ``queue_depth`` / ``depth_record`` are shared with the blocking ``OutboxReader.depth``
-(``bridge status``): the commands and the record are built once for both clients.
+(``bridge status``): the commands and the record are built once for both clients. ``oldest_written`` is the
+status snapshot's read of the oldest entry (``bridge.redis.pipelined``: on the snapshot's shared pipeline).
 
 Driver errors leave as ``OutboxUnavailableError``; the start-up check raises ``ConfigurationError`` for a
 Redis that cannot give the durability the settings ask for.
@@ -22,6 +23,7 @@ from bridge.outbox.problems import list_problems_async
 from bridge.outbox.scripts import WRITE
 from bridge.redis.connection import is_cluster
 from bridge.redis.errors import DRIVER_ERRORS, driver_errors
+from bridge.redis.pipelined import PipelinedRead
 from bridge.redis.scripts import load_async
 from bridge.redis.types import AsyncRedis
 from bridge.settings import Settings
@@ -49,6 +51,27 @@ def depth_record(replies: Sequence[Any]) -> dict[str, int]:
         "deadletter": int(dead),
         "ingress": int(ingress),
     }
+
+
+def _entry_seconds(entry_id: Any) -> float | None:
+    # A stream entry id starts with the milliseconds (Redis's clock) of the write that added it.
+    millis = str(_text(entry_id)).partition("-")[0]
+    return int(millis) / 1000.0 if millis.isdigit() else None
+
+
+def oldest_written(entity: str, shards: int) -> PipelinedRead[float | None]:
+    """When (epoch seconds, Redis's clock) the oldest entry still in the entity's ``shards`` shard streams
+    was written; None when they hold nothing. One ``XRANGE ... COUNT 1`` per shard."""
+
+    def queue(pipe: Any) -> None:
+        for shard in range(shards):
+            pipe.xrange(keys.outbox(entity, shard), count=1)
+
+    def parse(replies: Sequence[Any]) -> float | None:
+        written = [_entry_seconds(entry_id) for reply in replies for entry_id, _ in reply or []]
+        return min((at for at in written if at is not None), default=None)
+
+    return PipelinedRead(queue, parse)
 
 
 async def _check_waitaof(client: AsyncRedis) -> None:

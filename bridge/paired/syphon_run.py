@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from bridge.core.paired import backlog_queue_index, backlog_queue_path
+from bridge.core.paired import backlog_queue_index, backlog_queue_path, syphon_lease_name
 from bridge.core.syphon_timing import lease_renew_interval, lease_ttl_ms, may_poll
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import StateStoreUnavailableError
@@ -46,11 +46,6 @@ from bridge.redis.lease import Lease
 from bridge.state.aside import AsideStore
 
 log = logging.getLogger(__name__)
-
-
-def lease_name(queue: str) -> str:
-    """The lease that makes one syphon the only one of ``queue``."""
-    return f"syphon:{queue}"
 
 
 @dataclass
@@ -172,7 +167,7 @@ def run_syphon(ctx: DeliveryContext, budget: float | None = None) -> SyphonRepor
     ttl_ms = lease_ttl_ms(options.syphon_lease_ttl)
     held: dict[str, Lease] = {}
     for queue in queues:
-        lease = Lease.named(ctx.redis, lease_name(queue))
+        lease = Lease.named(ctx.redis, syphon_lease_name(queue))
         if lease.acquire(report.owner, ttl_ms):
             held[queue] = lease
         else:

@@ -20,5 +20,7 @@ module                 holds
 ``lease``              ``Lease``: an owner-checked, expiring lease on one key (``Lease.named`` for
                        ``bridge:{lease:<name>}``), used by the Redis door, the drainers, syphons, beat
 ``fence``              ``Fence``: a lease key and its holder's token, checked by fenced scripts
+``pipelined``          ``PipelinedRead`` / ``ReadBatch``: reads of many stores on one pipeline, each parsed by
+                       the store that queued it (the status snapshot's one round trip)
 =====================  ====================================================================================
 """

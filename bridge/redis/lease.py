@@ -13,8 +13,12 @@ Connection: any blocking client from ``bridge.redis.connection.sync_client``; dr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from bridge.redis.errors import driver_errors
 from bridge.redis.keys import tagged
+from bridge.redis.pipelined import PipelinedRead
 from bridge.redis.scripts import LuaScript, run_script
 from bridge.redis.types import SyncRedis
 
@@ -63,6 +67,24 @@ def named_lease_key(name: str) -> str:
     return tagged("lease:" + name)
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def named_holders(names: Sequence[str]) -> PipelinedRead[dict[str, str]]:
+    """Who holds each of the named leases ``names`` now (name -> owner; a free lease is left out), as a
+    read on a shared pipeline: what ``Lease.holder`` answers, for many leases in one round trip."""
+
+    def queue(pipe: Any) -> None:
+        for name in names:
+            pipe.get(named_lease_key(name))
+
+    def parse(replies: Sequence[Any]) -> dict[str, str]:
+        return {name: _text(owner) for name, owner in zip(names, replies, strict=True) if owner is not None}
+
+    return PipelinedRead(queue, parse)
+
+
 def _checked(ttl_ms: int) -> int:
     # PX 0 or a negative PX is an error in Redis, and a fraction would be refused as "not an integer".
     if int(ttl_ms) != ttl_ms or ttl_ms <= 0:
@@ -103,6 +125,4 @@ class Lease:
         """Who holds the lease now, None when free."""
         with driver_errors():
             value = self.client.get(self.key)
-        if value is None:
-            return None
-        return value.decode() if isinstance(value, bytes) else str(value)
+        return None if value is None else _text(value)

@@ -31,53 +31,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.core.outcomes import describe_error, scrub_secrets
-from bridge.core.paired import backlog_queue_paths
-from bridge.core.receiving import ReceiverCounts
+from bridge.core.paired import backlog_queue_paths, syphon_lease_name
 from bridge.core.trace_context import viewer_url
 from bridge.errors import BridgeError
-from bridge.outbox import keys as outbox_keys
-from bridge.receiving.keys import ReceiverKeys
+from bridge.outbox.view import oldest_written
+from bridge.receiving.counters import counts_read
 from bridge.redis.clock import server_time
 from bridge.redis.connection import sync_client
-from bridge.redis.errors import driver_errors
+from bridge.redis.lease import named_holders
+from bridge.redis.pipelined import ReadBatch
 from bridge.settings import Settings
-from bridge.state import keys as state_keys
 from bridge.status.collect import collect_status
 
 BACKLOG_TIMEOUT = 3.0
 
 
-def syphon_lease(queue: str) -> str:
-    """The key of the syphon lease of a backlog queue (``bridge.paired.syphon_run.lease_name``)."""
-    return state_keys.lease(f"syphon:{queue}")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _entry_seconds(entry_id: Any) -> float | None:
-    millis = _text(entry_id).partition("-")[0]
-    return int(millis) / 1000.0 if millis.isdigit() else None
-
-
 def entity_extras(settings: Settings, client: Any, name: str, now: float) -> dict[str, Any]:
-    """Oldest outbox age and receiver counters of one entity, in one round trip."""
-    shards = settings.entity(name).outbox_shards
-    with driver_errors():
-        pipe = client.pipeline(transaction=False)
-        for shard in range(shards):
-            pipe.xrange(outbox_keys.outbox(name, shard), count=1)
-        pipe.hgetall(ReceiverKeys(name).counts)
-        replies = pipe.execute()
-    oldest: float | None = None
-    for reply in replies[:shards]:
-        for entry_id, _ in reply or []:
-            at = _entry_seconds(entry_id)
-            if at is not None and (oldest is None or at < oldest):
-                oldest = at
-    counters = ReceiverCounts.from_fields(replies[shards]).as_dict()
-    return {"outbox_oldest_age": 0.0 if oldest is None else max(0.0, now - oldest), "receiver": counters}
+    """Oldest outbox age and receiver counters of one entity, read through the outbox's and the receiver's
+    readers in one round trip."""
+    batch = ReadBatch(client)
+    oldest = batch.add(oldest_written(name, settings.entity(name).outbox_shards))
+    counters = batch.add(counts_read(name))
+    batch.execute()
+    written = oldest.value
+    return {
+        "outbox_oldest_age": 0.0 if written is None else max(0.0, now - written),
+        "receiver": counters.value.as_dict(),
+    }
 
 
 def _last_failover(entity: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,13 +167,13 @@ class BacklogProbe:
 
 
 def syphon_state(settings: Settings, client: Any, queues: list[str]) -> dict[str, Any]:
-    """Whether the syphon is enabled and which backlog queues a syphon holds right now (and who)."""
-    with driver_errors():
-        pipe = client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.get(syphon_lease(queue))
-        owners = pipe.execute() if queues else []
-    held = {q: _text(o) for q, o in zip(queues, owners, strict=True) if o is not None}
+    """Whether the syphon is enabled and which backlog queues a syphon holds right now (and who): the
+    holders of their syphon leases, in one round trip."""
+    names = {syphon_lease_name(queue): queue for queue in queues}
+    batch = ReadBatch(client)
+    holders = batch.add(named_holders(list(names)))
+    batch.execute()
+    held = {names[name]: owner for name, owner in holders.value.items()}
     return {"enabled": settings.paired.enable_syphon, "running": held}
 
 

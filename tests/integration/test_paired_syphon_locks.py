@@ -11,12 +11,12 @@ from datetime import timedelta
 
 import pytest
 
-from bridge.core.paired import backlog_queue_paths
+from bridge.core.paired import backlog_queue_paths, syphon_lease_name
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until
 from bridge.errors import NamespaceError
-from bridge.paired.syphon_run import lease_name, run_syphon
+from bridge.paired.syphon_run import run_syphon
 from bridge.redis.lease import Lease
 from bridge.servicebus.admin import NamespaceAdmin
 from bridge.servicebus.messages import to_message
@@ -99,7 +99,7 @@ def test_a_second_syphon_skips_a_queue_whose_lease_is_held(ctx: DeliveryContext)
     queue = backlog(ctx.settings)
     fill_backlog(ctx.pool, queue, [envelope("a", i) for i in range(5)])
     # Given another syphon holding the queue's lease
-    lease = Lease.named(ctx.redis, lease_name(queue))
+    lease = Lease.named(ctx.redis, syphon_lease_name(queue))
     assert lease.acquire("someone-else", 10_000)
     # Then a run does not touch the queue
     report = run_syphon(ctx, budget=1)

@@ -14,12 +14,13 @@ import pytest
 import redis
 
 from bridge.core.cost import CostTally, Operation
-from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
+from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer, syphon_lease_name
 from bridge.core.receiving import Claim, Renewal
 from bridge.core.roles import NamespaceHealth, RoleState, Swap
 from bridge.core.seen_back import SeenBack
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
+from bridge.receiving.counters import ReceiverCounterStore
 from bridge.receiving.keys import ReceiverKeys
 from bridge.receiving.window import DedupWindow
 from bridge.redis.connection import is_cluster, sync_client
@@ -32,6 +33,7 @@ from bridge.state.resume import KEEP, ResumeSignals
 from bridge.state.retry import RetryStore
 from bridge.state.roles import RoleStore
 from bridge.status.collect import collect_status
+from bridge.status.snapshot import entity_extras, syphon_state
 
 pytestmark = pytest.mark.cluster
 
@@ -132,6 +134,17 @@ def test_status(client: object, cluster_url: str) -> None:
     PairedStore(client).apply("orders", [EngageFailover(2.0, "interval")])
     report = collect_status(settings, client)
     assert report["entities"][0]["name"] == "orders" and report["entities"][0]["active"] == "secondary"
+
+
+def test_the_snapshots_batched_reads_span_slots(client: object, cluster_url: str) -> None:
+    # The extras of an entity keep to its slot; the syphon leases of the backlog queues each sit in a slot
+    # of their own, and one batch reads them all (the cluster pipeline splits it per node).
+    settings = Settings(redis_url=cluster_url, entities={"orders": {"outbox_shards": 2}})
+    ReceiverCounterStore(client, ReceiverKeys("orders")).add({"handled": 3})  # type: ignore[arg-type]
+    queues = [f"ns/x-servicebus-transfer/{i}" for i in range(3)]
+    Lease.named(client, syphon_lease_name(queues[2])).acquire("syphon-2", 30_000)  # type: ignore[arg-type]
+    assert entity_extras(settings, client, "orders", now=10.0)["receiver"]["handled"] == 3
+    assert syphon_state(settings, client, queues)["running"] == {queues[2]: "syphon-2"}
 
 
 def test_the_receivers_window_keeps_to_its_entitys_slot(client: object) -> None:

@@ -247,36 +247,36 @@ def test_a_drain_whose_lease_was_taken_over_cannot_read_ack_move_clear_or_back_o
         first, second = (ShardDrainer(ctx, entity, 0, consumer=c) for c in ("a", "b"))
         assert ctx.leases.acquire(entity, 0, first.token, 60_000)
         ctx.reader.ensure_groups(entity)
-        entries = ctx.reader.read_fenced(entity, 0, "a", first.state.fence, 10).entries
+        entries = ctx.reader.read_fenced(entity, 0, "a", first.state.tenure.fence, 10).entries
         assert [e.envelope.message_id for e in entries if e.envelope] == ids
         # ... and its lease expired and B took the shard and set a backoff
         client.delete(state_keys.shard_lease(entity, 0))
         assert ctx.leases.acquire(entity, 0, second.token, 60_000)
-        ctx.retry.back_off(entity, 0, 3600.0, fence=second.state.fence)
+        ctx.retry.back_off(entity, 0, 3600.0, fence=second.state.tenure.fence)
         # When A goes on as if it still held the shard, every write is refused and changes nothing
         entry_ids = [e.entry_id for e in entries]
         with pytest.raises(LeaseLostError):
-            ctx.reader.ack(entity, 0, entry_ids, fence=first.state.fence)
+            ctx.reader.ack(entity, 0, entry_ids, fence=first.state.tenure.fence)
         with pytest.raises(LeaseLostError):
             ctx.reader.move(
-                entries[0], to="deadletter", code="x", reason="y", now=1.0, fence=first.state.fence
+                entries[0], to="deadletter", code="x", reason="y", now=1.0, fence=first.state.tenure.fence
             )
         with pytest.raises(LeaseLostError):
-            ctx.retry.clear(entity, 0, fence=first.state.fence)
+            ctx.retry.clear(entity, 0, fence=first.state.tenure.fence)
         with pytest.raises(LeaseLostError):
-            ctx.retry.back_off(entity, 0, 1.0, fence=first.state.fence)
+            ctx.retry.back_off(entity, 0, 1.0, fence=first.state.tenure.fence)
         with pytest.raises(LeaseLostError):
-            ctx.reader.read_fenced(entity, 0, "a", first.state.fence, 10)
+            ctx.reader.read_fenced(entity, 0, "a", first.state.tenure.fence, 10)
         with pytest.raises(LeaseLostError):
-            ctx.reader.claim_fenced(entity, 0, "a", first.state.fence)
+            ctx.reader.claim_fenced(entity, 0, "a", first.state.tenure.fence)
         assert client.xlen(outbox_keys.outbox(entity, 0)) == 3
         assert client.xlen(outbox_keys.deadletter(entity)) == 0
         assert _backoff(ctx, entity) > 3500 and ctx.retry.attempts(entity, 0) == 1
         # And B, the holder, claims A's pending entries and can acknowledge them
-        claimed = ctx.reader.claim_fenced(entity, 0, "b", second.state.fence, prune=True)
+        claimed = ctx.reader.claim_fenced(entity, 0, "b", second.state.tenure.fence, prune=True)
         assert [e.entry_id for e in claimed] == entry_ids
-        assert ctx.reader.ack(entity, 0, entry_ids, fence=second.state.fence)[0] == 3
-        ctx.retry.clear(entity, 0, fence=second.state.fence)
+        assert ctx.reader.ack(entity, 0, entry_ids, fence=second.state.tenure.fence)[0] == 3
+        ctx.retry.clear(entity, 0, fence=second.state.tenure.fence)
         assert ctx.retry.backoff_left(entity, 0) is None
         assert _consumers(client, entity, 0) == {"b": 0}
     finally:
@@ -305,7 +305,7 @@ def test_a_drain_that_loses_its_lease_during_a_send_leaves_the_entries_and_the_n
         client.delete(state_keys.shard_lease(entity, 0))
         intruder = ShardDrainer(ctx, entity, 0, consumer="intruder")
         assert ctx.leases.acquire(entity, 0, intruder.token, 60_000)
-        ctx.retry.back_off(entity, 0, 3600.0, fence=intruder.state.fence)
+        ctx.retry.back_off(entity, 0, 3600.0, fence=intruder.state.tenure.fence)
         thread.join(30)
         # Then the drain stopped without acknowledging anything or touching the new holder's backoff
         (report,) = result

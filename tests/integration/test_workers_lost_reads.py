@@ -85,7 +85,8 @@ def test_entries_a_lost_read_left_pending_go_before_newer_ones(
         # and an entry Redis handed to this drainer's consumer in a read whose reply was lost
         lost = _send(settings, entity, b"lost")
         stream = outbox_keys.outbox(entity, 0)
-        read = client.xreadgroup(outbox_keys.SENDERS_GROUP, drainer.state.consumer, {stream: ">"}, count=1)
+        consumer = drainer.state.tenure.consumer
+        read = client.xreadgroup(outbox_keys.SENDERS_GROUP, consumer, {stream: ">"}, count=1)
         assert len(read[0][1]) == 1
         # and Redis failing under the next turn
         server.stop()

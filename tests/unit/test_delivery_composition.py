@@ -1,5 +1,6 @@
 """The delivery package is built by composition: no class in ``bridge/delivery`` has more than one base
-(``Protocol`` and ``Generic`` aside), and a drainer's state is one dataclass (``TenureState``).
+(``Protocol`` and ``Generic`` aside), and a drainer's state is one dataclass (``TenureState``) of small
+ones named for what they hold.
 
 Read from the source (``ast``), as the layering test reads imports: every class of the package is seen,
 imported or not.
@@ -56,13 +57,30 @@ def test_the_drainer_parts_share_no_base_class() -> None:
         assert inherits[name] == [], (name, inherits[name])
 
 
-def test_the_tenure_state_is_one_dataclass() -> None:
-    from bridge.delivery.tenure import TenureState
+def test_the_tenure_state_is_one_dataclass_of_small_ones() -> None:
+    from bridge.delivery import tenure
 
-    assert dataclasses.is_dataclass(TenureState)
-    fields = {f.name for f in dataclasses.fields(TenureState)}
-    # What the tenure carries between batches lives in it: backoff, holds, claims, abandoned paths.
-    assert {"not_before", "wake_floor", "attempts", "holds", "claim_from", "abandoned", "journal"} <= fields
+    assert dataclasses.is_dataclass(tenure.TenureState)
+    groups = {f.name: f.type for f in dataclasses.fields(tenure.TenureState)}
+    # What the tenure carries between batches lives in it, grouped by what it is.
+    assert groups == {
+        "tenure": "ShardTenure",
+        "reading": "ReadPosition",
+        "batch": "BatchInFlight",
+        "report": "DrainReport",
+        "backoff": "ShardBackoff",
+        "holds": "KeyHolds",
+        "abandoned": "AbandonedPaths",
+    }
+    fields = {
+        name: {f.name for f in dataclasses.fields(getattr(tenure, kind))} for name, kind in groups.items()
+    }
+    assert {"not_before", "wake_floor", "attempts"} <= fields["backoff"]
+    assert {"claim_from", "claiming"} <= fields["reading"]
+    assert {"journal", "cost", "health_due"} <= fields["batch"]
+    assert {"until", "held_from"} == fields["holds"] and {"until", "ids"} == fields["abandoned"]
+    # Small: no group carries more than a dozen fields.
+    assert max(len(names) for names in fields.values()) <= 12
 
 
 def _self_assignments(method: ast.FunctionDef) -> set[str]:
