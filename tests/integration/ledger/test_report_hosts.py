@@ -8,6 +8,7 @@ process, reusing the session's Spark) with a folder of its own.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +24,39 @@ __all__ = ["make_stack"]
 pytestmark = pytest.mark.timeout(240)
 
 
-def _host_run(stack: LocalStack, name: str, folder: Path, bodies: list[str]) -> list[str]:
-    """One host: a worker rolling into ``folder`` (when beat's roll task comes to it), until the messages
-    are delivered and some journal files are there; then the host is stopped."""
+def _start_host(stack: LocalStack, name: str, folder: Path) -> Any:
+    """One host: a worker that rolls into ``folder`` whenever beat's roll task comes to it."""
     env = {"BRIDGE_JOURNAL__DIRECTORY": str(folder), "BRIDGE_JOURNAL__ROLL_INTERVAL": "1"}
-    worker = stack.start_worker(name, concurrency=1, **env)
-    with producer(stack) as p:
-        ids = p.send_batch("orders", bodies)
-    wait_until(lambda: list(folder.rglob("*.parquet")), 60, what=f"{name}'s journal files")
-    worker.stop(timeout=5)
-    return ids
+    return stack.start_worker(name, concurrency=1, **env)
 
 
 def test_one_report_reconciles_the_journals_of_two_worker_hosts(
     spark: Any, make_stack: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given two worker hosts, one after the other, each rolling the journal into its own folder
+    # Given two worker hosts running at once, each rolling the journal into its own folder
     stack: LocalStack = make_stack({"orders": {"replication": "none"}})
-    # One beat for both: the roll goes to whichever worker takes the task, into that worker's folder
+    # One beat for both: each roll goes to whichever worker takes the task, into that worker's folder
     stack.start_beat(BRIDGE_JOURNAL__DIRECTORY=str(tmp_path / "beat"), BRIDGE_JOURNAL__ROLL_INTERVAL="1")
-    first, second = tmp_path / "host-a" / "journal", tmp_path / "host-b" / "journal"
-    ids = _host_run(stack, "host-a", first, [f"a{i}" for i in range(20)])
-    ids += _host_run(stack, "host-b", second, [f"b{i}" for i in range(20)])
+    names = ("host-a", "host-b")
+    folders = {name: tmp_path / name / "journal" for name in names}
+    hosts = {name: _start_host(stack, name, folders[name]) for name in names}
+    ids: list[str] = []
+    with producer(stack) as p:
+        for round_ in range(4):
+            ids += p.send_batch("orders", [f"r{round_}-{i}" for i in range(5)])
+            time.sleep(0.5)
+        # Both deliver while both run; the roll holds a lease, so one host takes every roll while it lives
+        rolled = wait_until(
+            lambda: [name for name in names if list(folders[name].rglob("*.parquet"))], 60, what="a roll"
+        )
+        first = rolled[0]
+        hosts.pop(first).stop(timeout=5)
+        # and when that host is gone, the other takes the rolls, into its own folder
+        ids += p.send_batch("orders", [f"late-{i}" for i in range(20)])
+    (other,) = hosts
+    wait_until(lambda: list(folders[other].rglob("*.parquet")), 90, what=f"{other}'s journal files")
     assert len(receive_all(stack.primary, "orders", 40)) == 40
+    hosts[other].stop(timeout=5)
 
     # When ``bridge report`` runs with a journal folder of its own
     for key, value in stack.env().items():
