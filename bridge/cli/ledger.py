@@ -11,7 +11,9 @@ its checkpoint. Spark is imported only inside this command.
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -63,6 +65,7 @@ def ledger(
     from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
+    _stop_on_sigterm()
     owned = owns_session()
     spark = build_session(master_url(master), driver_memory)
     publisher = None if offline else _Publisher(settings, journal_dir)
@@ -81,6 +84,16 @@ def ledger(
         if owned:
             spark.stop()
     typer.echo(f"bridge ledger: {final.get('verdict', 'no data')} ({folder / 'ledger.json'})")
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``bridge up`` stopping, ``docker stop``) ends the ledger as Ctrl-C does: the query stops
+    between micro-batches and the session closes, rather than the JVM being killed mid-commit."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 class _Publisher:
