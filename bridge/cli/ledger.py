@@ -6,6 +6,10 @@ the reconciliation per entity current in ``journal.live_ledger.directory`` (its 
 ``ledger.json``), and publishes the verdict and the overdue list to Redis, where ``bridge status``, the
 status page and ``bridge_ledger_overdue_messages`` read them. Stopped and started again, it goes on from
 its checkpoint. Spark is imported only inside this command.
+
+``--master spark://HOST:7077`` runs it on a standalone cluster (the driver here, the micro-batches'
+tasks on the executors): the journal folder and the ledger's folder must then be on storage every
+executor sees at the same path, and the executors must reach this host (``--conf spark.driver.host=...``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, key_value_pairs, settings_or_exit
 from bridge.errors import BridgeError
 from bridge.settings import Settings
 
@@ -42,6 +46,9 @@ def ledger(
         str | None, typer.Option("--master", help="Spark master URL (default: SPARK_MASTER, else local[*]).")
     ] = None,
     driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver memory.")] = "1g",
+    conf: Annotated[
+        list[str] | None, typer.Option("--conf", help="KEY=VALUE Spark setting (repeatable).")
+    ] = None,
     duration: Annotated[
         float | None, typer.Option("--duration", help="Stop after this many seconds (default: never).")
     ] = None,
@@ -67,7 +74,7 @@ def ledger(
 
     _stop_on_sigterm()
     owned = owns_session()
-    spark = build_session(master_url(master), driver_memory)
+    spark = build_session(master_url(master), driver_memory, conf=key_value_pairs(conf or [], "--conf"))
     publisher = None if offline else _Publisher(settings, journal_dir)
     try:
         final = service.run(

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, key_value_pairs, settings_or_exit
 from bridge.errors import BridgeError, ConfigurationError
 from bridge.settings import Settings
 
@@ -34,16 +34,6 @@ from bridge.settings import Settings
 def register(app: typer.Typer) -> None:
     """Add ``report``."""
     app.command(name="report", help="Run the PySpark ledger report over the journal.")(report)
-
-
-def _pairs(items: list[str], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{what} must look like KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def report(
@@ -88,7 +78,7 @@ def report(
 
     settings = settings_or_exit()
     try:
-        given = {key: float(value) for key, value in _pairs(price or [], "--price").items()}
+        given = {key: float(value) for key, value in key_value_pairs(price or [], "--price").items()}
         prices = price_table({**settings.journal.prices, **given})
     except ValueError as exc:
         typer.echo(f"bridge: configuration error: {exc}", err=True)
@@ -100,7 +90,7 @@ def report(
         journal=(journal or settings.journal.directory or out / "journal").resolve(),
         master=master,
         driver_memory=driver_memory,
-        spark_conf=_pairs(conf or [], "--conf"),
+        spark_conf=key_value_pairs(conf or [], "--conf"),
         live=not (offline or drained),
         drained=drained,
         prices=prices,
