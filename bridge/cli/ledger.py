@@ -115,7 +115,7 @@ class _Publisher:
         self.client = sync_client(settings.redis_url.get_secret_value())
 
     def publish(self, ledger: dict[str, Any]) -> bool:
-        from bridge.ledger.follow import roll_live
+        from bridge.ledger.live import roll_live
         from bridge.state.live_ledger import LiveLedgerStore
 
         interval = self.settings.journal.live_ledger.interval

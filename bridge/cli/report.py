@@ -11,8 +11,9 @@ Without Redis, ``--offline`` reports the journal folder as it is (open messages 
 can be called lost without the outbox), and ``--drained`` does the same for a finished run whose outbox is
 known to be empty (open messages count as lost), e.g. on a cluster that sees only the shared journal.
 
-``--follow`` keeps a live reconciliation on the terminal instead (Structured Streaming over the journal
-folder), rolling the live journal every ``--interval`` seconds.
+``--follow`` draws the live ledger on the terminal instead (``bridge.ledger.follow``: the streaming query
+of ``bridge ledger``, in ``--dir`` or a temporary folder), rolling the live journal every ``--interval``
+seconds unless ``--offline``.
 
 Spark is imported only inside this command, never when ``bridge`` starts.
 """
@@ -64,13 +65,21 @@ def report(
         typer.Option("--drained", help="--offline for a finished run: the outbox is empty, open = lost."),
     ] = False,
     follow: Annotated[
-        bool, typer.Option("--follow", help="Live reconciliation (Structured Streaming).")
+        bool, typer.Option("--follow", help="Draw the live ledger until Ctrl-C (Structured Streaming).")
     ] = False,
     interval: Annotated[
         float, typer.Option("--interval", help="--follow: seconds between updates and rolls.")
     ] = 5.0,
     duration: Annotated[
         float | None, typer.Option("--duration", help="--follow: stop after this many seconds.")
+    ] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="--follow: the live ledger's folder, kept (default: a temporary one); "
+            "not that of a running `bridge ledger`.",
+        ),
     ] = None,
 ) -> None:
     """Reconcile the journal: lost, duplicates, latency, failovers and billable operations."""
@@ -98,7 +107,7 @@ def report(
     )
     try:
         if follow:
-            _follow(run, interval, duration)
+            _follow(run, interval, duration, directory)
             return
         summary = _batch(run)
     except ConfigurationError as exc:
@@ -267,14 +276,48 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print(f"report: {summary['html']}", markup=False)
 
 
-def _follow(run: _Run, interval: float, duration: float | None) -> None:
+def _follow(run: _Run, interval: float, duration: float | None, directory: Path | None) -> None:
+    import shutil
+    import tempfile
+
     from bridge.ledger.follow import follow
+    from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
+    folder = directory or Path(tempfile.mkdtemp(prefix="bridge-follow-"))
+    options = {**run.settings.journal.live_ledger.options(), "interval": interval}
     owned = owns_session()
     spark = build_session(master_url(run.master), run.driver_memory, conf=run.spark_conf)
     try:
-        follow(spark, run.settings, run.journal, interval, duration, live=run.live)
+        roll = _Roller(run.settings, run.journal).roll if run.live else None
+        follow(spark, run.journal, LedgerPaths(folder), options, roll=roll, duration=duration)
     finally:
         if owned:
             spark.stop()
+        if directory is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Roller:
+    """``--follow``'s roll of the live journal before each publication; Redis unavailable is a note, and
+    the view goes on from the files it has."""
+
+    settings: Settings
+    journal: Path
+
+    def roll(self) -> str:
+        import time
+
+        from bridge.ledger.live import roll_live
+        from bridge.redis.connection import sync_client
+
+        try:
+            client = sync_client(self.settings.redis_url.get_secret_value())
+            try:
+                roll_live(client, self.settings, self.journal)
+            finally:
+                client.close()
+        except BridgeError as exc:
+            return f"Redis unavailable: {type(exc).__name__}"
+        return f"journal rolled {time.strftime('%H:%M:%S')}"
