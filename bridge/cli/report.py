@@ -280,7 +280,7 @@ def _follow(run: _Run, interval: float, duration: float | None, directory: Path 
     import shutil
     import tempfile
 
-    from bridge.ledger.follow import follow
+    from bridge.ledger.follow import LiveRoll, follow
     from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
@@ -289,35 +289,10 @@ def _follow(run: _Run, interval: float, duration: float | None, directory: Path 
     owned = owns_session()
     spark = build_session(master_url(run.master), run.driver_memory, conf=run.spark_conf)
     try:
-        roll = _Roller(run.settings, run.journal).roll if run.live else None
+        roll = LiveRoll(run.settings, run.journal).roll if run.live else None
         follow(spark, run.journal, LedgerPaths(folder), options, roll=roll, duration=duration)
     finally:
         if owned:
             spark.stop()
         if directory is None:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class _Roller:
-    """``--follow``'s roll of the live journal before each publication; Redis unavailable is a note, and
-    the view goes on from the files it has."""
-
-    settings: Settings
-    journal: Path
-
-    def roll(self) -> str:
-        import time
-
-        from bridge.ledger.live import roll_live
-        from bridge.redis.connection import sync_client
-
-        try:
-            client = sync_client(self.settings.redis_url.get_secret_value())
-            try:
-                roll_live(client, self.settings, self.journal)
-            finally:
-                client.close()
-        except BridgeError as exc:
-            return f"Redis unavailable: {type(exc).__name__}"
-        return f"journal rolled {time.strftime('%H:%M:%S')}"

@@ -11,20 +11,24 @@ report too. An accepted message with no end shows as overdue; the batch report, 
 decides whether it is lost.
 
 The folder is a temporary one, removed at the end, unless the caller names one to keep (started again on
-it, the view goes on from its checkpoint). ``roll`` (the CLI's: roll the live journal, unless
-``--offline``) runs after each publication and returns the note drawn with the next one; nothing is
-published to Redis, so a running ``bridge ledger`` stays the one ``bridge status`` shows.
+it, the view goes on from its checkpoint). ``roll`` (the CLI's: ``LiveRoll``, unless ``--offline``) runs
+after each publication and returns the note drawn with the next one; nothing is published to Redis, so a
+running ``bridge ledger`` stays the one ``bridge status`` shows.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bridge.core.ledger import LABELS
+from bridge.errors import BridgeError
 from bridge.ledger import service
 from bridge.ledger.live_store import LedgerPaths
+from bridge.settings import Settings
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("accepted", LABELS["accepted"]),
@@ -103,3 +107,27 @@ def follow(
             return done
 
         return service.run(spark, journal, paths, options, duration=duration, on_publish=on_publish)
+
+
+@dataclass(frozen=True)
+class LiveRoll:
+    """The roll of the live journal into ``journal`` before each publication; Redis unavailable is a
+    note, and the view goes on from the files it has."""
+
+    settings: Settings
+    journal: Path
+
+    def roll(self) -> str:
+        """Roll now; the note to draw."""
+        from bridge.ledger.live import roll_live
+        from bridge.redis.connection import sync_client
+
+        try:
+            client = sync_client(self.settings.redis_url.get_secret_value())
+            try:
+                roll_live(client, self.settings, self.journal)
+            finally:
+                client.close()
+        except BridgeError as exc:
+            return f"Redis unavailable: {type(exc).__name__}"
+        return f"journal rolled {time.strftime('%H:%M:%S')}"

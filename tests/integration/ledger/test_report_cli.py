@@ -20,10 +20,12 @@ from bridge.core import journal as J
 from bridge.core.ledger import SUMMARY_KEYS, price_table
 from bridge.journal import keys
 from bridge.journal.store import JournalStore
+from bridge.ledger.follow import LiveRoll, follow
 from bridge.ledger.job import ReportInputs, run_report
+from bridge.ledger.live_store import LedgerPaths
 from bridge.outbox import keys as outbox_keys
 from bridge.redis.connection import sync_client
-from bridge.settings import JournalSettings
+from bridge.settings import JournalSettings, load_settings
 
 from .test_report import T, orders_events, payments_events
 
@@ -67,6 +69,40 @@ def test_report_rolls_the_live_journal_and_prints_the_json_contract(
     assert list((out / "journal").rglob("*.parquet"))
     assert (out / "report.html").is_file()
     assert pq.read_table(out / "tables" / "reconciliation").num_rows == 1
+
+
+def test_follow_rolls_the_live_journal_before_each_publication(
+    spark: Any, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Given a message's events still in Redis's journal stream only, and no journal file
+    store = JournalStore(sync_client(redis_url), JournalSettings())
+    store.append(
+        "orders",
+        [
+            J.accepted("f1", T, door="http", size=10),
+            J.sent("f1", T + 0.01, namespace="ns1", role="primary", path="direct", batch="b"),
+            J.handled("f1", T + 0.02),
+        ],
+    )
+    journal = tmp_path / "journal"
+    options = {"interval": 0.5, "linger": 3600.0, "latency_minutes": 1e6, "overdue_after": 300.0}
+    roll = LiveRoll(load_settings(redis_url=redis_url), journal)
+
+    # When `--follow` draws the live ledger with the command's roll
+    ledger = follow(
+        spark,
+        journal,
+        LedgerPaths(tmp_path / "ledger"),
+        {**options, "listed": 100, "max_files": 200},
+        roll=roll.roll,
+        duration=600,
+        on_update=lambda published: int(published["events"]) >= 3,
+    )
+
+    # Then the roll moved the events into the folder and the ledger counted them
+    assert redis_client.xlen(keys.journal("orders")) == 0
+    orders = ledger["entities"]["orders"]
+    assert (orders["accepted"], orders["delivered"], orders["handled"], ledger["verdict"]) == (1, 1, 1, "ok")
 
 
 def test_report_refuses_an_unknown_price_kind_before_starting_spark(
