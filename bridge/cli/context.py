@@ -29,6 +29,17 @@ def warn_unknown_variables() -> int:
     return len(unknown)
 
 
+def key_value_pairs(items: list[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` options (``--conf``, ``--price``) as a dict; a malformed one is a usage error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} must look like KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def settings_or_exit(*, celery: bool = False, **overrides: Any) -> Settings:
     """The validated settings, or one ``bridge: configuration error: ...`` line on stderr and exit 2;
     ``celery``: the command runs Celery, so its broker must be usable too (``Settings.celery_broker``).

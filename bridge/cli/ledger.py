@@ -6,17 +6,23 @@ the reconciliation per entity current in ``journal.live_ledger.directory`` (its 
 ``ledger.json``), and publishes the verdict and the overdue list to Redis, where ``bridge status``, the
 status page and ``bridge_ledger_overdue_messages`` read them. Stopped and started again, it goes on from
 its checkpoint. Spark is imported only inside this command.
+
+``--master spark://HOST:7077`` runs it on a standalone cluster (the driver here, the micro-batches'
+tasks on the executors): the journal folder and the ledger's folder must then be on storage every
+executor sees at the same path, and the executors must reach this host (``--conf spark.driver.host=...``).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, key_value_pairs, settings_or_exit
 from bridge.errors import BridgeError
 from bridge.settings import Settings
 
@@ -40,6 +46,9 @@ def ledger(
         str | None, typer.Option("--master", help="Spark master URL (default: SPARK_MASTER, else local[*]).")
     ] = None,
     driver_memory: Annotated[str, typer.Option("--driver-memory", help="Spark driver memory.")] = "1g",
+    conf: Annotated[
+        list[str] | None, typer.Option("--conf", help="KEY=VALUE Spark setting (repeatable).")
+    ] = None,
     duration: Annotated[
         float | None, typer.Option("--duration", help="Stop after this many seconds (default: never).")
     ] = None,
@@ -63,8 +72,9 @@ def ledger(
     from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
+    _stop_on_sigterm()
     owned = owns_session()
-    spark = build_session(master_url(master), driver_memory)
+    spark = build_session(master_url(master), driver_memory, conf=key_value_pairs(conf or [], "--conf"))
     publisher = None if offline else _Publisher(settings, journal_dir)
     try:
         final = service.run(
@@ -83,6 +93,16 @@ def ledger(
     typer.echo(f"bridge ledger: {final.get('verdict', 'no data')} ({folder / 'ledger.json'})")
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``bridge up`` stopping, ``docker stop``) ends the ledger as Ctrl-C does: the query stops
+    between micro-batches and the session closes, rather than the JVM being killed mid-commit."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 class _Publisher:
     """Rolls the live journal before each publication and stores the publication in Redis; a Redis outage
     is logged and the ledger goes on from the files it has."""
@@ -95,7 +115,7 @@ class _Publisher:
         self.client = sync_client(settings.redis_url.get_secret_value())
 
     def publish(self, ledger: dict[str, Any]) -> bool:
-        from bridge.ledger.follow import roll_live
+        from bridge.ledger.live import roll_live
         from bridge.state.live_ledger import LiveLedgerStore
 
         interval = self.settings.journal.live_ledger.interval

@@ -11,8 +11,9 @@ Without Redis, ``--offline`` reports the journal folder as it is (open messages 
 can be called lost without the outbox), and ``--drained`` does the same for a finished run whose outbox is
 known to be empty (open messages count as lost), e.g. on a cluster that sees only the shared journal.
 
-``--follow`` keeps a live reconciliation on the terminal instead (Structured Streaming over the journal
-folder), rolling the live journal every ``--interval`` seconds.
+``--follow`` draws the live ledger on the terminal instead (``bridge.ledger.follow``: the streaming query
+of ``bridge ledger``, in ``--dir`` or a temporary folder), rolling the live journal every ``--interval``
+seconds unless ``--offline``.
 
 Spark is imported only inside this command, never when ``bridge`` starts.
 """
@@ -26,7 +27,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, settings_or_exit
+from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, key_value_pairs, settings_or_exit
 from bridge.errors import BridgeError, ConfigurationError
 from bridge.settings import Settings
 
@@ -34,16 +35,6 @@ from bridge.settings import Settings
 def register(app: typer.Typer) -> None:
     """Add ``report``."""
     app.command(name="report", help="Run the PySpark ledger report over the journal.")(report)
-
-
-def _pairs(items: list[str], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{what} must look like KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def report(
@@ -74,7 +65,7 @@ def report(
         typer.Option("--drained", help="--offline for a finished run: the outbox is empty, open = lost."),
     ] = False,
     follow: Annotated[
-        bool, typer.Option("--follow", help="Live reconciliation (Structured Streaming).")
+        bool, typer.Option("--follow", help="Draw the live ledger until Ctrl-C (Structured Streaming).")
     ] = False,
     interval: Annotated[
         float, typer.Option("--interval", help="--follow: seconds between updates and rolls.")
@@ -82,13 +73,21 @@ def report(
     duration: Annotated[
         float | None, typer.Option("--duration", help="--follow: stop after this many seconds.")
     ] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="--follow: the live ledger's folder, kept (default: a temporary one); "
+            "not that of a running `bridge ledger`.",
+        ),
+    ] = None,
 ) -> None:
     """Reconcile the journal: lost, duplicates, latency, failovers and billable operations."""
     from bridge.core.ledger import price_table
 
     settings = settings_or_exit()
     try:
-        given = {key: float(value) for key, value in _pairs(price or [], "--price").items()}
+        given = {key: float(value) for key, value in key_value_pairs(price or [], "--price").items()}
         prices = price_table({**settings.journal.prices, **given})
     except ValueError as exc:
         typer.echo(f"bridge: configuration error: {exc}", err=True)
@@ -100,7 +99,7 @@ def report(
         journal=(journal or settings.journal.directory or out / "journal").resolve(),
         master=master,
         driver_memory=driver_memory,
-        spark_conf=_pairs(conf or [], "--conf"),
+        spark_conf=key_value_pairs(conf or [], "--conf"),
         live=not (offline or drained),
         drained=drained,
         prices=prices,
@@ -108,7 +107,7 @@ def report(
     )
     try:
         if follow:
-            _follow(run, interval, duration)
+            _follow(run, interval, duration, directory)
             return
         summary = _batch(run)
     except ConfigurationError as exc:
@@ -277,14 +276,23 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print(f"report: {summary['html']}", markup=False)
 
 
-def _follow(run: _Run, interval: float, duration: float | None) -> None:
-    from bridge.ledger.follow import follow
+def _follow(run: _Run, interval: float, duration: float | None, directory: Path | None) -> None:
+    import shutil
+    import tempfile
+
+    from bridge.ledger.follow import LiveRoll, follow
+    from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
+    folder = directory or Path(tempfile.mkdtemp(prefix="bridge-follow-"))
+    options = {**run.settings.journal.live_ledger.options(), "interval": interval}
     owned = owns_session()
     spark = build_session(master_url(run.master), run.driver_memory, conf=run.spark_conf)
     try:
-        follow(spark, run.settings, run.journal, interval, duration, live=run.live)
+        roll = LiveRoll(run.settings, run.journal).roll if run.live else None
+        follow(spark, run.journal, LedgerPaths(folder), options, roll=roll, duration=duration)
     finally:
         if owned:
             spark.stop()
+        if directory is None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -32,6 +32,12 @@ def up(
             "primary and watch the failover."
         ),
     ] = False,
+    ledger: Annotated[
+        bool,
+        typer.Option(
+            help="Also run the live ledger (`bridge ledger`, needs Java); `bridge status` shows its verdict."
+        ),
+    ] = False,
     standard_ports: Annotated[
         bool,
         typer.Option(
@@ -65,6 +71,7 @@ def up(
             entra=entra,
             standard_ports=standard_ports,
             ha=ha,
+            ledger=ledger,
         )
         for line in stack_up.describe(stack):
             typer.echo(line)  # not rich: URLs and paths must not be wrapped

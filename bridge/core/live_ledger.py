@@ -138,6 +138,11 @@ def _reasons(data: LedgerInput, late: int, overdue_after: float) -> list[str]:
         if n:
             reasons.append(f"{name}: {n} events found a full journal and are missing")
     for name, counts in sorted(data.counts.items()):
+        if counts.get("suppressed_unhandled"):
+            reasons.append(
+                f"{name}: {counts['suppressed_unhandled']} messages were completed by a receiver as "
+                "duplicates but never handled (their MessageId's fingerprint matched another id's): lost"
+            )
         if counts.get("clock_skewed"):
             reasons.append(
                 f"{name}: {counts['clock_skewed']} messages were sent or handled before their acceptance by "

@@ -26,6 +26,11 @@ With ``ha=True`` (``bridge up --ha``) Redis is a primary, a replica and three Se
 watch: the Sentinels promote the replica within seconds, the processes follow it, and ``wait`` brings the
 killed node back after ``HA_RESTART_AFTER`` seconds as a replica of the new primary, as a supervisor would;
 until then a replicated write cannot be confirmed and is answered 503.
+
+With ``ledger=True`` (``bridge up --ledger``) the live ledger runs too (``bridge ledger``: Structured
+Streaming over the journal the beats roll, ``docs/journal-ledger.md``), its folder ``<data dir>/ledger``;
+``bridge status`` and the status page then show its verdict and overdue list. It needs Java, as
+``bridge report`` does, and stops with the rest.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ HA_SETTINGS = {
     "BRIDGE_INGRESS__WAIT_REPLICAS": "1",
     "BRIDGE_INGRESS__WAIT_TIMEOUT": "1",
 }
+LEDGER_DIRECTORY = "BRIDGE_JOURNAL__LIVE_LEDGER__DIRECTORY"
 HA_RESTART_AFTER = 5.0
 """Seconds a killed Redis data node of ``bridge up --ha`` stays down before ``wait`` starts it again."""
 
@@ -89,6 +95,7 @@ class Stack:
     env_file: Path = field(default_factory=Path)
     metrics: dict[str, str] = field(default_factory=dict)
     ingress_ca: Path | None = None
+    ledger: Path | None = None
 
 
 def start(
@@ -106,11 +113,13 @@ def start(
     entra: bool = False,
     standard_ports: bool = False,
     ha: bool = False,
+    ledger: bool = False,
 ) -> Stack:
     """Start everything; ``settings`` (``BRIDGE_*``) override ``SETTINGS``; ``namespace_entities`` is an
     entities file both local namespaces create at start (other queues are created on first use);
     ``standard_ports``: the primary also takes SAS over AMQPS on 5671 and HTTPS on 443 where free (an
-    Entra-only stack always does); ``ha``: Redis under Sentinel with replicated durability.
+    Entra-only stack always does); ``ha``: Redis under Sentinel with replicated durability; ``ledger``: the
+    live ledger as one more process.
     ``on_start`` gets the stack before its processes start, so a caller can stop it even when the start
     fails half-way."""
     base = base_dir or Path(tempfile.mkdtemp(prefix="bridge-up-"))
@@ -122,6 +131,7 @@ def start(
             # The beat rolls the journal into Parquet here; `bridge report --out DIR` reads it.
             "BRIDGE_JOURNAL__DIRECTORY": str(base / "journal"),
             **(HA_SETTINGS if ha else {}),
+            **({LEDGER_DIRECTORY: str(base / "ledger")} if ledger else {}),
             **(settings or {}),
         },
         redis_password=secrets.token_urlsafe(18),
@@ -148,6 +158,9 @@ def start(
             local.start_bridge(
                 f"receive-{entity}", "receive", entity, "--handler", RECEIVER_HANDLER, **with_metrics(entity)
             )
+    if ledger:
+        local.start_bridge("ledger", "ledger")
+        stack.ledger = Path(local.env()[LEDGER_DIRECTORY])
     ingress_port = port or free_port(host)
     ingress_env = ingress_tls(stack, host) if tls else {}
     serve = local.start_bridge("serve", "serve", "--host", host, "--port", str(ingress_port), **ingress_env)
@@ -215,6 +228,11 @@ def describe(stack: Stack) -> list[str]:
         *(
             [f"https:       trust {stack.ingress_ca} (BRIDGE_INGRESS_CA_FILE in the settings)"]
             if stack.ingress_ca
+            else []
+        ),
+        *(
+            [f"ledger       {stack.ledger}  (the live ledger; its verdict in `bridge status`, ledger.log)"]
+            if stack.ledger
             else []
         ),
         "outage:      BRIDGE_EMULATOR_CONTROL_URL=$BRIDGE_PRIMARY_CONTROL_URL bridge emulator-ctl outage",

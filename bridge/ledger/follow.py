@@ -1,236 +1,133 @@
-"""``bridge report --follow``: a live reconciliation, Structured Streaming over the journal folder.
+"""``bridge report --follow``: the live ledger, drawn on the terminal.
 
-The stream reads every rolled file once (existing ones in the first batch, new ones as the roll writes
-them), drops repeated events with ``dropDuplicatesWithinWatermark`` on ``event_id`` — the watermark is on
-``rolled_at``, the roll's clock, because a repeated event (a re-roll after a crash) is written minutes after
-the first copy while its event time may be hours old — and folds each micro-batch's per-message facts into
-a ``LiveTally`` on the driver (``bridge.core.live_tally``), which keeps the per-entity counts current.
+It runs the live ledger itself (``bridge.ledger.service``: the streaming query of ``bridge ledger``) in a
+folder of its own, and draws each publication: per entity the counts the ledger keeps with
+``bridge.ledger.figures`` — the batch report's own definitions — the overdue messages, and the verdict
+with its reasons. There is no second tally: what ``--follow`` shows is what ``bridge ledger`` publishes.
 
-Every ``interval`` it rolls the live journal (when another roller is busy it just waits for the next turn)
-and redraws the table. "Missing" are messages open for longer than ``grace`` seconds that the live outbox
-no longer holds: lost, unless their events are still on the way into the journal folder; the batch report
-(``bridge report``) is the one that decides.
+"Lost" is what the ledger can call lost without the outbox: messages a receiver completed as duplicates
+of another id's fingerprint and never handled (``suppressed_unhandled``), counted as lost by the batch
+report too. An accepted message with no end shows as overdue; the batch report, which checks the outbox,
+decides whether it is lost.
 
-The tally lives in the driver's memory (a dict entry per message seen), and the stream's checkpoint in a
-temporary folder: a restarted ``--follow`` starts over from every file.
+The folder is a temporary one, removed at the end, unless the caller names one to keep (started again on
+it, the view goes on from its checkpoint). ``roll`` (the CLI's: ``LiveRoll``, unless ``--offline``) runs
+after each publication and returns the note drawn with the next one; nothing is published to Redis, so a
+running ``bridge ledger`` stays the one ``bridge status`` shows.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from bridge.core.live_tally import (
-    ACCEPTED,
-    DEAD_LETTERED,
-    DELIVERED,
-    HANDLED,
-    LIVE_KEYS,
-    QUARANTINED,
-    LiveTally,
-)
-from bridge.ledger import tables
-from bridge.ledger.spark import JOURNAL_SCHEMA, uri
+from bridge.core.ledger import LABELS
+from bridge.errors import BridgeError
+from bridge.ledger import service
+from bridge.ledger.live_store import LedgerPaths
 from bridge.settings import Settings
 
-WATERMARK_DELAY = "1 hour"
-GRACE = 300.0
-MAX_FILES_PER_TRIGGER = 1000
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("accepted", LABELS["accepted"]),
+    ("delivered", LABELS["delivered"]),
+    ("handled", LABELS["handled"]),
+    ("dead_lettered", LABELS["dead_lettered"]),
+    ("quarantined_messages", LABELS["quarantined"]),
+    ("pending", LABELS["pending"]),
+    ("overdue", "overdue"),
+    ("suppressed_unhandled", LABELS["lost"]),
+    ("broker_duplicates", LABELS["broker_duplicates"]),
+    ("suppressed_duplicates", LABELS["suppressed_duplicates"]),
+)
+"""(count in the publication's entity record, column heading), in the order drawn."""
 
 
-def _bit(kind: str, bit: int) -> Any:
-    return F.max(F.when(F.col("kind") == kind, F.lit(bit)).otherwise(F.lit(0)))
-
-
-def batch_facts(batch: DataFrame) -> DataFrame:
-    """Per (entity, message_id) of one micro-batch: flag bits, acceptance time, copies, suppressed."""
-    rows = batch.where(
-        F.col("message_id").isNotNull() & ~F.col("entity").startswith("~") & ~tables.is_control_event()
-    )
-    bits = (
-        _bit("accepted", ACCEPTED)
-        .bitwiseOR(_bit("sent", DELIVERED))
-        .bitwiseOR(_bit("dead_lettered", DEAD_LETTERED))
-        .bitwiseOR(_bit("quarantined", QUARANTINED))
-        .bitwiseOR(_bit("handled", HANDLED))
-    )
-    return rows.groupBy("entity", "message_id").agg(
-        bits.alias("bits"),
-        F.min(F.when(F.col("kind") == "accepted", F.unix_micros("time") / 1_000_000.0)).alias("accepted_at"),
-        F.sum(F.when((F.col("kind") == "sent") & (F.col("path") != "backlog"), 1).otherwise(0)).alias(
-            "copies"
-        ),
-        F.sum(F.when(F.col("kind") == "duplicate_suppressed", 1).otherwise(0)).alias("suppressed"),
-    )
-
-
-def start_stream(
-    spark: SparkSession,
-    journal_dir: Path,
-    checkpoint: Path,
-    tally: LiveTally,
-    *,
-    interval: float,
-    lock: Any,
-    folded: threading.Event | None = None,
-) -> Any:
-    """Start the streaming query that folds new journal files into ``tally``; returns the query. ``folded``
-    is set after each micro-batch is in the tally."""
-    journal_dir.mkdir(parents=True, exist_ok=True)
-    stream = (
-        spark.readStream.schema(JOURNAL_SCHEMA)
-        .option("basePath", uri(journal_dir))
-        .option("maxFilesPerTrigger", MAX_FILES_PER_TRIGGER)
-        .parquet(uri(journal_dir))
-    )
-    events = stream.withWatermark("rolled_at", WATERMARK_DELAY).dropDuplicatesWithinWatermark(["event_id"])
-
-    def fold(batch: DataFrame, _batch_id: int) -> None:
-        # Runs on the stream's thread while the main thread draws the tally: fold under the lock.
-        facts = batch_facts(batch).collect()
-        with lock:
-            for row in facts:
-                tally.add(
-                    row["entity"],
-                    row["message_id"],
-                    int(row["bits"]),
-                    accepted_at=row["accepted_at"],
-                    copies=int(row["copies"]),
-                    suppressed=int(row["suppressed"]),
-                )
-        if folded is not None:
-            folded.set()
-
-    return (
-        events.writeStream.foreachBatch(fold)
-        .option("checkpointLocation", uri(checkpoint))
-        .trigger(processingTime=f"{max(interval, 0.5)} seconds")
-        .start()
-    )
-
-
-def missing(settings: Settings, overdue: list[tuple[str, str]]) -> dict[str, int]:
-    """Per entity, the ``overdue`` open messages that the live outbox does not hold (module docstring)."""
-    from bridge.ledger.live import take_snapshot
-    from bridge.redis.connection import sync_client
-
-    if not overdue:
-        return {}
-    client = sync_client(settings.redis_url.get_secret_value())
-    try:
-        snapshot = take_snapshot(client, settings, {entity for entity, _ in overdue})
-    finally:
-        client.close()
-    held = set(snapshot.message_ids)
-    out: dict[str, int] = {}
-    for key in overdue:
-        if key not in held and key[0] not in snapshot.unchecked:
-            out[key[0]] = out.get(key[0], 0) + 1
+def rows(ledger: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
+    """Per entity (and ``all``, their sum) the ``COLUMNS`` counts of a publication."""
+    out = [
+        (name, [int(record.get(key) or 0) for key, _ in COLUMNS])
+        for name, record in sorted(ledger.get("entities", {}).items())
+    ]
+    if out:
+        out.append(("all", [sum(values) for values in zip(*(counts for _, counts in out), strict=True)]))
     return out
 
 
-def render(tally: LiveTally, missing_counts: dict[str, int], note: str) -> Any:
-    """The live table."""
+def render(ledger: Mapping[str, Any], note: str) -> Any:
+    """The view of one publication: the table, then the verdict's reasons."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"bridge report --follow  ({note})")
+    verdict = str(ledger.get("verdict", "starting"))
+    table = Table(title=f"bridge report --follow: {verdict.upper()}  ({note})")
     table.add_column("entity")
-    for key in (*LIVE_KEYS, "missing", "broker_duplicates", "suppressed_duplicates"):
-        table.add_column(key.replace("_", " "), justify="right")
-    for entity, counts in sorted(tally.counts.items()):
-        cells = [str(counts[k]) for k in LIVE_KEYS]
-        cells += [str(missing_counts.get(entity, 0)), str(counts["broker_duplicates"])]
-        cells.append(str(counts["suppressed_duplicates"]))
-        table.add_row(Text(entity), *(Text(c) for c in cells))
-    return table
+    for _, heading in COLUMNS:
+        table.add_column(heading, justify="right")
+    for name, counts in rows(ledger):
+        table.add_row(Text(name), *(Text(f"{value:,}") for value in counts))
+    lines = [Text(f"note: {reason}") for reason in ledger.get("reasons", [])]
+    return Group(table, *lines)
 
 
 def follow(
-    spark: SparkSession,
-    settings: Settings,
-    journal_dir: Path,
-    interval: float,
-    duration: float | None,
+    spark: Any,
+    journal: Path,
+    paths: LedgerPaths,
+    options: Mapping[str, float],
     *,
-    live: bool = True,
-    grace: float = GRACE,
-    on_update: Callable[[LiveTally, dict[str, int]], bool] | None = None,
-) -> LiveTally:
-    """Run the live view until ``duration`` passes, Ctrl-C, or ``on_update`` (called after every redraw)
-    returns True; returns the final tally."""
+    roll: Callable[[], str] | None = None,
+    duration: float | None = None,
+    on_update: Callable[[dict[str, Any]], bool] | None = None,
+    console: Any = None,
+) -> dict[str, Any]:
+    """Run the live ledger in ``paths`` and draw each publication on ``console`` (stderr by default) until
+    ``duration`` passes, Ctrl-C, or ``on_update`` (called with each publication) returns True; returns
+    the last publication."""
     from rich.console import Console
     from rich.live import Live
 
-    from bridge.errors import BridgeError
+    if console is None:
+        console = Console(stderr=True)
+        if not console.is_terminal:
+            # Piped into a file: no terminal width to fit, so no column is cut to "acce…".
+            console = Console(stderr=True, width=1000)
+    note = "offline" if roll is None else "starting"
+    with Live(render({}, note), console=console, auto_refresh=False) as view:
 
-    tally = LiveTally()
-    checkpoint = Path(tempfile.mkdtemp(prefix="bridge-follow-"))
-    lock = threading.Lock()
-    folded = threading.Event()
-    query = start_stream(spark, journal_dir, checkpoint, tally, interval=interval, lock=lock, folded=folded)
-    shown = False  # the first micro-batch's tally is drawn as soon as it is folded, not up to interval later
-    started = time.monotonic()
-    missing_counts: dict[str, int] = {}
-    note = "starting"
-    try:
-        with Live(
-            render(tally, missing_counts, note), console=Console(stderr=True), auto_refresh=False
-        ) as view:
-            while duration is None or time.monotonic() - started < duration:
-                if query.exception() is not None:
-                    raise RuntimeError(f"the streaming query failed: {query.exception()}")
-                if live:
-                    try:
-                        _roll(settings, journal_dir)
-                        with lock:
-                            overdue = tally.overdue(time.time(), grace)
-                        missing_counts = missing(settings, overdue)
-                        note = f"journal rolled {time.strftime('%H:%M:%S')}"
-                    except BridgeError as exc:
-                        note = f"Redis unavailable: {type(exc).__name__}"
-                else:
-                    note = "offline"
-                with lock:
-                    view.update(render(tally, missing_counts, note), refresh=True)
-                    done = on_update is not None and on_update(tally, missing_counts)
-                if done:
-                    break
-                if shown:
-                    time.sleep(interval)
-                else:
-                    shown = folded.wait(interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        query.stop()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    return tally
+        def on_publish(ledger: dict[str, Any]) -> bool:
+            nonlocal note
+            view.update(render(ledger, note), refresh=True)
+            done = on_update is not None and on_update(ledger)
+            if roll is not None and not done:
+                note = roll()
+            return done
+
+        return service.run(spark, journal, paths, options, duration=duration, on_publish=on_publish)
 
 
-def _roll(settings: Settings, journal_dir: Path) -> None:
-    from bridge.redis.connection import sync_client
+@dataclass(frozen=True)
+class LiveRoll:
+    """The roll of the live journal into ``journal`` before each publication; Redis unavailable is a
+    note, and the view goes on from the files it has."""
 
-    client = sync_client(settings.redis_url.get_secret_value())
-    try:
-        roll_live(client, settings, journal_dir)
-    finally:
-        client.close()
+    settings: Settings
+    journal: Path
 
+    def roll(self) -> str:
+        """Roll now; the note to draw."""
+        from bridge.ledger.live import roll_live
+        from bridge.redis.connection import sync_client
 
-def roll_live(client: Any, settings: Settings, journal_dir: Path) -> None:
-    """Roll every entity's live journal into ``journal_dir`` now (a roller already busy: not waited for)."""
-    from bridge.journal.store import JournalStore
-    from bridge.ledger.live import outbox_entities, roll_now
-
-    owners = set(outbox_entities(client)) | set(settings.entities)
-    owners |= {o for o in JournalStore(client, settings.journal).owners() if not o.startswith("~")}
-    roll_now(client, settings, journal_dir, owners, wait=0)
+        try:
+            client = sync_client(self.settings.redis_url.get_secret_value())
+            try:
+                roll_live(client, self.settings, self.journal)
+            finally:
+                client.close()
+        except BridgeError as exc:
+            return f"Redis unavailable: {type(exc).__name__}"
+        return f"journal rolled {time.strftime('%H:%M:%S')}"

@@ -147,3 +147,11 @@ def outbox_entities(client: SyncRedis) -> list[str]:
     """Entities in the outbox's entity set (written to, not retired as idle: ``bridge.outbox.entities``)."""
     with driver_errors():
         return sorted(_text(name) for name in client.smembers(outbox_keys.ENTITIES))
+
+
+def roll_live(client: SyncRedis, settings: Settings, journal_dir: Path) -> None:
+    """Roll every entity's live journal into ``journal_dir`` now (a roller already busy: not waited for):
+    what the live ledger and ``bridge report --follow`` do before each publication."""
+    owners = set(outbox_entities(client)) | set(settings.entities)
+    owners |= {o for o in JournalStore(client, settings.journal).owners() if not o.startswith("~")}
+    roll_now(client, settings, journal_dir, owners, wait=0)

@@ -86,6 +86,12 @@ def master_url(option: str | None) -> str:
     return option or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
 
 
+def worker_python() -> str:
+    """The Python the executors start for Python work: ``PYSPARK_PYTHON`` (a cluster's workers may keep
+    theirs elsewhere), else this interpreter (a worker on this machine, or one installed alike)."""
+    return os.environ.get("PYSPARK_PYTHON") or sys.executable
+
+
 def local_cores(master: str) -> int | None:
     """The cores a ``local`` master runs tasks on (``local``: 1, ``local[N]``: N, ``local[*]``: all of this
     machine's), None for any other master.
@@ -129,7 +135,7 @@ def build_session(
         .config("spark.executor.extraJavaOptions", log_option)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.python", worker_python())
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or local_cores(master) or 64))
     )
     if local:

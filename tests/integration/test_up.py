@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,8 +11,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from bridge.embedded.stack import wait_until
 from tests.integration.operations_support import scrape
@@ -145,3 +148,59 @@ def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
     rest = proc.stdout.read() if proc.stdout else ""
     assert "starting it again as a replica" in out + rest
     assert _processes_using(tmp_path) == []
+
+
+def _status(env_file: Path) -> dict[str, object]:
+    """``bridge status --json`` as a user runs it: the settings file sourced into a shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
+    script = f'set -a; . "{env_file}"; set +a; exec "{sys.executable}" -m bridge.cli.main status --json'
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report: dict[str, object] = json.loads(done.stdout)
+    return report
+
+
+@pytest.mark.timeout(600)  # the whole stack and a Spark driver on one machine
+def test_bridge_up_ledger_shows_the_live_verdict_in_status(tmp_path: Path) -> None:
+    proc, out = _start_up(tmp_path, "--ledger", "--concurrency", "1", "--no-standard-ports")
+    try:
+        url = re.search(r"^ingress\s+(http://\S+)", out, re.M)
+        env_file = re.search(r"^settings\s+(\S+)", out, re.M)
+        folder = re.search(r"^ledger\s+(\S+)", out, re.M)
+        assert url and env_file and folder, out
+        assert Path(folder.group(1)) == tmp_path / "ledger"
+
+        # Given the stack with its live ledger, when two messages are posted and handled
+        for body in ("one", "two"):
+            answer = httpx.post(
+                f"{url.group(1)}/v1/entities/orders/messages", json={"body": body}, timeout=10
+            )
+            assert answer.status_code == 202
+
+        # Then `bridge status` shows the ledger's verdict: both accepted and handled, nothing overdue
+        def reconciled() -> dict[str, Any] | None:
+            ledger = _status(Path(env_file.group(1))).get("ledger")
+            if not isinstance(ledger, dict):
+                return None
+            orders = ledger.get("entities", {}).get("orders", {})
+            return ledger if orders.get("handled") == 2 else None
+
+        try:
+            ledger = wait_until(reconciled, 300, 2, "the ledger's verdict in bridge status")
+        except TimeoutError:
+            raise AssertionError((tmp_path / "ledger.log").read_text()[-3000:]) from None
+        assert ledger["verdict"] == "ok", ledger
+        assert (ledger["entities"]["orders"]["accepted"], ledger["overdue"]) == (2, 0), ledger
+        assert (tmp_path / "ledger" / "ledger.json").exists()
+
+        # When Ctrl-C: the ledger stops with the rest
+        proc.send_signal(signal.SIGINT)
+        remaining, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0, remaining
+        assert _processes_using(tmp_path) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -167,7 +167,10 @@ def test_the_dockerfile_builds_what_the_compose_file_runs() -> None:
     assert text.count("HEALTHCHECK ") == 2
     assert text.count("USER bridge") == 2
     stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.M))
-    targets = {s["build"]["target"] for s in compose()["services"].values() if "build" in s}
+    services = compose()["services"].values()
+    targets = {
+        s["build"]["target"] for s in services if s.get("build", {}).get("dockerfile") == "docker/Dockerfile"
+    }
     assert targets <= stages
     assert re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)[-1] == "runtime", "the default target is the bridge"
 
@@ -187,6 +190,33 @@ def test_the_test_override_covers_every_service() -> None:
         if "--host" in command:
             assert _option(command, "--host") == "127.0.0.1", f"{name}: traffic stays on loopback"
     assert override["x-test-env"]["BRIDGE_METRICS_HOST"] == "127.0.0.1"
+
+
+def test_the_ledger_service_runs_the_live_ledger_over_the_beats_journal() -> None:
+    services = compose()["services"]
+    ledger = services["ledger"]
+    # Only when asked (`--profile ledger`), as `bridge up --ledger`
+    assert ledger["profiles"] == ["ledger"] and ledger["command"] == ["ledger"]
+    # It reads the folder the beats roll into, on the volume they write
+    journal = ledger["environment"]["BRIDGE_JOURNAL__DIRECTORY"]
+    assert journal == services["beat"]["environment"]["BRIDGE_JOURNAL__DIRECTORY"]
+    volume = next(v.split(":")[0] for v in services["beat"]["volumes"] if v.endswith(f":{journal}"))
+    assert f"{volume}:{journal}" in ledger["volumes"]
+    # Its checkpoint and state on a volume of their own, outside the journal
+    folder = ledger["environment"]["BRIDGE_JOURNAL__LIVE_LEDGER__DIRECTORY"]
+    assert any(v.endswith(f":{folder}") and not v.startswith(f"{volume}:") for v in ledger["volumes"])
+    assert not folder.startswith(journal)
+    # and Redis, where `bridge status` and the ingress read its publication
+    assert ledger["environment"]["BRIDGE_REDIS_URL"] == services["ingress"]["environment"]["BRIDGE_REDIS_URL"]
+    # Its image: the runtime image plus Java and PySpark, installed from wheels made on the host
+    assert ledger["build"]["dockerfile"] == "docker/ledger.Dockerfile"
+    text = (ROOT / ledger["build"]["dockerfile"]).read_text()
+    installs = re.findall(r"^[^#\n]*pip install [^\n]*", text, re.M)
+    assert installs and all("--no-index --find-links /tmp/wheels" in line for line in installs), installs
+    assert "JAVA_HOME=" in text and "USER bridge" in text
+    assert re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)[-1] == "ledger"
+    required = (ROOT / "scripts" / "images").read_text()
+    assert '["optional-dependencies"]["spark"]' in required  # ledger.txt: the `spark` extra
 
 
 def _load(path: Path) -> Any:
@@ -232,7 +262,12 @@ def test_the_compose_prometheus_scrapes_every_bridge_process() -> None:
         for static in job["static_configs"]
         for target in static["targets"]
     }
-    processes = {name for name, service in bridge_services().items() if service["command"][0] != "emulator"}
+    # The live ledger serves no port: the ingress exports what it publishes in Redis.
+    processes = {
+        name
+        for name, service in bridge_services().items()
+        if service["command"][0] not in ("emulator", "ledger")
+    }
     assert scraped == processes  # the ingress and every process with BRIDGE_METRICS_PORT
     ingress = next(job for job in config["scrape_configs"] if job["job_name"] == "bridge-ingress")
     assert ingress["authorization"]["credentials_file"] == "/tmp/bridge-api-key"

@@ -1,5 +1,5 @@
 """The ledger's pure rules (``bridge.core.ledger``): the billing model (billable operations per kind), the
-failover timeline, the live tally, as tables."""
+failover timeline, as tables."""
 
 from __future__ import annotations
 
@@ -16,17 +16,6 @@ from bridge.core.ledger import (
     failover_timeline,
     price_table,
     summarize,
-)
-from bridge.core.live_tally import (
-    ACCEPTED,
-    DEAD_LETTERED,
-    DELIVERED,
-    HANDLED,
-    LIVE_KEYS,
-    QUARANTINED,
-    LiveTally,
-    MessageFlags,
-    is_open,
 )
 
 
@@ -152,30 +141,6 @@ def test_a_timeline_without_events_is_one_segment_on_the_primary() -> None:
     # a repeated swap to the role already active changes nothing
     again = failover_timeline([TimelineEvent(6.0, "role_swapped", "secondary", "primary")], 5.0, 9.0)
     assert [(s.active, s.seconds) for s in again.segments] == [("secondary", 1.0), ("primary", 3.0)]
-
-
-def test_live_tally_moves_messages_between_classes() -> None:
-    tally = LiveTally()
-    tally.add("e", "m1", ACCEPTED, accepted_at=1.0)
-    tally.add("e", "m2", ACCEPTED, accepted_at=2.0)
-    assert tally.counts["e"]["open"] == 2
-    assert tally.overdue(now=10.0, grace=8.5) == [("e", "m1")]
-
-    tally.add("e", "m1", DELIVERED, copies=1)
-    tally.add("e", "m1", HANDLED, copies=1, suppressed=1)
-    tally.add("e", "m2", DEAD_LETTERED)
-    tally.add("e", "m3", DELIVERED, copies=1)  # delivered, acceptance not seen (yet)
-
-    counts = tally.counts["e"]
-    assert (counts["accepted"], counts["delivered"], counts["handled"], counts["dead_lettered"]) == (
-        2,
-        2,
-        1,
-        1,
-    )
-    assert counts["open"] == 0
-    assert (counts["broker_duplicates"], counts["suppressed_duplicates"]) == (1, 1)
-    assert tally.overdue(now=100.0, grace=1.0) == []
 
 
 def test_summary_sums_every_contract_key() -> None:
@@ -332,49 +297,6 @@ def test_empty_stretches_are_dropped_and_alike_neighbours_merged(
     timeline = failover_timeline(events, start=5.0, end=end)
 
     assert [(s.start, s.end, s.active, s.failed_over) for s in timeline.segments] == segments
-
-
-@pytest.mark.parametrize(
-    ("bits", "classes"),
-    [
-        (ACCEPTED, {"accepted", "open"}),
-        (ACCEPTED | DELIVERED, {"accepted", "delivered"}),
-        (ACCEPTED | DEAD_LETTERED, {"accepted", "dead_lettered"}),
-        (ACCEPTED | QUARANTINED, {"accepted", "quarantined"}),
-        (ACCEPTED | HANDLED, {"accepted", "handled"}),
-        (QUARANTINED, {"quarantined"}),
-        (DELIVERED | HANDLED, {"delivered", "handled"}),
-    ],
-)
-def test_live_tally_counts_each_class_and_only_accepted_messages_with_no_end_are_open(
-    bits: int, classes: set[str]
-) -> None:
-    tally = LiveTally()
-    tally.add("e", "m", bits, accepted_at=1.0)
-
-    counts = tally.counts["e"]
-    assert {name for name in LIVE_KEYS if counts[name]} == classes
-    assert sum(counts[name] for name in LIVE_KEYS) == len(classes)
-    assert tally.overdue(now=100.0, grace=1.0) == ([("e", "m")] if "open" in classes else [])
-    assert is_open(
-        MessageFlags(
-            *(bool(bits & bit) for bit in (ACCEPTED, DELIVERED, DEAD_LETTERED, QUARANTINED, HANDLED))
-        )
-    ) is ("open" in classes)
-
-
-def test_live_tally_keeps_the_earliest_acceptance_and_counts_copies_beyond_the_first() -> None:
-    tally = LiveTally()
-    tally.add("e", "m", ACCEPTED, accepted_at=5.0, copies=1)
-    tally.add("e", "m", ACCEPTED, accepted_at=7.0, copies=2)  # the acceptance seen again, later
-
-    # Overdue counts from the first acceptance, and only past the grace
-    assert tally.overdue(now=12.0, grace=6.0) == [("e", "m")]
-    assert tally.overdue(now=11.0, grace=6.0) == []
-    tally.add("e", "m", DELIVERED, copies=1)
-
-    assert tally.counts["e"]["broker_duplicates"] == 3  # four copies of one message
-    assert tally.accepted_at == {}  # a message with an end is no longer watched
 
 
 @pytest.mark.parametrize(

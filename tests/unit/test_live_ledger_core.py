@@ -86,3 +86,20 @@ def test_each_entity_lists_its_oldest_overdue_ids_and_says_what_was_unreadable()
     assert [m["message_id"] for m in orders["overdue_ids"]] == ["m0", "m1"]
     assert orders["overdue_ids"][0]["age"] == 1000
     assert "could not read date=x/j.parquet: ArrowInvalid: not a Parquet file" in ledger["reasons"]
+
+
+def test_a_message_suppressed_and_never_handled_is_named_lost() -> None:
+    # A receiver completed m3 as a duplicate of another id's fingerprint: delivered, never handled
+    data = LedgerInput(
+        counts={"orders": {"accepted": 3, "delivered": 3, "handled": 2, "suppressed_unhandled": 1}},
+        open_messages=[],
+        events=14,
+    )
+
+    ledger = verdict(data, NOW, 300)
+
+    assert ledger["entities"]["orders"]["suppressed_unhandled"] == 1
+    assert ledger["reasons"] == [
+        "orders: 1 messages were completed by a receiver as duplicates but never handled (their MessageId's "
+        "fingerprint matched another id's): lost"
+    ]

@@ -87,10 +87,15 @@ def assert_agreement(
 ) -> dict[str, Any]:
     """Run both paths on ``tmp_path / "journal"`` (the live one from ``root``, by default a new folder);
     check they agree and hold the known answers."""
-    journal = tmp_path / "journal"
-
     # When both paths read it
-    live = run_live(spark, journal, root or tmp_path / "ledger", events, linger=linger)
+    live = run_live(spark, tmp_path / "journal", root or tmp_path / "ledger", events, linger=linger)
+    return assert_same_as_batch(spark, tmp_path, live)
+
+
+def assert_same_as_batch(spark: Any, tmp_path: Path, live: dict[str, Any]) -> dict[str, Any]:
+    """Check the live ledger's publication ``live`` against the batch report of ``tmp_path / "journal"``
+    (written by ``write_journal``) and the known answers."""
+    journal = tmp_path / "journal"
     summary = batch_report(spark, journal, tmp_path / "report")
     tables = tmp_path / "report" / "tables"
     batch = {row["entity"]: row for row in pq.read_table(tables / "reconciliation").to_pylist()}

@@ -29,7 +29,6 @@ from bridge.cli.main import app
 from bridge.core import journal as J
 from bridge.core.journal_files import to_row
 from bridge.core.ledger import price_table
-from bridge.core.live_tally import LiveTally
 from bridge.embedded.redis_server import RedisServer
 from bridge.journal.roll import file_path, table_of, write_durably
 from bridge.journal.store import JournalStore
@@ -37,6 +36,7 @@ from bridge.ledger.follow import follow
 from bridge.ledger.html import SECTIONS
 from bridge.ledger.job import ReportInputs, run_report
 from bridge.ledger.live import roll_now, take_snapshot
+from bridge.ledger.live_store import LedgerPaths
 from bridge.outbox import keys as outbox_keys
 from bridge.redis.connection import sync_client
 from bridge.settings import load_settings
@@ -44,6 +44,18 @@ from tests.integration.report_render import inside, render_report
 
 T = 1_790_000_000.0
 P, S = "ns1", "ns2"  # the primary's and the secondary's namespace names
+FOLLOWED = (
+    "accepted",
+    "delivered",
+    "dead_lettered",
+    "quarantined_messages",
+    "handled",
+    "open",
+    "overdue",
+    "broker_duplicates",
+    "suppressed_duplicates",
+)
+"""What the follow test checks of the live ledger's publication."""
 
 EXPECTED = {
     "orders": {
@@ -484,7 +496,7 @@ def _atomic_copy(source: Path, target: Path) -> None:
     os.replace(partial, target)
 
 
-def test_follow_keeps_the_reconciliation_current_without_counting_repeats(
+def test_follow_keeps_the_live_ledger_current_without_counting_repeats(
     spark: Any, scenario: Scenario, tmp_path: Path
 ) -> None:
     journal = tmp_path / "journal"
@@ -492,12 +504,12 @@ def test_follow_keeps_the_reconciliation_current_without_counting_repeats(
     originals = sorted(journal.rglob("*.parquet"))
     phase = {"copied": False}
 
-    def on_update(tally: LiveTally, _missing: dict[str, int]) -> bool:
-        counts = tally.counts
+    def on_update(ledger: dict[str, Any]) -> bool:
+        entities = ledger.get("entities", {})
         if not phase["copied"]:
             if (
-                counts.get("orders", {}).get("accepted") == 8
-                and counts.get("payments", {}).get("accepted") == 4
+                entities.get("orders", {}).get("accepted") == 8
+                and entities.get("payments", {}).get("accepted") == 4
             ):
                 # When every file is rolled a second time and one new event arrives (m4 handled)
                 for index, path in enumerate(originals):
@@ -509,22 +521,32 @@ def test_follow_keeps_the_reconciliation_current_without_counting_repeats(
                 )
                 phase["copied"] = True
             return False
-        return counts["orders"]["handled"] == 4
+        return bool(entities["orders"]["handled"] == 4)
 
-    tally = follow(
-        spark, load_settings(), journal, interval=0.5, duration=120, live=False, on_update=on_update
+    options = {
+        "interval": 0.5,
+        "linger": 3600.0,
+        "latency_minutes": 1_000_000.0,
+        "overdue_after": 300.0,
+        "listed": 100,
+        "max_files": 200,
+    }
+    ledger = follow(
+        spark, journal, LedgerPaths(tmp_path / "ledger"), options, duration=300, on_update=on_update
     )
 
     # Then the new event counts, the repeated ones do not
     assert phase["copied"]
-    assert tally.counts["orders"] == {
+    orders = ledger["entities"]["orders"]
+    assert {key: orders[key] for key in FOLLOWED} == {
         "accepted": 8,
         "delivered": 3,
         "dead_lettered": 1,
-        "quarantined": 1,
+        "quarantined_messages": 1,
         "handled": 4,
-        "open": 2,  # m5 (lost) and m8 (recent)
+        "open": 2,  # m5 (lost) and m8 (recent): both overdue, the journal being years old
+        "overdue": 2,
         "broker_duplicates": 1,
         "suppressed_duplicates": 1,
     }
-    assert (tally.counts["payments"]["accepted"], tally.counts["payments"]["open"]) == (4, 0)
+    assert (ledger["entities"]["payments"]["accepted"], ledger["entities"]["payments"]["open"]) == (4, 0)

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +18,14 @@ from typer.testing import CliRunner
 from bridge.cli.main import app
 from bridge.core import journal as J
 from bridge.core.ledger import SUMMARY_KEYS, price_table
-from bridge.embedded.ports import free_port
 from bridge.journal import keys
 from bridge.journal.store import JournalStore
+from bridge.ledger.follow import LiveRoll, follow
 from bridge.ledger.job import ReportInputs, run_report
+from bridge.ledger.live_store import LedgerPaths
 from bridge.outbox import keys as outbox_keys
 from bridge.redis.connection import sync_client
-from bridge.settings import JournalSettings
+from bridge.settings import JournalSettings, load_settings
 
 from .test_report import T, orders_events, payments_events
 
@@ -71,6 +69,40 @@ def test_report_rolls_the_live_journal_and_prints_the_json_contract(
     assert list((out / "journal").rglob("*.parquet"))
     assert (out / "report.html").is_file()
     assert pq.read_table(out / "tables" / "reconciliation").num_rows == 1
+
+
+def test_follow_rolls_the_live_journal_before_each_publication(
+    spark: Any, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Given a message's events still in Redis's journal stream only, and no journal file
+    store = JournalStore(sync_client(redis_url), JournalSettings())
+    store.append(
+        "orders",
+        [
+            J.accepted("f1", T, door="http", size=10),
+            J.sent("f1", T + 0.01, namespace="ns1", role="primary", path="direct", batch="b"),
+            J.handled("f1", T + 0.02),
+        ],
+    )
+    journal = tmp_path / "journal"
+    options = {"interval": 0.5, "linger": 3600.0, "latency_minutes": 1e6, "overdue_after": 300.0}
+    roll = LiveRoll(load_settings(redis_url=redis_url), journal)
+
+    # When `--follow` draws the live ledger with the command's roll
+    ledger = follow(
+        spark,
+        journal,
+        LedgerPaths(tmp_path / "ledger"),
+        {**options, "listed": 100, "max_files": 200},
+        roll=roll.roll,
+        duration=600,
+        on_update=lambda published: int(published["events"]) >= 3,
+    )
+
+    # Then the roll moved the events into the folder and the ledger counted them
+    assert redis_client.xlen(keys.journal("orders")) == 0
+    orders = ledger["entities"]["orders"]
+    assert (orders["accepted"], orders["delivered"], orders["handled"], ledger["verdict"]) == (1, 1, 1, "ok")
 
 
 def test_report_refuses_an_unknown_price_kind_before_starting_spark(
@@ -118,60 +150,6 @@ def test_a_report_on_a_journal_of_no_events_is_an_error(spark: Any, tmp_path: Pa
     with pytest.raises(EmptyJournalError, match="holds no events"):
         run_report(spark, inputs)
     assert not (tmp_path / "report" / "report.html").exists()
-
-
-# ---- a standalone cluster on loopback ----------------------------------------------------------------------
-def _spark_class() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def _wait_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
-@pytest.fixture
-def standalone_cluster(tmp_path: Path) -> Iterator[str]:
-    """A Spark master and one worker (1 core, 1 GB) on loopback, from pyspark's own launcher."""
-    port = free_port()
-    env = dict(
-        os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path)
-    )
-    spark_class = str(_spark_class())
-    logs = [open(tmp_path / f"{name}.log", "wb") for name in ("master", "worker")]  # noqa: SIM115
-    master = subprocess.Popen(
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-         "--webui-port", "0"],
-        env=env, stdout=logs[0], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    processes = [master]
-    try:
-        _wait_port(port)
-        worker = subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
-             "127.0.0.1", "--webui-port", "0", "--cores", "1", "--memory", "1g", "--work-dir", str(tmp_path)],
-            env=env, stdout=logs[1], stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        processes.append(worker)
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""A message a receiver completed as a duplicate without ever handling it is lost in ``bridge report``.
+"""A message a receiver completed as a duplicate without ever handling it is lost in ``bridge report``, and
+in what ``bridge report --follow`` prints.
 
 A receiver remembers a handled MessageId as a 14-byte fingerprint (``bridge.core.seen``) and journals its
 ``handled`` event in the same script. Two different ids may share a fingerprint; the second one's copies
@@ -10,22 +11,35 @@ a private Redis's journal streams, rolled into Parquet by the roll, then the Spa
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
 
 from bridge.core import journal as J
 from bridge.core.ledger import price_table
 from bridge.embedded.redis_server import RedisServer
 from bridge.journal.store import JournalStore
+from bridge.ledger.follow import follow
 from bridge.ledger.job import ReportInputs, run_report
 from bridge.ledger.live import roll_now
+from bridge.ledger.live_store import LedgerPaths
 from bridge.redis.connection import sync_client
 from bridge.settings import load_settings
 
 T = 1_790_000_000.0
 P = "ns1"
+FOLLOW_OPTIONS = {
+    "interval": 0.5,
+    "linger": 3600.0,
+    "latency_minutes": 1_000_000.0,
+    "overdue_after": 300.0,
+    "listed": 100,
+    "max_files": 200,
+}
 
 
 def events() -> list[J.JournalEvent]:
@@ -49,11 +63,12 @@ def events() -> list[J.JournalEvent]:
     return out
 
 
-def test_a_copy_suppressed_by_another_ids_fingerprint_is_lost(spark: Any, tmp_path: Path) -> None:
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    """The events rolled into Parquet the real way (a private Redis's journal streams, then the roll)."""
     server = RedisServer(data_dir=tmp_path / "redis")
     server.start()
     try:
-        # Given a journal where m3 was completed as a duplicate and never handled
         client = sync_client(server.url)
         settings = load_settings(redis_url=server.url)
         JournalStore(client, settings.journal).append("orders", events())
@@ -61,10 +76,15 @@ def test_a_copy_suppressed_by_another_ids_fingerprint_is_lost(spark: Any, tmp_pa
         client.close()
     finally:
         server.close()
+    return tmp_path / "journal"
+
+
+def test_a_copy_suppressed_by_another_ids_fingerprint_is_lost(
+    spark: Any, journal: Path, tmp_path: Path
+) -> None:
+    # Given a journal where m3 was completed as a duplicate and never handled
     # When the ledger reconciles it (the outbox known to be empty)
-    inputs = ReportInputs(
-        journal=tmp_path / "journal", out=tmp_path / "report", prices=price_table(), drained=True
-    )
+    inputs = ReportInputs(journal=journal, out=tmp_path / "report", prices=price_table(), drained=True)
     summary = run_report(spark, inputs)
     # Then m3 counts as lost, not as fine: the verdict fails, the lost table names it, a note says why
     orders = summary["entities"]["orders"]
@@ -75,3 +95,36 @@ def test_a_copy_suppressed_by_another_ids_fingerprint_is_lost(spark: Any, tmp_pa
     lost = pq.read_table(tmp_path / "report" / "tables" / "lost").to_pylist()
     assert [row["message_id"] for row in lost] == ["m3"]
     assert any("never handled" in note for note in summary["notes"])
+
+
+def test_follow_prints_the_suppressed_copy_as_lost_as_the_report_does(
+    spark: Any, journal: Path, tmp_path: Path
+) -> None:
+    # Given the same journal, when `bridge report --follow` draws the live ledger over it
+    console = Console(file=io.StringIO(), width=250)
+    ledger = follow(
+        spark,
+        journal,
+        LedgerPaths(tmp_path / "ledger"),
+        FOLLOW_OPTIONS,
+        duration=600,
+        on_update=lambda published: int(published["events"]) >= len(events()),
+        console=console,
+    )
+
+    # Then what it prints counts m3 as lost and says why, as the batch report does
+    assert ledger["events"] == len(events())
+    printed = console.file.getvalue()
+    orders = dict(zip(printed_cells(printed, "entity"), printed_cells(printed, "orders"), strict=True))
+    assert (orders["lost"], orders["delivered"], orders["handled"], orders["overdue"]) == ("1", "3", "2", "0")
+    assert orders["suppressed copies"] == "2"
+    assert "note: orders: 1 messages were completed by a receiver as duplicates but never handled" in printed
+
+
+def printed_cells(printed: str, first: str) -> list[str]:
+    """The cells of the drawn table's row that starts with ``first``."""
+    for line in printed.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│┃").split("│" if "│" in line else "┃")]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{printed}")
