@@ -2,6 +2,7 @@
 
     python -m bench.failover [--kills 10] [--messages 20000] [--rate 60] [--topology sentinel|cluster|both]
                              [--durability local|replicated] [--lag] [--outage] [--seed 1]
+                             [--scenario kill|double|disk-lost|disk-lost-early] [--no-ledger]
 
 Per topology it starts the whole stack on real processes (``bench.failover_topology``: Sentinel's primary,
 replica and three Sentinels, or a Cluster of three masters with a replica each; two local Service Bus
@@ -13,14 +14,17 @@ happens one after another, each at a random moment (seeded) of its run: with ``-
 to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds before the kill; with
 ``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after.
 After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a replica.
+On Sentinel, ``--scenario`` makes each kill a double failover or a lost disk (``bench.failover_scenarios``).
 Once every kill is done the producer stops and the harness waits until the receiver has every acknowledged
 message or nothing new arrives for ``--settle`` seconds.
 
 A run is the traffic acknowledged from the start of one kill (its lag included) to the next. Per run it
 prints: acknowledged (202), delivered (handed to the receiver), lost (acknowledged, never delivered),
 duplicates (handed more than once) and the kill; per topology the keys (sessions) whose messages reached the
-receiver out of sequence and the summary. With
-``--durability replicated`` it exits 1 if any acknowledged message is lost.
+receiver out of sequence, then ``bridge report``'s own counts over the run's journal beside the harness's
+and how many acknowledged messages left no ``accepted`` event for the ledger to see (``--no-ledger``
+skips the report; ``bench.failover_ledger``), and the summary. With ``--durability replicated`` it exits 1
+if any acknowledged message is lost, except under ``disk-lost-early``, which no mode survives.
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@
                second after it (while it syncs, or just after); the Sentinels promote the old primary
                again, with what its disk and the sync gave it, and the second victim comes back as its
                replica.
-``disk-lost``  the promoted replica loses its disk after the old primary came back and synced: it is
-               killed, its data directory deleted, the Sentinels promote the old primary again and the
-               wiped node restarts empty and resyncs. ``replicated`` keeps every acknowledged message here:
-               each was fsync'd by the node that survives.
+``disk-lost``  each node loses its disk in turn, never both at once: the killed primary's data directory
+               is deleted and it comes back empty and resyncs from the promoted replica; then the promoted
+               replica is killed and its data directory deleted, the Sentinels promote the old primary
+               again and the wiped node restarts empty and resyncs. ``replicated`` keeps every
+               acknowledged message here: each was fsync'd by both nodes, and one of them always has it.
 ``disk-lost-early``  the promoted replica loses its disk *before* the old primary is back: killed, data
                directory deleted, restarted empty while the Sentinels still name it primary; the old
                primary then comes back as its replica and the full sync replaces the old primary's data with
@@ -103,19 +104,23 @@ def double(group: SentinelRedis, rng: random.Random) -> str:
 
 
 def disk_lost(group: SentinelRedis, rng: random.Random) -> str:
-    """The promoted replica loses its disk after the old primary synced (``disk-lost``)."""
+    """The old primary's disk, then the promoted replica's, each after the other node synced
+    (``disk-lost``)."""
     a, b = first_failover(group)
+    wipe(a)
     group.restart_node(a)
     group.wait_synced(60)
     time.sleep(rng.uniform(0.0, 1.0))
-    b.kill()
+    # Under load the Sentinels may have failed over once more by themselves: lose the disk of the node
+    # that is the primary now, never of the one that just synced from it.
+    b = group.kill_primary()
     wipe(b)
     again = group.wait_failover(b, timeout=90)
     restart_following(b, again)
     group.wait_synced(60)
     return (
-        f"primary :{a.port} killed, :{b.port} promoted, lost its disk; :{again.port} promoted,"
-        f" :{b.port} resynced empty"
+        f"primary :{a.port} killed, lost its disk, resynced empty; :{b.port} promoted, lost its disk;"
+        f" :{again.port} promoted, :{b.port} resynced empty"
     )
 
 
