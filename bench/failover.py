@@ -1,7 +1,7 @@
 """Failover harness: acknowledged vs delivered while the Redis primary is killed (``kill -9``), run after run.
 
     python -m bench.failover [--kills 10] [--messages 20000] [--rate 60] [--topology sentinel|cluster|both]
-                             [--durability local|replicated] [--lag] [--outage] [--seed 1]
+                             [--durability local|replicated] [--lag] [--outage] [--hold] [--seed 1]
                              [--scenario kill|double|disk-lost|disk-lost-early] [--no-ledger]
 
 Per topology it starts the whole stack on real processes (``bench.failover_topology``: Sentinel's primary,
@@ -12,7 +12,9 @@ POST to the HTTP door at ``--rate`` messages/s together; each retries a 503 or a
 same MessageId until it is answered 202, as a real producer does. The topology's share of ``--kills`` then
 happens one after another, each at a random moment (seeded) of its run: with ``--lag`` the primary's packets
 to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds before the kill; with
-``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after.
+``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after;
+with ``--hold`` both namespaces are down from ``HOLD`` seconds before the kill until ``OUTAGE`` seconds
+after, so the outbox holds what was acknowledged meanwhile when Redis fails.
 After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a replica.
 On Sentinel, ``--scenario`` makes each kill a double failover or a lost disk (``bench.failover_scenarios``).
 Once every kill is done the producer stops and the harness waits until the receiver has every acknowledged
@@ -49,7 +51,9 @@ KEYS = 8
 LAG = 1.0
 """Seconds the replication link is cut before a ``--lag`` kill."""
 OUTAGE = 3.0
-"""Seconds the primary namespace stays down after an ``--outage`` kill."""
+"""Seconds the primary namespace stays down after an ``--outage`` kill (both after a ``--hold`` one)."""
+HOLD = 3.0
+"""Seconds both namespaces are down before a ``--hold`` kill: the outbox holds what was acknowledged."""
 
 
 @dataclass
@@ -155,18 +159,22 @@ def kill_all(topology: Topology, producer: Producer, args: argparse.Namespace, k
         producer.runs.append(run)
         cut = topology.lagging() if args.lag else None
         run.lagged = bool(cut.__enter__()) if cut else False
+        hold = getattr(args, "hold", False)
         try:
+            if hold:
+                topology.outage(True, both=True)
+                time.sleep(HOLD)
             if cut:
                 time.sleep(LAG)
-            if args.outage:
+            if args.outage and not hold:
                 topology.outage(True)
             run.kill = topology.kill(rng)
         finally:
             if cut:
                 cut.__exit__(None, None, None)
-        if args.outage:
+        if args.outage or hold:
             time.sleep(OUTAGE)
-            topology.outage(False)
+            topology.outage(False, both=hold)
         print(f"  {topology.name}: kill {len(producer.runs) - 1}: {run.kill}", flush=True)
 
 
@@ -292,6 +300,7 @@ def main() -> None:
     parser.add_argument("--durability", choices=("local", "replicated"), default="replicated")
     parser.add_argument("--lag", action="store_true")
     parser.add_argument("--outage", action="store_true")
+    parser.add_argument("--hold", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument("--scenario", choices=SCENARIOS, default="kill")

@@ -112,11 +112,11 @@ class Topology:
         ``scenario`` says, ``bench.failover_scenarios``); a description."""
         raise NotImplementedError
 
-    def outage(self, on: bool) -> None:
-        """Start or end an outage of the primary local Service Bus namespace (its fault control)."""
+    def outage(self, on: bool, both: bool = False) -> None:
+        """Start or end an outage of the primary local Service Bus namespace, or of both (fault control)."""
         assert self.stack is not None
-        control = self.stack.primary.control
-        control.outage() if on else control.restore()
+        for ns in (self.stack.primary, self.stack.secondary) if both else (self.stack.primary,):
+            ns.control.outage() if on else ns.control.restore()
 
     def stop(self) -> None:
         """Stop every process this topology started."""
