@@ -1,7 +1,8 @@
 """Failover harness: acknowledged vs delivered while the Redis primary is killed (``kill -9``), run after run.
 
     python -m bench.failover [--kills 10] [--messages 20000] [--rate 60] [--topology sentinel|cluster|both]
-                             [--durability local|replicated] [--lag] [--outage] [--seed 1]
+                             [--durability local|replicated] [--lag] [--outage] [--hold] [--seed 1]
+                             [--scenario kill|double|disk-lost|disk-lost-early] [--no-ledger]
 
 Per topology it starts the whole stack on real processes (``bench.failover_topology``: Sentinel's primary,
 replica and three Sentinels, or a Cluster of three masters with a replica each; two local Service Bus
@@ -11,16 +12,21 @@ POST to the HTTP door at ``--rate`` messages/s together; each retries a 503 or a
 same MessageId until it is answered 202, as a real producer does. The topology's share of ``--kills`` then
 happens one after another, each at a random moment (seeded) of its run: with ``--lag`` the primary's packets
 to its replica are dropped (``iptables``, needs root) for the last ``LAG`` seconds before the kill; with
-``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after.
+``--outage`` the primary namespace is down (its fault control) from the kill until ``OUTAGE`` seconds after;
+with ``--hold`` both namespaces are down from ``HOLD`` seconds before the kill until ``OUTAGE`` seconds
+after, so the outbox holds what was acknowledged meanwhile when Redis fails.
 After the kill the Sentinels or the Cluster promote the replica and the killed node comes back as a replica.
+On Sentinel, ``--scenario`` makes each kill a double failover or a lost disk (``bench.failover_scenarios``).
 Once every kill is done the producer stops and the harness waits until the receiver has every acknowledged
 message or nothing new arrives for ``--settle`` seconds.
 
 A run is the traffic acknowledged from the start of one kill (its lag included) to the next. Per run it
 prints: acknowledged (202), delivered (handed to the receiver), lost (acknowledged, never delivered),
 duplicates (handed more than once) and the kill; per topology the keys (sessions) whose messages reached the
-receiver out of sequence and the summary. With
-``--durability replicated`` it exits 1 if any acknowledged message is lost.
+receiver out of sequence, then ``bridge report``'s own counts over the run's journal beside the harness's
+and how many acknowledged messages left no ``accepted`` event for the ledger to see (``--no-ledger``
+skips the report; ``bench.failover_ledger``), and the summary. With ``--durability replicated`` it exits 1
+if any acknowledged message is lost, except under ``disk-lost-early``, which no mode survives.
 """
 
 from __future__ import annotations
@@ -37,13 +43,17 @@ from pathlib import Path
 
 import httpx
 
+from bench.failover_ledger import ledger_count, ledger_row
+from bench.failover_scenarios import SCENARIOS
 from bench.failover_topology import ENTITY, TOPOLOGIES, Topology
 
 KEYS = 8
 LAG = 1.0
 """Seconds the replication link is cut before a ``--lag`` kill."""
 OUTAGE = 3.0
-"""Seconds the primary namespace stays down after an ``--outage`` kill."""
+"""Seconds the primary namespace stays down after an ``--outage`` kill (both after a ``--hold`` one)."""
+HOLD = 3.0
+"""Seconds both namespaces are down before a ``--hold`` kill: the outbox holds what was acknowledged."""
 
 
 @dataclass
@@ -149,18 +159,22 @@ def kill_all(topology: Topology, producer: Producer, args: argparse.Namespace, k
         producer.runs.append(run)
         cut = topology.lagging() if args.lag else None
         run.lagged = bool(cut.__enter__()) if cut else False
+        hold = getattr(args, "hold", False)
         try:
+            if hold:
+                topology.outage(True, both=True)
+                time.sleep(HOLD)
             if cut:
                 time.sleep(LAG)
-            if args.outage:
+            if args.outage and not hold:
                 topology.outage(True)
             run.kill = topology.kill(rng)
         finally:
             if cut:
                 cut.__exit__(None, None, None)
-        if args.outage:
+        if args.outage or hold:
             time.sleep(OUTAGE)
-            topology.outage(False)
+            topology.outage(False, both=hold)
         print(f"  {topology.name}: kill {len(producer.runs) - 1}: {run.kill}", flush=True)
 
 
@@ -180,6 +194,10 @@ def measure(topology: Topology, args: argparse.Namespace, kills: int) -> list[di
     ids = settle(topology.received, acked, args.settle)
     counts = Counter(ids)
     delivered = set(counts)
+    if getattr(args, "ledger", False):
+        assert topology.stack is not None
+        print(f"  {topology.name}: bridge report over the run's journal...", flush=True)
+        count = ledger_count(topology.stack, topology.base / "report", acked, acked - delivered)
     rows: list[dict[str, object]] = []
     for index, run in enumerate(producer.runs):
         mine = set(run.acked)
@@ -187,6 +205,7 @@ def measure(topology: Topology, args: argparse.Namespace, kills: int) -> list[di
             {
                 "topology": topology.name,
                 "mode": topology.mode,
+                "scenario": topology.scenario,
                 "run": index,
                 "acked": len(mine),
                 "delivered": len(mine & delivered),
@@ -205,6 +224,8 @@ def measure(topology: Topology, args: argparse.Namespace, kills: int) -> list[di
             "unacknowledged_delivered": len(delivered - acked),
         }
     )
+    if getattr(args, "ledger", False):
+        rows.append(ledger_row(topology.name, count))
     print(f"  {topology.name}: refused and retried {producer.refused} times", flush=True)
     return rows
 
@@ -216,15 +237,35 @@ def table(rows: list[dict[str, object]]) -> None:
         if row["run"] == "order":
             print(f"{row['topology']:9s} keys delivered out of order: {row['keys_out_of_order']}")
             continue
+        if row["run"] == "ledger":
+            ledger_line(rows, row)
+            continue
         print(
             f"{row['topology']:9s} {row['run']:>3} {row['acked']:>6} {row['delivered']:>9} {row['lost']:>5}"
             f" {row['duplicates']:>5} {'yes' if row['lagged'] else 'no ':3s}  {row['kill']}"
         )
 
 
+def ledger_line(rows: list[dict[str, object]], row: dict[str, object]) -> None:
+    """``bridge report``'s counts beside the harness's, and the acknowledged messages it never saw."""
+    if row["error"]:
+        print(f"{row['topology']:9s} bridge report failed: {row['error']}")
+        return
+    runs = [r for r in rows if r["run"] not in ("order", "ledger")]
+    acked, delivered, lost = (sum(int(str(r[k])) for r in runs) for k in ("acked", "delivered", "lost"))
+    print(
+        f"{row['topology']:9s} harness:       acknowledged {acked}, delivered {delivered}, lost {lost}\n"
+        f"{row['topology']:9s} bridge report: accepted {row['accepted']}, delivered {row['delivered']},"
+        f" handled {row['handled']}, pending {row['pending']}, lost {row['lost']},"
+        f" delivered without an acceptance {row['unexpected']}\n"
+        f"{row['topology']:9s} acknowledged with no `accepted` event in the journal: {row['acked_unseen']}"
+        f" (of the harness's {lost} lost: {row['lost_unseen']})"
+    )
+
+
 def totals(rows: list[dict[str, object]]) -> None:
     """One topology's summary line."""
-    runs = [row for row in rows if row["run"] != "order"]
+    runs = [row for row in rows if row["run"] not in ("order", "ledger")]
     total = {
         key: sum(int(str(row[key])) for row in runs) for key in ("acked", "delivered", "lost", "duplicates")
     }
@@ -232,19 +273,21 @@ def totals(rows: list[dict[str, object]]) -> None:
     order = sum(int(str(row["keys_out_of_order"])) for row in rows if row["run"] == "order")
     lossy = sum(1 for row in runs if int(str(row["lost"])))
     print(
-        f"summary {rows[0]['topology']} ({runs[0]['mode']}): {kills} kills, acknowledged {total['acked']},"
+        f"summary {rows[0]['topology']} ({runs[0]['mode']}, {runs[0]['scenario']}): {kills} kills,"
+        f" acknowledged {total['acked']},"
         f" delivered {total['delivered']}, lost {total['lost']} (in {lossy} runs),"
         f" duplicates {total['duplicates']}, keys out of order {order}"
     )
 
 
 def summary(rows: list[dict[str, object]]) -> int:
-    """Totals per topology; the exit status (1 when a ``replicated`` run lost an acknowledged message)."""
+    """Totals per topology; the exit status (1 when a ``replicated`` run lost an acknowledged message in a
+    scenario ``replicated`` promises to survive: every one but ``disk-lost-early``)."""
     for name in dict.fromkeys(str(row["topology"]) for row in rows):
         totals([row for row in rows if row["topology"] == name])
-    runs = [row for row in rows if row["run"] != "order"]
-    replicated_lost = sum(int(str(row["lost"])) for row in runs if row["mode"] == "replicated")
-    return 1 if replicated_lost else 0
+    runs = [row for row in rows if row["run"] not in ("order", "ledger")]
+    promised = [row for row in runs if row["mode"] == "replicated" and row["scenario"] != "disk-lost-early"]
+    return 1 if sum(int(str(row["lost"])) for row in promised) else 0
 
 
 def main() -> None:
@@ -257,8 +300,11 @@ def main() -> None:
     parser.add_argument("--durability", choices=("local", "replicated"), default="replicated")
     parser.add_argument("--lag", action="store_true")
     parser.add_argument("--outage", action="store_true")
+    parser.add_argument("--hold", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=60.0)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="kill")
+    parser.add_argument("--no-ledger", dest="ledger", action="store_false")
     args = parser.parse_args()
     names = ["sentinel", "cluster"] if args.topology == "both" else [args.topology]
     args.total_kills = args.kills
@@ -268,7 +314,7 @@ def main() -> None:
         kills = args.kills // len(names) + (1 if index < args.kills % len(names) else 0)
         # The bridge refuses ``wait_replicas`` on a Cluster (no WAITAOF across shards): there it is ``local``.
         mode = "local" if name == "cluster" else args.durability
-        topology = TOPOLOGIES[name](base / name, mode)
+        topology = TOPOLOGIES[name](base / name, mode, args.scenario)
         print(f"{name}: {kills} kills, durability {mode}; data in {base / name}", flush=True)
         try:
             mine = measure(topology, args, kills)

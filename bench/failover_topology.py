@@ -17,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from bench.failover_scenarios import SENTINEL_SCENARIOS
 from bridge.embedded.ports import free_port, wait_listening
 from bridge.embedded.redis_server import RedisServer
 from bridge.embedded.sentinel import SentinelRedis
@@ -72,9 +73,10 @@ class Topology:
 
     name = ""
 
-    def __init__(self, base: Path, mode: str) -> None:
+    def __init__(self, base: Path, mode: str, scenario: str = "kill") -> None:
         self.base = base
         self.mode = mode
+        self.scenario = scenario
         self.received = base / "received.txt"
         self.stack: LocalStack | None = None
 
@@ -106,14 +108,15 @@ class Topology:
         raise NotImplementedError
 
     def kill(self, rng: random.Random) -> str:
-        """``kill -9`` the serving primary, wait for the promotion, restart it as a replica; a description."""
+        """``kill -9`` the serving primary, wait for the promotion, restart it as a replica (Sentinel: as
+        ``scenario`` says, ``bench.failover_scenarios``); a description."""
         raise NotImplementedError
 
-    def outage(self, on: bool) -> None:
-        """Start or end an outage of the primary local Service Bus namespace (its fault control)."""
+    def outage(self, on: bool, both: bool = False) -> None:
+        """Start or end an outage of the primary local Service Bus namespace, or of both (fault control)."""
         assert self.stack is not None
-        control = self.stack.primary.control
-        control.outage() if on else control.restore()
+        for ns in (self.stack.primary, self.stack.secondary) if both else (self.stack.primary,):
+            ns.control.outage() if on else ns.control.restore()
 
     def stop(self) -> None:
         """Stop every process this topology started."""
@@ -143,11 +146,7 @@ class SentinelTopology(Topology):
         return cut_link(self.group.client(primary), primary.port)
 
     def kill(self, rng: random.Random) -> str:
-        old = self.group.kill_primary()
-        new = self.group.wait_failover(old, timeout=60)
-        self.group.restart_node(old)
-        self.group.wait_synced(60)
-        return f"primary :{old.port} killed, :{new.port} promoted"
+        return SENTINEL_SCENARIOS[self.scenario](self.group, rng)
 
 
 class ClusterTopology(Topology):
@@ -155,8 +154,10 @@ class ClusterTopology(Topology):
 
     name = "cluster"
 
-    def __init__(self, base: Path, mode: str) -> None:
-        super().__init__(base, mode)
+    def __init__(self, base: Path, mode: str, scenario: str = "kill") -> None:
+        if scenario != "kill":
+            raise SystemExit(f"--scenario {scenario} runs on Sentinel only")
+        super().__init__(base, mode, scenario)
         self.cluster = ClusterWithReplicas()
 
     def start(self) -> str:
