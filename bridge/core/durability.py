@@ -126,12 +126,3 @@ def verdict(policy: DurabilityPolicy, reply: object) -> Reached | Shortfall:
     if received >= policy.replicas:
         return Reached("local", received)
     return Shortfall("local", policy.replicas, received, local_fsync=True)
-
-
-def weaker(first: object, second: object) -> object:
-    """Of two confirmation replies of one write call, the one that promises less (errors win)."""
-    if isinstance(first, Exception) or isinstance(second, Exception):
-        return first if isinstance(first, Exception) else second
-    if isinstance(first, list | tuple) and isinstance(second, list | tuple):
-        return [min(int(a), int(b)) for a, b in zip(first, second, strict=True)]
-    return min(int(first), int(second))  # type: ignore[call-overload]

@@ -115,6 +115,22 @@ def test_passive_fails_over_only_what_the_active_namespace_lost_to_an_outage() -
     assert follow_up(second, outcomes) == ()
 
 
+def test_passive_on_the_secondary_fails_over_back_to_the_primary() -> None:
+    # Given an entity whose active namespace is the secondary, down for this entry
+    plan = plan_batch(BatchView("passive", 1, roles=RoleState("secondary", 3)))
+    outcomes: list[dict[Target, Outcome]] = [{SECONDARY: DOWN}]
+    # Then the entry goes on to the primary, its backup
+    (first,) = decide(plan, outcomes, RETRY)
+    assert isinstance(first, SendNext) and first.targets == (PRIMARY,)
+    assert follow_up((first,), outcomes) == (_send(PRIMARY, 0),)
+    # And once the primary accepted it, it is acknowledged there with a swap back to the primary
+    outcomes[0][PRIMARY] = OK
+    (second,) = decide(plan, outcomes, RETRY)
+    assert isinstance(second, Ack) and second.delivered_to == (PRIMARY,)
+    (swap,) = second.changes
+    assert isinstance(swap, Swap) and swap.to_role == "primary" and swap.expected_epoch == 3
+
+
 def test_passive_retries_when_both_namespaces_fail() -> None:
     plan = plan_batch(BatchView("passive", 1, roles=RoleState("secondary", 2)))
     outcomes: list[dict[Target, Outcome]] = [{SECONDARY: DOWN, PRIMARY: DOWN}]

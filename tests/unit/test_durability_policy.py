@@ -26,6 +26,14 @@ WAITING = DurabilityPolicy("local", replicas=1, timeout_ms=500)
             ValueError("ERR unknown command 'WAITAOF'"),
             Shortfall("replicated", 2, 0, local_fsync=False, reason="ERR unknown command 'WAITAOF'"),
         ),
+        # a reply of the wrong shape confirms nothing, not even the primary's fsync
+        (REPLICATED, None, Shortfall("replicated", 2, 0, local_fsync=False)),
+        (WAITING, None, Shortfall("local", 1, 0, local_fsync=True)),
+        # WAIT's count as the server may send it
+        (WAITING, b"1", Reached("local", 1)),
+        (WAITING, "0", Shortfall("local", 1, 0, local_fsync=True)),
+        # a long refusal is cut to 200 characters
+        (WAITING, ValueError("E" * 300), Shortfall("local", 1, 0, local_fsync=False, reason="E" * 200)),
     ],
 )
 def test_verdict(policy: DurabilityPolicy, reply: object, expected: object) -> None:
@@ -38,6 +46,7 @@ def test_commands_and_rounds() -> None:
     assert REPLICATED.rounds() == [5, 10, 20, 40, 80, 160, 185]
     assert sum(DurabilityPolicy("replicated", 1, timeout_ms=1000).rounds()) == 1000
     assert DurabilityPolicy("replicated", 1, timeout_ms=3).rounds() == [3]
+    assert DurabilityPolicy("replicated", 1, timeout_ms=6).rounds() == [5, 1]  # the last millisecond too
     assert not DurabilityPolicy().waits
     assert REPLICATED.again([1, 1])
     assert not REPLICATED.again([1, 2])
@@ -52,3 +61,19 @@ def test_headers_and_messages() -> None:
     assert "durability 'replicated' not reached: only 1 of 2 replicas fsync'd it" in short
     assert "retry with the same message_id" in short
     assert "primary did not fsync" in Shortfall("replicated", 1, 1, local_fsync=False).message()
+
+
+@pytest.mark.parametrize(
+    ("shortfall", "said"),
+    [
+        # WAIT counts replicas that received the write (in memory), WAITAOF those that fsync'd it
+        (Shortfall("local", 2, 1, local_fsync=True), "only 1 of 2 replicas received it in time"),
+        (Shortfall("replicated", 2, 1, local_fsync=True), "only 1 of 2 replicas fsync'd it in time"),
+        (
+            Shortfall("replicated", 1, 0, local_fsync=False, reason="ERR unknown command 'WAITAOF'"),
+            "the server refused the confirmation (ERR unknown command 'WAITAOF')",
+        ),
+    ],
+)
+def test_a_refusal_says_what_fell_short(shortfall: Shortfall, said: str) -> None:
+    assert f"not reached: {said};" in shortfall.message()

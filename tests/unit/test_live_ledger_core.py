@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.core.live_ledger import LedgerInput, OpenMessage, Unreadable, add_counts, overdue, verdict
+from bridge.core.live_ledger import (
+    EventKey,
+    LedgerInput,
+    OpenMessage,
+    Unreadable,
+    add_counts,
+    add_event_counts,
+    overdue,
+    verdict,
+)
 
 NOW = 1_000_000.0
 
@@ -20,6 +29,18 @@ def test_running_totals_add_the_new_facts_and_take_away_the_old() -> None:
         "payments": {"accepted": 1, "open": 1},
     }
     assert totals == {"orders": {"accepted": 5, "open": 2}}  # not changed in place
+
+
+def test_event_totals_add_each_batch_row_to_its_key() -> None:
+    # Given totals of (events, units) per (entity, kind, namespace, path, result)
+    sent: EventKey = ("orders", "sent", "primary", "direct", None)
+    ping: EventKey = ("orders", "received", "secondary", None, "ping")
+    totals = {sent: (3, 5)}
+    # When a batch adds to a known key and twice to a new one
+    merged = add_event_counts(totals, [(sent, 2, 4), (ping, 1, 1), (ping, 1, 2)])
+    # Then each key sums its events and its units apart, and the old totals are left as they were
+    assert merged == {sent: (5, 9), ping: (2, 3)}
+    assert totals == {sent: (3, 5)}
 
 
 def test_overdue_is_open_longer_than_the_threshold_oldest_first() -> None:
@@ -86,6 +107,79 @@ def test_each_entity_lists_its_oldest_overdue_ids_and_says_what_was_unreadable()
     assert [m["message_id"] for m in orders["overdue_ids"]] == ["m0", "m1"]
     assert orders["overdue_ids"][0]["age"] == 1000
     assert "could not read date=x/j.parquet: ArrowInvalid: not a Parquet file" in ledger["reasons"]
+
+
+def test_an_overdue_id_says_when_it_was_accepted_and_its_age_to_the_millisecond() -> None:
+    accepted_at = NOW - 400.12345
+    data = LedgerInput(counts={}, open_messages=[OpenMessage("orders", "m1", accepted_at)], events=1)
+
+    (listed,) = verdict(data, NOW, 300)["entities"]["orders"]["overdue_ids"]
+
+    assert listed == {"message_id": "m1", "accepted_at": accepted_at, "age": 400.123}
+
+
+def test_each_entity_row_holds_its_counts_failovers_operations_and_overflow() -> None:
+    # Given orders with counts and failovers, and payments with 101 overdue messages but no counts yet,
+    # some operations, and an event lost to a full journal
+    late = [OpenMessage("payments", f"p{i}", NOW - 1000 - i) for i in range(101)]
+    data = LedgerInput(
+        counts={"orders": {"accepted": 4, "delivered": 3, "pending_backlog": 1}},
+        open_messages=late,
+        events=50,
+        failovers={"orders": 2},
+        operations={"payments": 5},
+        overflow={"payments": 1},
+    )
+
+    ledger = verdict(data, NOW, 300)
+
+    assert ledger["entities"]["orders"] == {
+        "accepted": 4,
+        "delivered": 3,
+        "pending_backlog": 1,
+        "pending": 1,
+        "overdue": 0,
+        "overdue_ids": [],
+        "failovers": 2,
+        "operations": 0,
+        "journal_overflow": 0,
+    }
+    payments = ledger["entities"]["payments"]
+    assert (payments["pending"], payments["failovers"], payments["operations"]) == (0, 0, 5)
+    assert payments["journal_overflow"] == 1 and payments["overdue"] == 101
+    assert len(payments["overdue_ids"]) == 100  # the oldest hundred by default
+
+
+def test_the_published_ledger_states_its_figures_and_every_reason() -> None:
+    # Given an overdue message, an unreadable file, events lost to a full journal and skewed clocks
+    data = LedgerInput(
+        counts={"orders": {"accepted": 3, "open": 1, "clock_skewed": 2}},
+        open_messages=[OpenMessage("orders", "m1", NOW - 400)],
+        events=12,
+        overflow={"orders": 4, "payments": 0},
+        unreadable=[Unreadable("j.parquet", "truncated")],
+        clock=NOW - 5,
+    )
+
+    ledger = verdict(data, NOW, 300.0)
+
+    # Then the publication gives each figure and one reason per problem, none for what is fine
+    del ledger["entities"]
+    assert ledger == {
+        "verdict": "overdue",
+        "reasons": [
+            "1 accepted messages have no end after 300 s",
+            "could not read j.parquet: truncated",
+            "orders: 4 events found a full journal and are missing",
+            "orders: 2 messages were sent or handled before their acceptance by the journal's times: the"
+            " hosts' clocks disagree (their latencies are below the truth)",
+        ],
+        "overdue": 1,
+        "overdue_after": 300.0,
+        "events": 12,
+        "journal_clock": NOW - 5,
+        "unreadable": [{"path": "j.parquet", "error": "truncated"}],
+    }
 
 
 def test_a_message_suppressed_and_never_handled_is_named_lost() -> None:

@@ -434,8 +434,9 @@ def test_every_queue_out_of_rotation_retries_the_batch_and_records_the_error() -
     v = view(removed=dict.fromkeys(range(4), NOW))
     # When a batch is planned
     plan = plan_batch(entries(A, None), v)
-    # Then nothing is sent, the error is recorded, and the shard backs off
-    assert plan.to_backlog == () and plan.open == ()
+    # Then the batch is still on the backlog route, nothing is sent, the error is recorded, and the shard
+    # backs off
+    assert plan.route == "backlog" and plan.to_backlog == () and plan.open == ()
     retry = Retry(DELAY, OUT_OF_ROTATION, (PRIMARY,), changes=(RecordError(NOW, OUT_OF_ROTATION),))
     assert settle_batch(plan, v, {}).settlements == (retry, retry)
     # And once they may be readmitted, they are used again

@@ -145,6 +145,16 @@ def test_settle_plan_table(
     assert plan.now == NOW
 
 
+def test_a_key_held_for_its_backlog_queue_waits_for_the_namespaces_its_hold_names() -> None:
+    # Given a hold for a backlog queue that left the rotation: the failover's end or the queue's namespace
+    # coming back decides the key again
+    hold = Hold(5.0, "its backlog queue 0 left the rotation", awaits=("primary", "secondary"))
+    # Then the held key waits for both, not for the primary alone
+    assert _plan([hold], ["key:a"]).fates == (
+        HoldKey("key:a", NOW + 5.0, 5.0, hold.reason, ("primary", "secondary")),
+    )
+
+
 @pytest.mark.parametrize(
     ("settlements", "behind"),
     [

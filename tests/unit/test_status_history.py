@@ -28,6 +28,7 @@ from bridge.core.history import (
     slot_of,
     state_bands,
     trend,
+    window_start,
 )
 from bridge.core.history_series import build_series
 from bridge.core.series import Band
@@ -56,7 +57,7 @@ def _entity(
         sent=sent,
         handled=int(kw.pop("handled", 0)),  # type: ignore[call-overload]
         depth=int(kw.pop("depth", 0)),  # type: ignore[call-overload]
-        oldest_age=0.0,
+        oldest_age=float(kw.pop("oldest_age", 0.0)),  # type: ignore[arg-type]
         latency=latency,  # type: ignore[arg-type]
         active=active,
         backlog=backlog,
@@ -94,6 +95,13 @@ def test_entry_ages_count_into_buckets() -> None:
     # Then their ages are known but for the bogus one, and each lands in its bucket
     assert ages[:3] == pytest.approx([0.005, 0.3, 2.0]) and ages[3] is None
     assert latency_counts(ages) == {0: 1, 5: 1, 7: 1}
+    # an unknown age is skipped, not the end of the count; two in one bucket count two
+    assert latency_counts([None, 0.3, 0.4]) == {5: 2}
+
+
+def test_the_window_keeps_the_samples_of_its_last_seconds() -> None:
+    assert window_start(1000.0, 3600.0) == -2600.0
+    assert window_start(5000.0, 60.0) == 4940.0
 
 
 @pytest.mark.parametrize(
@@ -105,6 +113,7 @@ def test_entry_ages_count_into_buckets() -> None:
         (None, 4, 2.0, None),
         (4, None, 2.0, None),
         (1, 2, 0.0, None),
+        (0, 3, 0.5, 6.0),  # samples closer than a second apart
     ],
 )
 def test_rate(before: int | None, after: int | None, seconds: float, expected: float | None) -> None:
@@ -116,6 +125,7 @@ def test_rate(before: int | None, after: int | None, seconds: float, expected: f
     [
         (0.5, _latency(), None),
         (0.5, _latency(b0=10), 0.005),  # half way into [0, 0.01]
+        (0.5, _latency(b1=1), 0.0175),  # one observation: half way into (0.01, 0.025]
         (0.5, _latency(b0=5, b2=5), 0.01),  # the 5th of 10 ends bucket 0
         (0.99, _latency(b0=99, b3=1), 0.01),
         (0.99, _latency(b0=98, b3=2), 0.075),  # half way into (0.05, 0.1]
@@ -128,6 +138,8 @@ def test_quantile(q: float, counts: tuple[int, ...], expected: float | None) -> 
 
 def test_histogram_delta_takes_a_shrunk_bucket_as_reset() -> None:
     assert histogram_delta((1, 5, 2), (3, 5, 1, 4)) == [2, 0, 1, 4]
+    # a bucket the later histogram lacks counts nothing new
+    assert histogram_delta((1, 2, 3), (2, 2)) == [1, 0, 0]
 
 
 @pytest.mark.parametrize(
@@ -138,6 +150,7 @@ def test_histogram_delta_takes_a_shrunk_bucket_as_reset() -> None:
         ([2, 5, 2], "\u2192"),
         ([7], "\u2192"),
         ([None, 4, 9], "\u2191"),
+        ([1, 0, 3], "\u2191"),  # first to last, whatever came between
     ],
 )
 def test_trend(values: list[float | None], arrow: str) -> None:
@@ -162,6 +175,42 @@ def test_a_sample_survives_its_json_form() -> None:
         redis={"used_memory": 1e6, "maxmemory": 0.0, "aof_ok": 1.0},
     )
     assert Sample.from_json(sample.as_json()) == sample
+
+
+def test_every_field_of_a_sample_survives_its_json_form() -> None:
+    # Given an entity with every counter and gauge set, and no Redis figures
+    sample = Sample(
+        at=20.0,
+        entities={"p": _entity(3, 2, "primary", True, handled=9, depth=1, oldest_age=1.23456)},
+    )
+    back = Sample.from_json(sample.as_json())
+    # Then each comes back (the oldest age to the millisecond) and Redis stays unknown
+    assert back.entities["p"] == _entity(3, 2, "primary", True, handled=9, depth=1, oldest_age=1.235)
+    assert back.redis is None
+
+
+def test_a_stored_sample_missing_fields_reads_as_zeros_on_the_primary() -> None:
+    # Given a sample whose entity holds none of the fields (a sample of an older release), and one with no
+    # entities at all
+    sparse = Sample.from_json({"t": 5, "e": {"p": {}}})
+    # Then every counter and gauge reads as nothing happened, on the primary, no namespace known
+    assert sparse == Sample(
+        5.0,
+        {
+            "p": EntitySample(
+                accepted=None,
+                sent=0,
+                handled=0,
+                depth=0,
+                oldest_age=0.0,
+                latency=(),
+                active="primary",
+                backlog=False,
+                up={},
+            )
+        },
+    )
+    assert Sample.from_json({"t": 7}) == Sample(7.0, {})
 
 
 def _outage_story() -> list[Sample]:
@@ -205,13 +254,76 @@ def test_a_failover_still_on_at_the_last_sample_is_a_band_to_the_next_slot() -> 
     ]
 
 
+def test_series_of_an_entity_seen_late_and_of_redis_known_early() -> None:
+    # Given orders sampled twice (10 messages handled in between, its oldest entry 3 s old), payments only
+    # the second time with its primary down, and Redis's figures only the first time
+    redis = {"used_memory": 100.0, "maxmemory": 0.0, "aof_ok": 1.0}
+    up, primary_down = {"primary": True, "secondary": True}, {"primary": False, "secondary": True}
+    samples = [
+        Sample(0.0, {"orders": _entity()}, redis=redis),
+        Sample(
+            5.0,
+            {"orders": _entity(handled=10, oldest_age=3.0, up=up), "payments": _entity(up=primary_down)},
+        ),
+    ]
+    series = build_series(samples, 5.0)
+    # Then each entity's line has a value per row (none before it was first seen)
+    orders, payments = series["entities"]["orders"], series["entities"]["payments"]
+    assert orders["handled"] == [None, 2.0] and orders["oldest_age"] == [0.0, 3.0]
+    assert payments["depth"] == [None, 0.0] and payments["handled"] == [None, None]
+    # And a namespace's availability is the share of the entities that see it up
+    assert series["namespaces"] == {"primary": [1.0, 0.5], "secondary": [1.0, 1.0]}
+    # And Redis's lines break where its figures are unknown
+    assert series["redis"] == {"used_memory": [100.0, None], "maxmemory": [0.0, None], "aof_ok": [1.0, None]}
+
+
+def test_failovers_count_each_move_off_the_primary_and_a_band_still_open_ends_a_slot_later() -> None:
+    # Given payments failing over twice, the second time still on at the last sample, with its secondary
+    # down meanwhile (a namespace whose name is not known)
+    both, secondary_down = {"primary": True, "secondary": True}, {"primary": True, "secondary": False}
+    rows = [("primary", both), ("secondary", both), ("primary", both), ("secondary", secondary_down)]
+    samples = [
+        Sample(5.0 * i, {"payments": _entity(active=active, up=up)}) for i, (active, up) in enumerate(rows)
+    ]
+    series = build_series(samples, 5.0, {"primary": "sb-east"})
+    # Then both failovers count, and the bands open at the last sample end one interval after it
+    assert series["interval"] == 5.0
+    assert series["entities"]["payments"]["failovers"] == [0.0, 1.0, 1.0, 2.0]
+    assert series["bands"] == [
+        {"kind": "outage", "label": "secondary down", "start": 15.0, "end": 20.0},
+        {"kind": "failover", "label": "payments on secondary", "start": 5.0, "end": 10.0},
+        {"kind": "failover", "label": "payments on secondary", "start": 15.0, "end": 20.0},
+    ]
+
+
+def test_a_namespace_no_entity_uses_has_no_availability() -> None:
+    series = build_series([Sample(0.0, {"p": _entity(up={"primary": True})})], 5.0)
+    assert series["namespaces"] == {"primary": [1.0], "secondary": [None]}
+
+
+def test_samples_exactly_the_gap_factor_apart_have_no_gap_between_them() -> None:
+    samples = [Sample(0.0, {"p": _entity()}), Sample(12.5, {"p": _entity()})]
+    assert build_series(samples, 5.0)["times"] == [0.0, 12.5]
+
+
 def test_no_samples_no_series() -> None:
     series = build_series([], 5.0)
     assert series["times"] == [] and series["entities"] == {} and series["bands"] == []
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(0.4, "0 s"), (38.9, "38 s"), (250, "4 min 10 s"), (7500, "2 h 5 min")]
+    ("seconds", "text"),
+    [
+        (0.4, "0 s"),
+        (38.9, "38 s"),
+        (119, "119 s"),
+        (120, "2 min 0 s"),
+        (250, "4 min 10 s"),
+        (7199, "119 min 59 s"),
+        (7200, "2 h 0 min"),
+        (7500, "2 h 5 min"),
+        (10_800, "3 h 0 min"),
+    ],
 )
 def test_duration(seconds: float, text: str) -> None:
     assert duration(seconds) == text
@@ -248,6 +360,8 @@ def test_the_summary_reads_like_an_incident() -> None:
             "down",
         ),
         ([], [EntityHealth("o", "primary", False, 1)], None, ["o restore barrier lost"], "degraded"),
+        # a paired entity in its backlog keeps the primary as its active role
+        ([], [EntityHealth("p", "primary", True)], None, ["p in backlog"], "degraded"),
         ([], [], "Redis AOF off", ["Redis AOF off"], "degraded"),
     ],
 )
@@ -269,6 +383,23 @@ def test_summary_table(
 )
 def test_error_code(text: str, error_class: str | None, code: str) -> None:
     assert error_code(text, error_class) == code
+
+
+def test_a_namespace_without_a_known_name_is_named_by_its_role() -> None:
+    parts = summary_parts(10.0, [RoleHealth("secondary", None, 4.0)], [], [])
+    assert parts == ["secondary DOWN for 6 s", "outbox 0 \u2192"]
+
+
+def test_open_errors_come_newest_first_with_their_text_and_failure_class() -> None:
+    seen = [
+        ErrorSeen("primary", "orders", "timed out after 30 s", 10.0, error_class="outage"),
+        ErrorSeen("secondary", "orders", "EndpointRefusedError: x", 20.0),
+    ]
+    digest = error_digest(seen)
+    assert [(e["code"], e["text"], e["last_at"]) for e in digest] == [
+        ("EndpointRefusedError", "EndpointRefusedError: x", 20.0),
+        ("outage", "timed out after 30 s", 10.0),
+    ]
 
 
 def test_an_error_seen_by_two_entities_is_listed_once_and_resolved_when_both_saw_it_back() -> None:
