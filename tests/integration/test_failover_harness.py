@@ -67,6 +67,7 @@ def test_local_measures_what_a_failover_loses(tmp_path: Path) -> None:
     print("local failover:", [(row["acked"], row["lost"]) for row in runs])
 
 
+@pytest.mark.slow  # the default suite keeps the one-kill runs of both modes above
 def test_replicated_keeps_what_it_acknowledged_when_the_promoted_replica_loses_disk(tmp_path: Path) -> None:
     # When the primary is killed and comes back with its data directory deleted (it resyncs from the
     # promoted replica), and then the promoted replica is killed and loses its data directory the same way

@@ -109,6 +109,7 @@ def test_a_compressed_outage_of_the_primary_then_of_both_loses_nothing_and_shows
     assert verdict["passed"] and verdict["returncode"] == 0, context
 
 
+@pytest.mark.slow  # about 4 minutes under load; the compressed outage above is the short variant
 @pytest.mark.timeout(960)
 def test_a_short_disaster_of_the_primary_loses_only_what_the_ledger_says_existed_only_there(
     tmp_path: Path,
