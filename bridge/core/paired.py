@@ -65,11 +65,6 @@ def backlog_queue_index(path: str) -> int | None:
     return int(parts[2])
 
 
-def syphon_lease_name(queue: str) -> str:
-    """The named lease (``bridge.redis.lease``) that makes one syphon the only one of backlog ``queue``."""
-    return f"syphon:{queue}"
-
-
 @dataclass(frozen=True)
 class FailoverPolicy:
     """Timing options of the .NET SDK's ``SendAvailabilityPairedNamespaceOptions``, its defaults (seconds)."""

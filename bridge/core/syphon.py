@@ -131,3 +131,8 @@ def split_reason(reason: str) -> tuple[str, str]:
     """``"<code>: <details>"`` → (code, details): a short dead-letter reason and its description."""
     code, sep, details = reason.partition(": ")
     return (code, details) if sep else (reason, "")
+
+
+def syphon_lease_name(queue: str) -> str:
+    """The named lease (``bridge.redis.lease``) that makes one syphon the only one of backlog ``queue``."""
+    return f"syphon:{queue}"

@@ -35,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from bridge.core.paired import backlog_queue_index, backlog_queue_path, syphon_lease_name
+from bridge.core.paired import backlog_queue_index, backlog_queue_path
+from bridge.core.syphon import syphon_lease_name
 from bridge.core.syphon_timing import lease_renew_interval, lease_ttl_ms, may_poll
 from bridge.delivery.context import DeliveryContext
 from bridge.errors import StateStoreUnavailableError

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.core.outcomes import describe_error, scrub_secrets
-from bridge.core.paired import backlog_queue_paths, syphon_lease_name
+from bridge.core.paired import backlog_queue_paths
+from bridge.core.syphon import syphon_lease_name
 from bridge.core.trace_context import viewer_url
 from bridge.errors import BridgeError
 from bridge.outbox.view import oldest_written

@@ -11,7 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from bridge.core.paired import backlog_queue_paths, syphon_lease_name
+from bridge.core.paired import backlog_queue_paths
+from bridge.core.syphon import syphon_lease_name
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.namespaces import LocalNamespace
 from bridge.embedded.stack import wait_until

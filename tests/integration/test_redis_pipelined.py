@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bridge import Producer
-from bridge.core.paired import syphon_lease_name
+from bridge.core.syphon import syphon_lease_name
 from bridge.embedded.ports import free_port
 from bridge.errors import StateStoreUnavailableError
 from bridge.outbox.view import oldest_written

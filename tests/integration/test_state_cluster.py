@@ -14,10 +14,11 @@ import pytest
 import redis
 
 from bridge.core.cost import CostTally, Operation
-from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer, syphon_lease_name
+from bridge.core.paired import EngageFailover, MarkAvailable, PairedState, StartTimer
 from bridge.core.receiving import Claim, Renewal
 from bridge.core.roles import NamespaceHealth, RoleState, Swap
 from bridge.core.seen_back import SeenBack
+from bridge.core.syphon import syphon_lease_name
 from bridge.embedded.ports import free_port
 from bridge.embedded.redis_server import RedisServer
 from bridge.receiving.counters import ReceiverCounterStore

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.core.envelope import Envelope
@@ -258,8 +258,11 @@ def test_generated_good_entity_names_are_accepted(name: str):
     validate_entity(name)
 
 
-@given(st.text(min_size=1, max_size=20).filter(lambda s: any(c in s for c in " #?%*:@\\")))
-def test_names_with_forbidden_characters_are_refused(name: str):
+# Built, not filtered: a filter that rejects most texts tripped Hypothesis's health check on a loaded machine.
+@settings(deadline=None)
+@given(st.text(max_size=19), st.sampled_from(" #?%*:@\\"), st.integers(min_value=0, max_value=19))
+def test_names_with_forbidden_characters_are_refused(around: str, forbidden: str, at: int):
+    name = around[:at] + forbidden + around[at:]
     with pytest.raises(InvalidMessageError) as caught:
         validate_entity(name)
     assert caught.value.code in ("entity_name_invalid", "entity_not_sendable")
