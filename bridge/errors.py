@@ -264,5 +264,10 @@ class EmptyJournalError(BridgeError):
     """The journal folder holds no events: a report on it would read as "nothing lost", so none is made."""
 
 
+class LedgerStoppingError(BridgeError):
+    """A live-ledger micro-batch began after the ledger was asked to stop: failed uncounted (Spark runs it
+    again after a restart)."""
+
+
 class EmulatorError(BridgeError):
     """The local Service Bus failed or refused something; the root of ``bridge.emulator.errors``."""

@@ -164,11 +164,11 @@ def entity_counts(flagged: DataFrame, *extra: Column) -> DataFrame:
     return rows.groupBy("entity").agg(*columns, *extra)
 
 
-def event_counts(events: DataFrame) -> DataFrame:
+def event_counts(events: DataFrame, *extra: Column) -> DataFrame:
     """Events and the operations they stand for, per entity, kind, namespace, path and result (what
-    billing and the failover counts are computed from)."""
+    billing and the failover counts are computed from), plus ``extra`` aggregations of the caller's."""
     return events.groupBy("entity", "kind", "namespace", "path", "result").agg(
-        F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units")
+        F.count(F.lit(1)).alias("events"), F.sum(F.coalesce(F.col("count"), F.lit(1))).alias("units"), *extra
     )
 
 

@@ -3,8 +3,8 @@
 ::
 
     <directory>/checkpoint/                 Spark's checkpoint (source offsets, the de-duplication state)
-    <directory>/state/v-<batch>/messages/   Parquet: facts of every message still open or lingering
-    <directory>/state/v-<batch>/open/       Parquet: (entity, message_id, accepted_at) of the open ones
+    <directory>/state/v-<batch>/messages/   Parquet: facts of every message still open or lingering,
+                                            and ``is_open``
     <directory>/state/v-<batch>/totals.json running counts, event counts, latency per minute, clock
     <directory>/state/CURRENT               the name of the last committed ``v-<batch>``
     <directory>/latency/minute=<m>/b-<batch>.parquet   latency samples, kept ``latency_minutes``
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bridge.core.live_ledger import OpenMessage
@@ -127,13 +128,30 @@ def drop_samples_before(paths: LedgerPaths, minute: int) -> None:
 
 
 def open_messages(folder: Path | None) -> list[OpenMessage]:
-    """The open messages of a committed version (none before the first)."""
-    path = None if folder is None else folder / "open"
-    if path is None or not path.is_dir() or not any(path.glob("*.parquet")):
+    """The open messages of a committed version (none before the first): its messages flagged
+    ``is_open``, or the ``open`` table of a version written before that flag was."""
+    if folder is None:
         return []
-    table = pq.read_table(path)
+    if (folder / "open").is_dir():
+        path, where = folder / "open", None
+    else:
+        path, where = folder / "messages", [("is_open", "=", True)]
+    if not path.is_dir() or not any(path.glob("*.parquet")):
+        return []
+    table = pq.read_table(path, columns=["entity", "message_id", "accepted_at"], filters=where)
+    accepted = table.column("accepted_at")
+    if pa.types.is_timestamp(accepted.type):
+        # as epoch seconds (Spark writes timestamps in UTC)
+        accepted = pc.divide(accepted.cast(pa.timestamp("us")).cast(pa.int64()), 1_000_000.0)
     return [
-        OpenMessage(row["entity"], row["message_id"], float(row["accepted_at"])) for row in table.to_pylist()
+        OpenMessage(entity, message_id, float(at))
+        for entity, message_id, at in zip(
+            table.column("entity").to_pylist(),
+            table.column("message_id").to_pylist(),
+            accepted.to_pylist(),
+            strict=True,
+        )
+        if at is not None
     ]
 
 

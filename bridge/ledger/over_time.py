@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from bridge.core.series import (
     Band,
@@ -84,13 +85,13 @@ def compute(
     step = bucket_seconds(origin, end)
     result = OverTime(origin, step, bucket_count(origin, end, step))
     accepted, delivered, settled = tables.series(messages, origin, step)
-    delivered_rows = delivered.collect()
+    rows = _collect_together(accepted=accepted, delivered=delivered, settled=settled)
     counts = {
-        "accepted": _by_entity(accepted.collect(), "n"),
-        "delivered": _by_entity(delivered_rows, "n"),
-        "settled": _by_entity(settled.collect(), "n"),
-        "p50_ms": _by_entity(delivered_rows, "p50_ms"),
-        "p99_ms": _by_entity(delivered_rows, "p99_ms"),
+        "accepted": _by_entity(rows["accepted"], "n"),
+        "delivered": _by_entity(rows["delivered"], "n"),
+        "settled": _by_entity(rows["settled"], "n"),
+        "p50_ms": _by_entity(rows["delivered"], "p50_ms"),
+        "p99_ms": _by_entity(rows["delivered"], "p99_ms"),
     }
     for name in entities:
 
@@ -125,6 +126,28 @@ def add_failovers(result: OverTime, failover_rows: Sequence[Mapping[str, Any]]) 
             if r["entity"] == name
         ]
         result.failovers[name] = failover_bands(name, segments)
+
+
+def _collect_together(**frames: DataFrame) -> dict[str, list[Any]]:
+    """Each frame's rows, in one Spark job: the frames are tagged with their name and unioned (the
+    columns a frame lacks are null)."""
+    names = [column for frame in frames.values() for column in frame.columns]
+    columns = list(dict.fromkeys(names))
+    tagged = [
+        frame.select(F.lit(name).alias("_frame"), *_columns(frame, columns)) for name, frame in frames.items()
+    ]
+    union = tagged[0]
+    for frame in tagged[1:]:
+        union = union.unionByName(frame)
+    out: dict[str, list[Any]] = {name: [] for name in frames}
+    for row in union.collect():
+        out[row["_frame"]].append(row)
+    return out
+
+
+def _columns(frame: DataFrame, columns: Sequence[str]) -> list[Column]:
+    """``columns`` from ``frame``, null (typed as elsewhere: double) where ``frame`` has none."""
+    return [F.col(c) if c in frame.columns else F.lit(None).cast("double").alias(c) for c in columns]
 
 
 def _by_entity(rows: Sequence[Any], column: str) -> dict[str, dict[int, Any]]:

@@ -110,13 +110,13 @@ def run(
     # A file that cannot be read is skipped by Spark, and named in the ledger by ``FileCheck``.
     ignoring = spark.conf.get(IGNORE_CORRUPT, "false")
     spark.conf.set(IGNORE_CORRUPT, "true")
-    query = stream.start(spark, journal, paths, options)
+    running = stream.start(spark, journal, paths, options)
     files = FileCheck()
     started = time.monotonic()
     ledger: dict[str, Any] = {}
     try:
         while duration is None or time.monotonic() - started < duration:
-            failure = query.exception()
+            failure = running.exception()
             if failure is not None:
                 raise RuntimeError(f"the live ledger's streaming query failed: {failure}")
             ledger = publication(
@@ -129,6 +129,6 @@ def run(
     except KeyboardInterrupt:
         pass
     finally:
-        query.stop()
+        running.stop()
         spark.conf.set(IGNORE_CORRUPT, ignoring)
     return ledger

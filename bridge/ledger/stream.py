@@ -10,12 +10,26 @@ the result under the batch's id (``bridge.ledger.live_store``).
 The state holds a message while it is open (accepted, no end yet) or waiting in a backlog queue, and for
 ``linger`` seconds of journal time after it settled, so a late copy or a late ``handled`` still finds its
 message; then it leaves. The journal time is the newest event time read (the ``clock``), not this host's.
+
+A micro-batch costs five Spark actions, whatever its size: the change counts (which materialise the batch's
+merged facts, joined to the state by a broadcast of its keys), the new latency samples (both sides
+collected and told apart here, no join), the event counts with the batch's clock, the new state (one
+Parquet write; ``is_open`` is a column of it, read by ``live_store.open_messages``), and the latency
+percentiles of the minutes it added to. Each runs in one shuffle partition: a batch holds a few thousand
+events, and a task costs more than the data it would split.
+
+``Running.stop`` lets the micro-batch in flight finish first: a stop that interrupts a Spark call inside
+``foreachBatch`` makes Spark match its own pattern for interruptions against the long Python error that
+follows, and that match overflows the stream thread's stack (a ``StackOverflowError`` printed instead of
+a clean stop, and the batch lost until the restart).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bridge.core.live_ledger import add_counts, add_event_counts
+from bridge.errors import LedgerStoppingError
 from bridge.ledger import figures, live_store
 from bridge.ledger.live_store import LedgerPaths
 from bridge.ledger.spark import JOURNAL_SCHEMA, uri
@@ -32,16 +47,53 @@ log = logging.getLogger(__name__)
 
 WATERMARK_DELAY = "1 hour"
 MAX_FILES_PER_TRIGGER = 200
-STATE_FILES = 2
-FOLD_PARTITIONS = 2
+STATE_FILES = 1
+FOLD_PARTITIONS = 1
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 SAMPLE_SCHEMA = "entity string, measure string, ms double, minute long"
 KEYS = list(figures.KEYS)
 
 
-def start(spark: SparkSession, journal: Path, paths: LedgerPaths, options: Mapping[str, float]) -> Any:
+@dataclass
+class LiveFold:
+    """What the query's ``foreachBatch`` calls: ``fold``, one batch at a time and never after
+    ``stopping`` is set."""
+
+    paths: LedgerPaths
+    options: Mapping[str, float]
+    stopping: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping:
+                raise LedgerStoppingError("the live ledger is stopping")
+            fold(batch, batch_id, self.paths, self.options)
+
+
+@dataclass
+class Running:
+    """The started query and its fold."""
+
+    query: Any
+    fold: LiveFold
+
+    def exception(self) -> Any:
+        """Why the query failed (None while it runs)."""
+        return self.query.exception()
+
+    def stop(self, wait: float = 600.0) -> None:
+        """Stop after the micro-batch in flight, if any, committed (up to ``wait`` seconds for it)."""
+        acquired = self.fold.lock.acquire(timeout=wait)
+        self.fold.stopping = True
+        if acquired:
+            self.fold.lock.release()
+        self.query.stop()
+
+
+def start(spark: SparkSession, journal: Path, paths: LedgerPaths, options: Mapping[str, float]) -> Running:
     """Start the query (``options``: ``interval``, ``linger``, ``latency_minutes``, ``max_files``: files per
-    micro-batch); returns it."""
+    micro-batch)."""
     journal.mkdir(parents=True, exist_ok=True)
     paths.root.mkdir(parents=True, exist_ok=True)
     stream = (
@@ -51,41 +103,27 @@ def start(spark: SparkSession, journal: Path, paths: LedgerPaths, options: Mappi
         .parquet(uri(journal))
     )
     events = stream.withWatermark("rolled_at", WATERMARK_DELAY).dropDuplicatesWithinWatermark(["event_id"])
-
-    def on_batch(batch: DataFrame, batch_id: int) -> None:
-        fold(batch, batch_id, paths, options)
-
-    return (
-        events.writeStream.foreachBatch(on_batch)
+    live = LiveFold(paths, options)
+    query = (
+        events.writeStream.foreachBatch(live)
         .option("checkpointLocation", uri(paths.checkpoint))
         .trigger(processingTime=f"{max(float(options['interval']), 0.2)} seconds")
         .queryName("bridge-ledger")
         .start()
     )
+    return Running(query, live)
 
 
 Counts = dict[str, dict[str, int]]
 
 
-def _changes(before: DataFrame, after: DataFrame) -> tuple[Counts, Counts]:
-    """The changed messages' counts after and before the batch (one Spark job: the entity column of each
-    side is tagged, then untagged)."""
-    both = after.withColumn("entity", F.concat(F.lit("+"), "entity")).unionByName(
-        before.withColumn("entity", F.concat(F.lit("-"), "entity"))
-    )
-    plus: Counts = {}
-    minus: Counts = {}
-    for row in figures.entity_counts(both).collect():
-        side = plus if row["entity"].startswith("+") else minus
-        side[row["entity"][1:]] = {name: int(row[name]) for name in figures.COUNT_NAMES}
-    return plus, minus
-
-
 def _messages(spark: SparkSession, folder: Path | None, like: DataFrame) -> DataFrame:
+    """A committed version's messages (their facts, whatever else the version holds); none before the
+    first version."""
     path = None if folder is None else folder / "messages"
     if path is None or not path.is_dir():
         return like.limit(0)
-    return spark.read.schema(like.schema).parquet(uri(path))
+    return spark.read.parquet(uri(path)).select(*KEYS, *figures.FACT_COLUMNS)
 
 
 def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[str, float]) -> None:
@@ -121,48 +159,79 @@ def _fold(
     folder: Path | None,
     totals: dict[str, Any],
 ) -> None:
+    """Commit version ``batch_id``: the messages the batch touched merged again with their new events
+    (joined by a broadcast of the batch's keys), the others as they were."""
     new = figures.merge_facts(figures.event_facts(events)).persist()
     previous = _messages(spark, folder, new)
-    touched = previous.join(new.select(*KEYS), KEYS, "left_semi").persist()
+    changed = F.broadcast(new.select(*KEYS))
+    touched = previous.join(changed, KEYS, "left_semi").persist()
     after = figures.merge_facts(touched.unionByName(new)).persist()
     try:
         before_flags = figures.flags(figures.with_first_sent(touched))
         after_flags = figures.flags(figures.with_first_sent(after))
         totals["counts"] = add_counts(totals["counts"], *_changes(before_flags, after_flags))
-        known = figures.latency_samples(before_flags).select(*KEYS, "measure")
-        samples = figures.latency_samples(after_flags).join(known, [*KEYS, "measure"], "left_anti")
-        sample_rows = [row.asDict() for row in samples.collect()]
-        summary = events.agg(F.count(F.lit(1)).alias("n"), F.max("time").alias("clock")).first()
-        assert summary is not None
-        clock = _newest(totals.get("clock"), summary["clock"])
-        state = previous.join(new.select(*KEYS), KEYS, "left_anti").unionByName(after)
-        kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"])).persist()
-        version = paths.version(batch_id)
-        kept.select(*KEYS, *figures.FACT_COLUMNS).coalesce(STATE_FILES).write.mode("overwrite").parquet(
-            uri(version / "messages")
-        )
-        open_rows = kept.where(F.col("is_open")).select(
-            *KEYS, (F.unix_micros("accepted_at") / 1_000_000.0).alias("accepted_at")
-        )
-        open_rows.coalesce(1).write.mode("overwrite").parquet(uri(version / "open"))
-        kept.unpersist()
+        sample_rows = _new_samples(before_flags, after_flags)
+        clock, events_read = _event_counts(events, totals)
+        state = previous.join(changed, KEYS, "left_anti").unionByName(after)
+        kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"]))
+        kept = kept.select(*KEYS, *figures.FACT_COLUMNS, "is_open").coalesce(STATE_FILES)
+        kept.write.mode("overwrite").parquet(uri(paths.version(batch_id) / "messages"))
     finally:
         for frame in (new, touched, after):
             frame.unpersist()
-    event_rows = [
-        ((r["entity"], r["kind"], r["namespace"], r["path"], r["result"]), int(r["events"]), int(r["units"]))
-        for r in figures.event_counts(events).collect()
-    ]
-    old = {tuple(row[:5]): (int(row[5]), int(row[6])) for row in totals["event_counts"]}
-    merged = add_event_counts(old, event_rows)
-    totals["event_counts"] = [[*key, n, units] for key, (n, units) in sorted(merged.items(), key=str)]
-    totals["events"] = int(totals["events"]) + int(summary["n"])
+    totals["events"] = int(totals["events"]) + events_read
     totals["clock"] = clock
     totals["latency"] = _latency(
         spark, paths, batch_id=batch_id, samples=sample_rows, totals=totals, options=options
     )
     totals["batch_id"] = batch_id
     live_store.commit(paths, batch_id, totals)
+
+
+def _changes(before: DataFrame, after: DataFrame) -> tuple[Counts, Counts]:
+    """The changed messages' counts after and before the batch (one Spark job: the entity column of each
+    side is tagged, then untagged)."""
+    both = after.withColumn("entity", F.concat(F.lit("+"), "entity")).unionByName(
+        before.withColumn("entity", F.concat(F.lit("-"), "entity"))
+    )
+    plus: Counts = {}
+    minus: Counts = {}
+    for row in figures.entity_counts(both).collect():
+        side = plus if row["entity"].startswith("+") else minus
+        side[row["entity"][1:]] = {name: int(row[name]) for name in figures.COUNT_NAMES}
+    return plus, minus
+
+
+def _new_samples(before: DataFrame, after: DataFrame) -> list[dict[str, Any]]:
+    """The latency samples the batch added: the changed messages' samples after it that they did not
+    have before (one Spark job, no shuffle: both sides collected, told apart here)."""
+    both = (
+        figures.latency_samples(after)
+        .select("*", F.lit(True).alias("new"))
+        .unionByName(figures.latency_samples(before).select("*", F.lit(False).alias("new")))
+    )
+    rows = both.collect()
+    known = {(r["entity"], r["message_id"], r["measure"]) for r in rows if not r["new"]}
+    return [
+        {k: r[k] for k in ("entity", "message_id", "measure", "minute", "ms")}
+        for r in rows
+        if r["new"] and (r["entity"], r["message_id"], r["measure"]) not in known
+    ]
+
+
+def _event_counts(events: DataFrame, totals: dict[str, Any]) -> tuple[float | None, int]:
+    """Add the batch's event counts to ``totals``; returns the new clock and the events read (one job: the
+    batch's newest event time is the newest of its groups')."""
+    rows = figures.event_counts(events, F.max("time").alias("clock")).collect()
+    event_rows = [
+        ((r["entity"], r["kind"], r["namespace"], r["path"], r["result"]), int(r["events"]), int(r["units"]))
+        for r in rows
+    ]
+    old = {tuple(row[:5]): (int(row[5]), int(row[6])) for row in totals["event_counts"]}
+    merged = add_event_counts(old, event_rows)
+    totals["event_counts"] = [[*key, n, units] for key, (n, units) in sorted(merged.items(), key=str)]
+    newest = max((r["clock"] for r in rows if r["clock"] is not None), default=None)
+    return _newest(totals.get("clock"), newest), sum(n for _, n, _ in event_rows)
 
 
 def _newest(old: float | None, batch_clock: Any) -> float | None:

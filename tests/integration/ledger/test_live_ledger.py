@@ -178,6 +178,36 @@ def test_a_restart_from_the_checkpoint_counts_nothing_twice(spark: Any, tmp_path
     assert_agreement(spark, tmp_path, events, linger=3600.0, root=root)
 
 
+@LONG
+def test_a_stop_lets_the_micro_batch_in_flight_commit(spark: Any, tmp_path: Path) -> None:
+    # Given a live ledger reading a journal one file per micro-batch, the JVM's stderr in a file
+    journal, root = tmp_path / "journal", tmp_path / "ledger"
+    events = write_journal(journal, files=2)
+    tracker = spark.sparkContext.statusTracker()
+    asked: list[int] = []
+
+    def stop_mid_batch(ledger: dict[str, Any]) -> bool:
+        committed = int(current(LedgerPaths(root))[1]["batch_id"])
+        if tracker.getActiveJobsIds():
+            asked.append(committed)
+        return bool(asked) or int(ledger["events"]) >= events
+
+    jvm = spark.sparkContext._jvm
+    stderr = jvm.java.lang.System.err
+    printed = tmp_path / "jvm-stderr.txt"
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(str(printed)), True))
+    try:
+        # When the ledger is stopped while a micro-batch runs Spark jobs
+        service.run(spark, journal, LedgerPaths(root), options(), duration=900, on_publish=stop_mid_batch)
+    finally:
+        jvm.java.lang.System.setErr(stderr)
+
+    # Then that batch was not interrupted: it committed, and the stream thread died of nothing
+    assert asked, "no micro-batch was running when the ledger published"
+    assert int(current(LedgerPaths(root))[1]["batch_id"]) > asked[0]
+    assert "Exception in thread" not in printed.read_text()
+
+
 def _move(path: Path, source: Path, target: Path) -> None:
     destination = target / path.relative_to(source)
     destination.parent.mkdir(parents=True, exist_ok=True)
