@@ -8,7 +8,11 @@
 # As in docker/Dockerfile, nothing inside the build reaches a package registry: PySpark is installed with
 # `pip install --no-index` from wheels made on the host, into the runtime image's virtualenv (in a throw-away
 # stage: the wheels never reach the final image). The Java runtime is copied from JRE_IMAGE (Eclipse
-# Temurin's layout: /opt/java/openjdk); any image with a Java 17 runtime at JAVA_DIR does.
+# Temurin's layout: /opt/java/openjdk); any image with a whole Java 17 home at JAVA_DIR does, whose shared
+# libraries the runtime image has. An engine that cannot pull uses the stand-in made from Debian's
+# openjdk-17-jre-headless (`./scripts/images standin`: servicebus-bridge-jre:bookworm, for a runtime image
+# FROM servicebus-bridge-base:bookworm; `./scripts/images build servicebus-bridge-base:bookworm runtime
+# ledger` picks it; docs/containers.md).
 
 ARG RUNTIME_IMAGE=servicebus-bridge:local
 ARG JRE_IMAGE=eclipse-temurin:17-jre
@@ -29,7 +33,9 @@ COPY --from=jre ${JAVA_DIR} /opt/java/openjdk
 COPY --from=install-ledger /opt/bridge /opt/bridge
 ENV JAVA_HOME=/opt/java/openjdk \
     PATH=/opt/java/openjdk/bin:/opt/bridge/bin:$PATH
-RUN install -d -o bridge /var/lib/bridge/ledger
+# The JVM runs on this root's libraries, not its image's: fail the build here, not the ledger at its start.
+RUN java -version \
+    && install -d -o bridge /var/lib/bridge/ledger
 USER bridge
 ENTRYPOINT ["bridge"]
 CMD ["ledger"]

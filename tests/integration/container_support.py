@@ -35,6 +35,7 @@ IMAGES_SCRIPT = ROOT / "scripts" / "images"
 STAND_IN_BASE = "servicebus-bridge-base:bookworm"
 BRIDGE_IMAGE = "servicebus-bridge:local"
 EMULATOR_IMAGE = "servicebus-bridge-emulator:local"
+LEDGER_IMAGE = "servicebus-bridge-ledger:local"
 PROMETHEUS_IMAGE = "servicebus-bridge-prometheus:local"
 ENGINE_START_DEADLINE = 90.0
 BUILD_DEADLINE = 900.0

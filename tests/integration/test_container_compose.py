@@ -1,6 +1,6 @@
-"""docker/compose.yaml run for real: both images built, the stack up, a namespace container stopped.
+"""docker/compose.yaml run for real: the three images built, the stack up, a namespace container stopped.
 
-``pytest -m container`` (slow: it builds both images and runs eight containers; ``./scripts/bootstrap
+``pytest -m container`` (slow: it builds three images and runs ten containers; ``./scripts/bootstrap
 containers`` installs the engine and runs it). The compose file is taken with
 ``tests/integration/compose.host-network.yaml`` on top, resolved by ``docker-compose config``: every service
 on the host network with free loopback ports, images FROM the Debian stand-ins. The receiver service starts
@@ -16,7 +16,9 @@ handler, logging no warning.
 With ``--profile monitoring`` the compose file's Prometheus runs too, on an image built from Debian's
 prometheus binary (``PROMETHEUS_IMAGE``) and with ``docker/prometheus/prometheus.yml`` whose targets'
 addresses are rewritten to the test's ports: its targets API lists every bridge process of the compose file,
-each scraped and up (the ingress's ``/metrics`` with the API key as bearer credentials).
+each scraped and up (the ingress's ``/metrics`` with the API key as bearer credentials). With ``--profile
+ledger`` the live ledger runs in its image (Java and PySpark on top of the bridge's): it rolls the stack's
+journal, and its verdict reaches the ingress's status JSON through Redis.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tests.integration.container_support import (
     run,
 )
 
-# Building both images takes minutes on a busy 2-core machine (docs/containers.md has the times).
+# Building the images takes minutes on a busy 2-core machine (docs/containers.md has the times).
 pytestmark = [
     pytest.mark.container,
     pytest.mark.slow,
@@ -68,6 +70,7 @@ SCRAPE_DEADLINE = 120.0
 SERVICES = ("redis", "primary", "secondary", "ingress", "worker", "beat", "beat-2")
 BATCH = 20
 ARRIVAL_DEADLINE = 120.0
+LEDGER_DEADLINE = 300.0
 
 
 @dataclass
@@ -125,7 +128,8 @@ def resolved_compose_file(env: dict[str, str], directory: Path) -> Path:
     """The base file with the override on top, as ``docker-compose config`` resolves them, less the
     published ports: the engine refuses a port binding on the host network, which needs none."""
     files = ["-f", str(COMPOSE), "-f", str(OVERRIDE)]
-    config = run(["docker-compose", *files, "--profile", "monitoring", "config"], env).stdout
+    profiles = ["--profile", "monitoring", "--profile", "ledger"]
+    config = run(["docker-compose", *files, *profiles, "config"], env).stdout
     data = yaml.safe_load(config)
     for service in data["services"].values():
         assert service["network_mode"] == "host", service
@@ -139,7 +143,7 @@ def resolved_compose_file(env: dict[str, str], directory: Path) -> Path:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require("docker-compose")
     with engine() as running:
-        build_images(running)
+        build_images(running, "emulator", "runtime", "ledger")
         api_key = secrets.token_urlsafe(24)
         env = {
             **running.env,
@@ -154,7 +158,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         file = resolved_compose_file(env, directory)
         up = Stack(running, f"sbbtest{os.getpid()}", file, env, api_key)
         try:
-            up.compose("up", "-d", "--no-build", *SERVICES)
+            # The live ledger starts with the rest: its Spark is up by the time its test runs.
+            up.compose("--profile", "ledger", "up", "-d", "--no-build", *SERVICES, "ledger")
             running.wait_healthy([up.container(s) for s in SERVICES], deadline=180)
             yield up
         finally:
@@ -282,3 +287,22 @@ def test_prometheus_scrapes_every_bridge_process(stack: Stack) -> None:
     assert {str(t["labels"]["job"]) for t in targets} == {  # type: ignore[index]
         "bridge-ingress", "bridge-worker", "bridge-beat", "bridge-receiver"
     }  # fmt: skip
+
+
+def test_the_ledger_profile_publishes_its_verdict_to_the_status(stack: Stack) -> None:
+    # Given the ledger profile's service, started with the stack, and messages accepted
+    stack.post(3, "for-the-ledger")
+    url = f"http://127.0.0.1:{stack.env['TEST_INGRESS_PORT']}/status.json"
+
+    # When it has rolled the journal and published what it read (starting Spark takes tens of seconds)
+    end = time.monotonic() + LEDGER_DEADLINE
+    ledger = None
+    while time.monotonic() < end and not (ledger and ledger["entities"].get("orders", {}).get("accepted")):
+        time.sleep(2)
+        ledger = httpx.get(url, headers={"x-api-key": stack.api_key}, timeout=10).json()["ledger"]
+
+    # Then the ingress's status JSON carries its verdict: every message accounted for, none overdue
+    log = stack.engine.docker("logs", "--tail", "30", stack.container("ledger"), check=False).stderr
+    assert ledger is not None and ledger["events"] > 0, f"no publication of orders: {ledger}\n{log}"
+    assert (ledger["verdict"], ledger["overdue"]) == ("ok", 0), ledger
+    assert ledger["entities"]["orders"]["accepted"] >= 3
