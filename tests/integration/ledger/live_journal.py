@@ -13,6 +13,17 @@ from bridge.journal.roll import file_path, table_of, write_durably
 T = 1_790_000_000.0
 P, S = "ns1", "ns2"
 
+# The live ledger's options for a test that follows it: publish every half second, nothing overdue or
+# dropped from the state within a test's span.
+FOLLOW_OPTIONS = {
+    "interval": 0.5,
+    "linger": 3600.0,
+    "latency_minutes": 1_000_000.0,
+    "overdue_after": 300.0,
+    "listed": 100,
+    "max_files": 200,
+}
+
 
 def _events() -> dict[str, list[J.JournalEvent]]:
     sent = J.sent

@@ -40,6 +40,7 @@ from bridge.ledger.live_store import LedgerPaths
 from bridge.outbox import keys as outbox_keys
 from bridge.redis.connection import sync_client
 from bridge.settings import load_settings
+from tests.integration.ledger.live_journal import FOLLOW_OPTIONS
 from tests.integration.report_render import inside, render_report
 
 T = 1_790_000_000.0
@@ -523,14 +524,7 @@ def test_follow_keeps_the_live_ledger_current_without_counting_repeats(
             return False
         return bool(entities["orders"]["handled"] == 4)
 
-    options = {
-        "interval": 0.5,
-        "linger": 3600.0,
-        "latency_minutes": 1_000_000.0,
-        "overdue_after": 300.0,
-        "listed": 100,
-        "max_files": 200,
-    }
+    options = FOLLOW_OPTIONS
     ledger = follow(
         spark, journal, LedgerPaths(tmp_path / "ledger"), options, duration=300, on_update=on_update
     )

@@ -29,17 +29,10 @@ from bridge.ledger.live import roll_now
 from bridge.ledger.live_store import LedgerPaths
 from bridge.redis.connection import sync_client
 from bridge.settings import load_settings
+from tests.integration.ledger.live_journal import FOLLOW_OPTIONS
 
 T = 1_790_000_000.0
 P = "ns1"
-FOLLOW_OPTIONS = {
-    "interval": 0.5,
-    "linger": 3600.0,
-    "latency_minutes": 1_000_000.0,
-    "overdue_after": 300.0,
-    "listed": 100,
-    "max_files": 200,
-}
 
 
 def events() -> list[J.JournalEvent]:
