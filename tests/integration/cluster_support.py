@@ -194,7 +194,9 @@ class ClusterWithReplicas:
     @contextlib.contextmanager
     def cut_replication(self, shard: Shard) -> Iterator[None]:
         """While inside, the master's writes never reach the replica: its packets on the replication link
-        are dropped (``iptables``; needs root). Yields after the rule is in place."""
+        are dropped (``iptables``; needs root). Yields after the rule is in place. A master killed inside
+        still has its kernel retransmit what its socket held once the rule is gone: promote the replica
+        before leaving."""
         with contextlib.closing(self.admin(shard.master)) as node:
             links = node.client_list(_type="replica")
         assert links, "the master has no replica link"
