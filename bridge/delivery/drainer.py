@@ -55,6 +55,8 @@ from bridge.delivery.tenure import (
     PROBLEM_FULL_WAIT,
     READ_COUNT,
     DrainReport,
+    SendTally,
+    SettleTally,
     TenureState,
     read_count,
 )
@@ -113,8 +115,30 @@ class ShardDrainer:
         turn's send counters, behind the drainer (``bridge.delivery.settler``)."""
         self.read_ahead = ReadAhead()
         """The next batch's read, run while this one is sent (``bridge.delivery.read_ahead``)."""
-        self.sending = ShardSending(ctx, self.state)
-        self.settling = ShardSettling(ctx, self.state, self.sending, self.settler)
+        self.sending = ShardSending(ctx, self.state, self._fold_send)
+        self.settling = ShardSettling(ctx, self.state, self.sending, self.settler, self._fold_settle)
+
+    def _fold_send(self, tally: SendTally) -> None:
+        """Fold what a send handed over (``ShardSending``) into the batch and the report: the drainer is
+        the one owner of the state, its collaborators return what a step added."""
+        if tally.operation is not None and tally.accepted:
+            self.state.batch.cost = self.state.batch.cost.add(tally.operation, tally.accepted)
+        self.state.report.packed_ahead += tally.packed_ahead
+
+    def _fold_settle(self, tally: SettleTally) -> None:
+        """Fold what a settlement step handed over (``ShardSettling``) into the report and the batch; for
+        the entries acknowledged behind the drainer, on the settler's thread."""
+        report = self.state.report
+        report.sent += tally.sent
+        report.dead_lettered += tally.dead_lettered
+        report.quarantined += tally.quarantined
+        if tally.retry_after is not None:
+            report.retry_after = tally.retry_after
+        if tally.wait_at_least is not None:
+            report.retry_after = max(report.retry_after or 0.0, tally.wait_at_least)
+        report.notes.extend(tally.notes)
+        if tally.seen_epoch:
+            self.state.batch.seen_epoch = max(self.state.batch.seen_epoch, tally.seen_epoch)
 
     @property
     def entity(self) -> str:

@@ -1,13 +1,15 @@
 """The drainer's sending collaborator: one batched send, recorded (outcomes, cost, metrics, journal,
 health), and the wait after a send that timed out (``bridge.core.abandoned``). It is handed the tenure's
-state (``bridge.delivery.tenure.TenureState``) and keeps none of its own."""
+state (``bridge.delivery.tenure.TenureState``) and keeps none of its own; what a send adds to the batch's
+tallies (its billable sends, a use of the messages packed ahead) it hands to the drainer as a
+``SendTally``, and the drainer folds it into the state."""
 
 from __future__ import annotations
 
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bridge.core import abandoned
@@ -21,7 +23,7 @@ from bridge.delivery.attempts import BatchOutcome, batch_outcome
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.expiry import with_remaining_ttl
 from bridge.delivery.read_ahead import PackedAhead
-from bridge.delivery.tenure import HealthDue, TenureState
+from bridge.delivery.tenure import HealthDue, SendTally, TenureState
 from bridge.observability import messaging_metrics, metrics, send_spans, tracing, transitions
 from bridge.observability.send_spans import SendSpan
 from bridge.outbox.reader import OutboxEntry
@@ -98,11 +100,13 @@ measured on this process's monotonic clock (``DeliveryContext.monotonic``): Redi
 class ShardSending:
     """Sends for one tenure (``bridge.delivery.modes.base.SendPort``): in, the tenure's state (its retry
     count, abandoned paths and what was read with this batch); out, each send's outcome, with what it
-    recorded added to the state (journal events, health owed, sends to count, abandoned waits)."""
+    recorded added to the state (journal events, health owed, abandoned waits) and its tallies (sends to
+    count, packed ahead) handed to ``tally``, the drainer's, which folds them into the state."""
 
-    def __init__(self, ctx: DeliveryContext, state: TenureState) -> None:
+    def __init__(self, ctx: DeliveryContext, state: TenureState, tally: Callable[[SendTally], None]) -> None:
         self.ctx = ctx
         self.state = state
+        self.tally = tally
 
     @property
     def entity(self) -> str:
@@ -125,7 +129,7 @@ class ShardSending:
         batch. Roles can change between any reading and the send it decides; reading them with the entries
         widens that window by at most ``ROLES_FRESH``, and what the send then finds is decided as before
         (``bridge.core.replication``: a swap is compared against the epoch observed)."""
-        batch, self.state.batch.roles = self.state.batch.roles, None
+        batch = self.state.batch.take_roles()
         if (
             batch is not None
             and batch[0].epoch >= self.state.batch.seen_epoch
@@ -142,7 +146,7 @@ class ShardSending:
         shard's time in a drain after an outage. Read with the entries it is exact when used: only this
         tenure writes the records of its entries (fenced), and it writes them for entries it sent, never
         for entries read and not sent yet."""
-        batch, self.state.batch.delivered = self.state.batch.delivered, None
+        batch = self.state.batch.take_delivered()
         if batch is None:
             return self.ctx.retry.delivered(self.entity, self.shard, entry_ids)
         return {eid: decode_targets(batch[eid]) for eid in entry_ids if eid in batch}
@@ -176,13 +180,13 @@ class ShardSending:
         """The messages packed with this batch's read when the batch is exactly its entries and each
         message's TTL is still the one left of it (``built_ttl_holds``: ``entries`` carry the TTL left
         now), for a mode that sends them (counted in the report); taken once per batch."""
-        packed, self.state.batch.packed = self.state.batch.packed, None
+        packed = self.state.batch.take_packed()
         if packed is None or packed.entry_ids != tuple(e.entry_id for e in entries):
             return None
         left = [None if e.envelope is None else e.envelope.time_to_live for e in entries]
         if not all(built_ttl_holds(b, t) for b, t in zip(packed.time_to_live, left, strict=True)):
             return None
-        self.state.report.packed_ahead += 1
+        self.tally(SendTally(packed_ahead=1))
         return packed
 
     def retry_context(self) -> RetryContext:
@@ -260,7 +264,7 @@ class ShardSending:
         if result.accepted:
             # Counted with the batch's settlement (``ShardSettling.apply``), not here: one Redis write
             # (fsync'd with ``appendfsync always``) less on the path of every batch.
-            self.state.batch.cost = self.state.batch.cost.add(operation, len(result.accepted))
+            self.tally(SendTally(operation, len(result.accepted)))
         metrics.record_send(self.entity, role, operation is Operation.BACKLOG_SEND, outcome.outcomes, elapsed)
         if messaging_metrics.enabled():
             messaging_metrics.record_send(

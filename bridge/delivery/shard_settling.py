@@ -1,12 +1,14 @@
 """The drainer's settling collaborator: carrying out a batch's settle plan (``bridge.core.settle``) — state
 changes, journal, quarantine and dead-letter moves, held keys, acknowledgements — fenced by the tenure's
-lease. It is handed the tenure's state (``bridge.delivery.tenure.TenureState``) and keeps none of its own."""
+lease. It is handed the tenure's state (``bridge.delivery.tenure.TenureState``) and keeps none of its own;
+what each step adds to the report and the batch (entries sent, dead-lettered, quarantined, the wait, the
+role epoch a swap returned) it hands to the drainer as a ``SettleTally``, and the drainer folds it in."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bridge.core import journal as journal_events
 from bridge.core.cost import CostTally
@@ -29,7 +31,14 @@ from bridge.core.settle import (
 from bridge.delivery.context import DeliveryContext
 from bridge.delivery.settler import Settler
 from bridge.delivery.shard_sending import ShardSending
-from bridge.delivery.tenure import PROBLEM_FULL_WAIT, HealthDue, HeldFrom, TenureState, message_id_of
+from bridge.delivery.tenure import (
+    PROBLEM_FULL_WAIT,
+    HealthDue,
+    HeldFrom,
+    SettleTally,
+    TenureState,
+    message_id_of,
+)
 from bridge.errors import BridgeError, ProblemStreamFullError
 from bridge.journal.emit import JournalBatch, paired_events
 from bridge.observability import metrics, transitions
@@ -41,15 +50,23 @@ log = logging.getLogger(__name__)
 class ShardSettling:
     """Settles batches for one tenure: in, a batch's entries and their settlements; out, the settle plan
     carried out (in line, or behind the drainer on ``settler``) and the tenure's state moved on (holds,
-    backoff, where the next claim starts); ``apply`` says whether the shard goes on."""
+    backoff, where the next claim starts); ``apply`` says whether the shard goes on. The tallies of each
+    step go to ``tally``, the drainer's, which folds them into the state (behind the drainer, the
+    settler's thread hands over the count of the entries it acknowledged)."""
 
     def __init__(
-        self, ctx: DeliveryContext, state: TenureState, sending: ShardSending, settler: Settler
+        self,
+        ctx: DeliveryContext,
+        state: TenureState,
+        sending: ShardSending,
+        settler: Settler,
+        tally: Callable[[SettleTally], None],
     ) -> None:
         self.ctx = ctx
         self.state = state
         self.sending = sending
         self.settler = settler
+        self.tally = tally
 
     @property
     def entity(self) -> str:
@@ -157,7 +174,7 @@ class ShardSettling:
         except ProblemStreamFullError as full:  # filled since the check (another shard): held
             self.problem_stream_full(full)
             return False
-        self.state.report.quarantined += 1
+        self.tally(SettleTally(quarantined=1))
         log.warning("entity %s: outbox entry %s quarantined: %s", entity, entry.entry_id, reason)
         transitions.quarantined(entity, "outbox", reason)
         return True
@@ -174,8 +191,7 @@ class ShardSettling:
         wait = self.state.backoff
         wait.not_before = max(wait.not_before or now, now + PROBLEM_FULL_WAIT)
         wait.wake_floor = None  # a full stream is no namespace outage: nothing seen back ends this wait
-        self.state.report.retry_after = max(self.state.report.retry_after or 0.0, PROBLEM_FULL_WAIT)
-        self.state.report.notes.append(str(full))
+        self.tally(SettleTally(wait_at_least=PROBLEM_FULL_WAIT, notes=(str(full),)))
         log.error("entity %s shard %d holds: %s", self.entity, self.shard, full)
         transitions.problem_stream_full(self.entity, full.stream)
 
@@ -185,7 +201,7 @@ class ShardSettling:
             entry, to="deadletter", code=fate.code, reason=reason, now=now, fence=self.state.tenure.fence
         )
         self.ctx.retry.forget_delivered(self.entity, self.shard, [entry.entry_id])
-        self.state.report.dead_lettered += 1
+        self.tally(SettleTally(dead_lettered=1))
         log.warning(
             "entity %s: message %s dead-lettered locally: %s",
             self.entity,
@@ -205,7 +221,7 @@ class ShardSettling:
         self.state.backoff.not_before = stop.until
         self.state.backoff.wake_floor = stop.floor if stop.backoff else None
         self.state.backoff.wake_awaits = backoff_awaits(self.state.tenure.mode, stop.pending)
-        self.state.report.retry_after = stop.retry_after
+        self.tally(SettleTally(retry_after=stop.retry_after))
         log.info(
             "entity %s shard %d waits %.2fs: %s",
             self.entity,
@@ -284,7 +300,7 @@ class ShardSettling:
             self._record_latency(entry_ids)
             if self.state.tenure.mode == "active":
                 self.ctx.retry.forget_delivered(self.entity, self.shard, entry_ids)
-            self.state.report.sent += len(entry_ids)
+            self.tally(SettleTally(sent=len(entry_ids)))
 
     def _record_latency(self, entry_ids: list[str]) -> None:
         """Add the entries' delivery latencies to the shared histogram (the status page's history); a
@@ -305,7 +321,7 @@ class ShardSettling:
         for change in changes:
             if isinstance(change, Swap):
                 applied, state = self.ctx.roles.swap(self.entity, change)
-                self.state.batch.seen_epoch = max(self.state.batch.seen_epoch, state.epoch)
+                self.tally(SettleTally(seen_epoch=state.epoch))
                 if applied:
                     self.write_journal(
                         [

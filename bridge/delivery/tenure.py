@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from bridge.core.cost import CostTally
+from bridge.core.cost import CostTally, Operation
 from bridge.core.roles import Role, RoleState
 from bridge.delivery.attempts import BatchOutcome
 from bridge.delivery.context import DeliveryContext
@@ -188,6 +188,21 @@ class BatchInFlight:
     """The billable sends not yet counted in Redis: written with the batch's settlement, before its
     acknowledgements, and at a turn's end for sends no settlement took (``ShardSettling.count``)."""
 
+    def take_roles(self) -> tuple[RoleState, float] | None:
+        """The roles read with this batch's entries, if any (and forget them: taken once per batch)."""
+        roles, self.roles = self.roles, None
+        return roles
+
+    def take_delivered(self) -> Mapping[str, bytes] | None:
+        """Where this batch's entries were already accepted, if read with them (and forget it)."""
+        delivered, self.delivered = self.delivered, None
+        return delivered
+
+    def take_packed(self) -> PackedAhead | None:
+        """This batch's messages packed with its read, if any (and forget them)."""
+        packed, self.packed = self.packed, None
+        return packed
+
     def take_health_due(self) -> list[HealthDue]:
         """The health records this batch owes (and forget them)."""
         due, self.health_due = self.health_due, []
@@ -197,6 +212,35 @@ class BatchInFlight:
         """The sends counted so far and not yet written (and forget them)."""
         cost, self.cost = self.cost, CostTally()
         return cost
+
+
+@dataclass(frozen=True)
+class SendTally:
+    """What one send or one use of the messages packed ahead adds to the batch and the report: the
+    collaborator's output (``ShardSending``), folded into the state by the drainer (``ShardDrainer``)."""
+
+    operation: Operation | None = None
+    accepted: int = 0
+    """Messages ``operation`` sent that were accepted: billable, counted with the batch's settlement."""
+    packed_ahead: int = 0
+
+
+@dataclass(frozen=True)
+class SettleTally:
+    """What one step of a settlement adds to the report and the batch: the collaborator's output
+    (``ShardSettling``), folded into the state by the drainer (``ShardDrainer``) as each step is done."""
+
+    sent: int = 0
+    dead_lettered: int = 0
+    quarantined: int = 0
+    retry_after: float | None = None
+    """The report's wait, set to this (a ``Stop``)."""
+    wait_at_least: float | None = None
+    """The report's wait, raised to at least this (a problem stream full)."""
+    notes: tuple[str, ...] = ()
+    seen_epoch: int = 0
+    """The role epoch a swap this tenure asked for returned (``BatchInFlight.seen_epoch`` keeps the
+    highest)."""
 
 
 @dataclass

@@ -106,8 +106,8 @@ def _self_assignments(method: ast.FunctionDef) -> set[str]:
     ("name", "parts"),
     [
         ("ShardDrainer", {"ctx", "state", "settler", "read_ahead", "sending", "settling"}),
-        ("ShardSending", {"ctx", "state"}),
-        ("ShardSettling", {"ctx", "state", "sending", "settler"}),
+        ("ShardSending", {"ctx", "state", "tally"}),
+        ("ShardSettling", {"ctx", "state", "sending", "settler", "tally"}),
     ],
 )
 def test_the_drainer_and_its_collaborators_keep_the_tenure_in_its_state(name: str, parts: set[str]) -> None:
@@ -120,3 +120,35 @@ def test_the_drainer_and_its_collaborators_keep_the_tenure_in_its_state(name: st
     assert _self_assignments(init[0]) == parts
     later = {m.name: _self_assignments(m) for m in methods if m.name != "__init__"}
     assert {m: found for m, found in later.items() if found} == {}
+
+
+def _state_writes(tree: ast.AST, groups: tuple[str, ...]) -> list[str]:
+    """Each assignment (``=``, ``+=``, annotated, also in a tuple) whose target is, or lies under,
+    ``self.state.<group>`` for one of ``groups``: ``self.state.report.sent += 1`` and
+    ``self.state.batch.cost = ...`` alike."""
+    roots = tuple(f"self.state.{group}" for group in groups)
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        while targets:
+            target = targets.pop()
+            if isinstance(target, ast.Tuple | ast.List):
+                targets += target.elts
+                continue
+            text = ast.unparse(target)
+            if any(text == root or text.startswith((f"{root}.", f"{root}[")) for root in roots):
+                found.append(f"line {node.lineno}: {text}")
+    return found
+
+
+@pytest.mark.parametrize("module", ["shard_sending.py", "shard_settling.py"])
+def test_the_collaborators_return_a_batch_outcome_and_the_drainer_folds_it(module: str) -> None:
+    # The batch's tallies (report counts, cost, the epoch seen) are the collaborators' outputs: the
+    # drainer, the one owner of the state, folds them into ``DrainReport`` and ``BatchInFlight``.
+    path = DELIVERY / module
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    assert _state_writes(tree, ("report", "batch")) == []
