@@ -30,9 +30,7 @@ from tests.integration.worker_support import make_stack
 
 __all__ = ["make_stack"]
 
-# About 2½ minutes: under `-m slow`. The default suite runs workers on a Cluster with a failover under them
-# (test_workers_cluster.py) and the stores on one (test_state_cluster.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 ENTITIES = {"orders": {"outbox_shards": 2}, "invoices": {}, "audit": {}}
 RATE = 40
