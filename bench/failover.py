@@ -312,8 +312,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     for index, name in enumerate(names):
         kills = args.kills // len(names) + (1 if index < args.kills % len(names) else 0)
-        # The bridge refuses ``wait_replicas`` on a Cluster (no WAITAOF across shards): there it is ``local``.
-        mode = "local" if name == "cluster" else args.durability
+        mode = args.durability
         topology = TOPOLOGIES[name](base / name, mode, args.scenario)
         print(f"{name}: {kills} kills, durability {mode}; data in {base / name}", flush=True)
         try:

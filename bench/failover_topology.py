@@ -19,7 +19,7 @@ import redis
 
 from bench.failover_scenarios import SENTINEL_SCENARIOS
 from bridge.embedded.ports import free_port, wait_listening
-from bridge.embedded.redis_server import RedisServer
+from bridge.embedded.redis_server import WAITAOF_VERSION, RedisServer, redis_server_binary
 from bridge.embedded.sentinel import SentinelRedis
 from bridge.embedded.stack import LocalStack, wait_until
 from bridge.servicebus.admin import NamespaceAdmin
@@ -158,7 +158,9 @@ class ClusterTopology(Topology):
         if scenario != "kill":
             raise SystemExit(f"--scenario {scenario} runs on Sentinel only")
         super().__init__(base, mode, scenario)
-        self.cluster = ClusterWithReplicas()
+        # ``replicated`` needs WAITAOF on every master: the pinned Valkey rather than Debian's Redis 7.0.
+        binary = redis_server_binary(WAITAOF_VERSION) if mode == "replicated" else None
+        self.cluster = ClusterWithReplicas(binary=binary)
 
     def start(self) -> str:
         self.cluster.start()
