@@ -83,23 +83,34 @@ def test_the_tenure_state_is_one_dataclass_of_small_ones() -> None:
     assert max(len(names) for names in fields.values()) <= 12
 
 
-def _self_assignments(method: ast.FunctionDef) -> set[str]:
-    """The attributes ``method`` sets on ``self`` itself (``self.x = ...``, ``self.x += ...``, also in a
-    tuple); ``self.state.x = ...`` sets the state's, not the object's."""
-    names = set()
-    for node in ast.walk(method):
-        targets: list[ast.expr] = []
+def _assigned(tree: ast.AST) -> list[tuple[ast.stmt, ast.expr]]:
+    """Every (statement, target) an assignment in ``tree`` writes (``=``, ``+=``, annotated), the
+    elements of a tuple or list target one by one."""
+    found: list[tuple[ast.stmt, ast.expr]] = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
-            targets = node.targets
+            targets = list(node.targets)
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
+        else:
+            continue
         while targets:
             target = targets.pop()
             if isinstance(target, ast.Tuple | ast.List):
                 targets += target.elts
-            elif isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
-                names.add(target.attr)
-    return names
+            else:
+                found.append((node, target))
+    return found
+
+
+def _self_assignments(method: ast.FunctionDef) -> set[str]:
+    """The attributes ``method`` sets on ``self`` itself (``self.x = ...``, ``self.x += ...``, also in a
+    tuple); ``self.state.x = ...`` sets the state's, not the object's."""
+    return {
+        target.attr
+        for _, target in _assigned(method)
+        if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self"
+    }
 
 
 @pytest.mark.parametrize(
@@ -128,20 +139,10 @@ def _state_writes(tree: ast.AST, groups: tuple[str, ...]) -> list[str]:
     ``self.state.batch.cost = ...`` alike."""
     roots = tuple(f"self.state.{group}" for group in groups)
     found = []
-    for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        while targets:
-            target = targets.pop()
-            if isinstance(target, ast.Tuple | ast.List):
-                targets += target.elts
-                continue
-            text = ast.unparse(target)
-            if any(text == root or text.startswith((f"{root}.", f"{root}[")) for root in roots):
-                found.append(f"line {node.lineno}: {text}")
+    for node, target in _assigned(tree):
+        text = ast.unparse(target)
+        if any(text == root or text.startswith((f"{root}.", f"{root}[")) for root in roots):
+            found.append(f"line {node.lineno}: {text}")
     return found
 
 
