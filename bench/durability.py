@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 
 from bridge.embedded.ports import free_port, wait_listening
+from bridge.embedded.redis_server import stop_process
 from bridge.embedded.sentinel import SentinelRedis
 
 BODY = "x" * 1024
@@ -187,8 +188,7 @@ def main() -> None:
         report([one_round(bases, args, index) for index in range(args.rounds)])
     finally:
         for proc in procs:
-            proc.terminate()
-            proc.wait(10)
+            stop_process(proc)
         group.stop()
 
 

@@ -153,6 +153,9 @@ def bridge_rate(
 
 def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency: int) -> float:
     """msgs/s of the naive task-per-message Celery sender, same broker and concurrency."""
+    # Imported here: the naive worker imports this module and must not load the bridge.
+    from bridge.embedded.redis_server import stop_process
+
     env = {
         **os.environ,
         "BENCH_NAIVE_BROKER": stack.redis.url,
@@ -196,12 +199,7 @@ def naive_rate(stack: Any, count: Callable[[str], int], total: int, concurrency:
         done = wait_count(count, NAIVE_QUEUE, warm + total, 900)
         return total / (done - started)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         log.close()
 
 

@@ -16,6 +16,7 @@ import time
 from functools import cache
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.parse import quote
 
 import redis
@@ -69,8 +70,9 @@ def server_version(binary: str) -> tuple[int, int]:
     return (major, minor) if "Redis" in out or major < 7 else max((major, minor), WAITAOF_VERSION)
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM, up to 10 s to exit, then SIGKILL (a server process this module or a sibling started)."""
+def stop_process(proc: subprocess.Popen[Any] | None) -> None:
+    """SIGTERM, up to 10 s to exit, then SIGKILL (a server process this module, a sibling or a bench
+    started)."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
