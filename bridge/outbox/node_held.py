@@ -73,19 +73,20 @@ class NodeConnections:
             self.client.nodes_manager.initialize()  # the slot moved: the next write finds its master
         return node.name, replies[0]
 
-    def confirm(self, command: tuple[Any, ...], names: Sequence[str]) -> dict[str, Any]:
-        """``command`` (``WAITAOF``/``WAIT``) on each named master's held connection, sent to all first."""
+    def confirm(self, commands: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Any]:
+        """``commands`` (``WAIT``, ``WAITAOF``) on each named master's held connection, sent to all first;
+        per master, the last command's reply."""
         out: dict[str, Any] = {}
         sent = []
         for name in names:
             try:
-                self.held[name].send([command])
+                self.held[name].send(commands)
                 sent.append(name)
             except DRIVER_ERRORS as exc:
                 out[name] = exc
         for name in sent:
             try:
-                out[name] = self.held[name].read(1)[0]
+                out[name] = self.held[name].read(len(commands))[-1]
             except DRIVER_ERRORS as exc:
                 out[name] = exc
         return out
@@ -125,12 +126,12 @@ class AsyncNodeConnections:
             await self.client.nodes_manager.initialize()
         return node.name, replies[0]
 
-    async def confirm(self, command: tuple[Any, ...], names: Sequence[str]) -> dict[str, Any]:
-        """``command`` on each named master's held connection, all at once."""
+    async def confirm(self, commands: Sequence[tuple[Any, ...]], names: Sequence[str]) -> dict[str, Any]:
+        """``commands`` on each named master's held connection, all at once; per master, the last reply."""
 
         async def one(name: str) -> Any:
             try:
-                return (await self.held[name].run([command]))[0]
+                return (await self.held[name].run(commands))[-1]
             except DRIVER_ERRORS as exc:
                 return exc
 

@@ -77,23 +77,25 @@ class Load:
 
 @dataclass(frozen=True)
 class Confirm:
-    """``WAIT``/``WAITAOF`` in a round trip of its own, on the connection that sent the writes.
+    """``WAIT``/``WAITAOF`` in a round trip of its own, on the connection that sent the writes; the reply
+    is the last command's.
 
     Sent with the writes, the primary's request for the replicas' fsync'd offsets (``REPLCONF GETACK``)
     reaches a replica together with the write, and it answers before its fsync ("not yet"; the next answer
-    comes up to a second later). One round trip later the replica has usually written and fsync'd it; a
-    round that still falls short is followed by a longer one (``DurabilityPolicy.rounds``).
+    comes up to a second later). One round trip later, and behind a ``WAIT``
+    (``DurabilityPolicy.confirm_commands``), the replica has written and fsync'd it; a round that still
+    falls short is followed by a longer one (``DurabilityPolicy.rounds``).
     """
 
-    command: tuple[str | int, ...]
+    commands: tuple[tuple[str | int, ...], ...]
 
 
 @dataclass(frozen=True)
 class ConfirmNodes:
     """Cluster: ``WAIT``/``WAITAOF`` on the held connection of each named master, all at once; the reply
-    maps each name to its confirmation."""
+    maps each name to its confirmation (the last command's reply)."""
 
-    command: tuple[str | int, ...]
+    commands: tuple[tuple[str | int, ...], ...]
     names: tuple[str, ...]
 
 
@@ -230,7 +232,7 @@ def _send_steps(writer: OutboxWriter, commands: list[Command]) -> Generator[Step
         policy = writer.durability
         confirmed = None
         for timeout_ms in policy.rounds():
-            confirmed = yield Confirm(policy.confirm_command(timeout_ms))
+            confirmed = yield Confirm(policy.confirm_commands(timeout_ms))
             if not policy.again(confirmed):
                 break
         return list(replies[: len(commands)]), [confirmed] * len(commands)
@@ -253,7 +255,7 @@ def _cluster_send_steps(writer: OutboxWriter, commands: list[Command]) -> Genera
     for timeout_ms in policy.rounds():
         if not pending:
             break
-        got = yield ConfirmNodes(policy.confirm_command(timeout_ms), tuple(pending))
+        got = yield ConfirmNodes(policy.confirm_commands(timeout_ms), tuple(pending))
         confirmed.update(got)
         pending = [name for name in pending if policy.again(got[name])]
     return replies, [confirmed.get(node) if node else None for node in nodes]
@@ -394,7 +396,7 @@ class SyncOutbox:
     def _do(self, step: Step, held: HeldConnection | NodeConnections | None) -> Any:
         if isinstance(held, NodeConnections) and isinstance(step, Script | ConfirmNodes):
             if isinstance(step, ConfirmNodes):
-                return held.confirm(step.command, step.names)
+                return held.confirm(step.commands, step.names)
             return held.script(step.command)
         if isinstance(step, Script):
             try:
@@ -410,7 +412,7 @@ class SyncOutbox:
             return None
         if isinstance(held, HeldConnection):
             if isinstance(step, Confirm):
-                return held.run([step.command])[0]
+                return held.run(step.commands)[-1]
             assert isinstance(step, Pipeline), "a Cluster confirms on its node connections"
             return held.run(step.calls, errors_as_values=step.errors_as_values)
         assert isinstance(step, Pipeline), "a confirmation runs on a held connection"
@@ -459,7 +461,7 @@ class AsyncOutbox:
     async def _do(self, step: Step, held: AsyncHeldConnection | AsyncNodeConnections | None) -> Any:
         if isinstance(held, AsyncNodeConnections) and isinstance(step, Script | ConfirmNodes):
             if isinstance(step, ConfirmNodes):
-                return await held.confirm(step.command, step.names)
+                return await held.confirm(step.commands, step.names)
             return await held.script(step.command)
         if isinstance(step, Script):
             try:
@@ -475,7 +477,7 @@ class AsyncOutbox:
             return None
         if isinstance(held, AsyncHeldConnection):
             if isinstance(step, Confirm):
-                return (await held.run([step.command]))[0]
+                return (await held.run(step.commands))[-1]
             assert isinstance(step, Pipeline), "a Cluster confirms on its node connections"
             return await held.run(step.calls, errors_as_values=step.errors_as_values)
         assert isinstance(step, Pipeline), "a confirmation runs on a held connection"

@@ -174,6 +174,29 @@ def test_a_re_posted_duplicate_is_confirmed_not_waved_through(settings: Settings
         assert producer.durability == "replicated"
 
 
+def test_one_round_confirms_a_large_write_when_the_replica_is_healthy(settings: Settings, pair: Pair) -> None:
+    """A replica asked for its fsync'd offset in the same pass that reads the write answers "not yet" (one
+    round in twenty here, alone), and that round then waits out its timeout; the round's ``WAIT`` makes the
+    ``WAITAOF``'s question come after the fsync. 200 writes of 300 KB, each confirmed in one round."""
+    from bridge.core.durability import DurabilityPolicy, Reached, verdict
+    from bridge.redis.held import HeldConnection
+
+    policy = DurabilityPolicy("replicated", 1, timeout_ms=250)
+    body = "x" * 1024
+    short = []
+    with redis.Redis(port=pair.primary.port) as client:
+        held = HeldConnection(client)
+        try:
+            for write in range(200):
+                held.run([("XADD", "large", "*", "b", body) for _ in range(300)], errors_as_values=False)
+                reply = held.run(policy.confirm_commands(250))[-1]
+                if not isinstance(verdict(policy, reply), Reached):
+                    short.append((write, reply))
+        finally:
+            held.release()
+    assert short == []
+
+
 def test_the_redis_door_moves_only_what_replicas_confirmed(settings: Settings, pair: Pair) -> None:
     client = sync_client(pair.primary.url)
     outbox = SyncOutbox(client, settings)

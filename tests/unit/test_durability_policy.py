@@ -41,8 +41,11 @@ def test_verdict(policy: DurabilityPolicy, reply: object, expected: object) -> N
 
 
 def test_commands_and_rounds() -> None:
-    assert REPLICATED.confirm_command(5) == ("WAITAOF", 1, 2, 5)
-    assert WAITING.confirm_command(7) == ("WAIT", 1, 7)
+    # replicated: WAIT first, then WAITAOF, sharing the round's timeout; never a 0 (it blocks for ever)
+    assert REPLICATED.confirm_commands(5) == (("WAIT", 2, 2), ("WAITAOF", 1, 2, 3))
+    assert REPLICATED.confirm_commands(160) == (("WAIT", 2, 80), ("WAITAOF", 1, 2, 80))
+    assert REPLICATED.confirm_commands(1) == (("WAIT", 2, 1), ("WAITAOF", 1, 2, 1))
+    assert WAITING.confirm_commands(7) == (("WAIT", 1, 7),)
     assert REPLICATED.rounds() == [5, 10, 20, 40, 80, 160, 185]
     assert sum(DurabilityPolicy("replicated", 1, timeout_ms=1000).rounds()) == 1000
     assert DurabilityPolicy("replicated", 1, timeout_ms=3).rounds() == [3]
