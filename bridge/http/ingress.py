@@ -56,7 +56,9 @@ class Ingress:
         self.outbox = outbox
         self.view = AsyncOutboxView(outbox.client, settings)
         self.writer = outbox.writer
-        self.batcher = WriteBatcher(outbox)
+        # A confirmation (WAIT/WAITAOF) is a wait on the replicas, not work on the primary: while one
+        # pipeline waits for it, the next one's write is on the wire (bridge.outbox.batcher).
+        self.batcher = WriteBatcher(outbox, max_in_flight=2 if outbox.writer.durability.waits else 1)
         self.require_auth = require_auth
         ingress = settings.ingress
         self.keys = [

@@ -3,7 +3,10 @@
 Each HTTP request hands its group to ``WriteBatcher.submit`` and waits. While one pipeline is on the wire,
 new groups queue up; when it returns, everything that queued goes out together as the next pipeline. Under
 load a round trip thus carries many requests (one ``EVALSHA`` per entity) and throughput follows Redis, not
-the request rate; when idle, a lone request goes out at once, so nothing waits for a timer.
+the request rate; when idle, a lone request goes out at once, so nothing waits for a timer. When every write
+is confirmed by the replicas (``WAIT``/``WAITAOF``), the ingress lets two pipelines be in flight: one waits
+for its replicas while the next is written. Requests in flight at the same time were never ordered among
+themselves (none was acknowledged), so this changes no order a sender can rely on.
 
 Each group keeps its own outcome: one request's backpressure refusal does not fail the others in the same
 pipeline. A driver failure (Redis down) fails every group of that pipeline, none of which was acknowledged.

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,6 +196,47 @@ def test_one_round_confirms_a_large_write_when_the_replica_is_healthy(settings: 
         finally:
             held.release()
     assert short == []
+
+
+def test_a_write_goes_out_while_an_earlier_one_waits_for_its_replicas(pair: Pair) -> None:
+    """The replica confirms nothing for a while: a second request's write reaches the primary while the
+    first request still waits for its confirmation (two pipelines in flight), and each is answered."""
+    with redis.Redis(port=pair.primary.port) as client:
+        client.flushall()
+    pair.wait_synced()
+    slow = Settings(redis_url=pair.primary.url, ingress={**REPLICATED, "wait_timeout": 3.0})
+    answers: dict[str, int] = {}
+
+    def post(message_id: str) -> None:
+        answer = httpx.post(
+            f"{base}/v1/entities/orders/messages",
+            json={"body": message_id, "message_id": message_id},
+            timeout=10,
+        )
+        answers[message_id] = answer.status_code
+
+    with running_ingress(slow) as base, pair.replica_frozen():
+        first = threading.Thread(target=post, args=("first",))
+        first.start()
+        with redis.Redis(port=pair.primary.port) as primary:
+            _wait_for_entry(primary, "first")
+            second = threading.Thread(target=post, args=("second",))
+            second.start()
+            # Then: the second write is on the primary while the first still waits for its replica
+            _wait_for_entry(primary, "second")
+            assert "first" not in answers
+        first.join()
+        second.join()
+    assert answers == {"first": 503, "second": 503}
+
+
+def _wait_for_entry(primary: redis.Redis, message_id: str, timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(
+        fields[b"id"] == message_id.encode() for _, fields in primary.xrange(keys.outbox("orders", 0))
+    ):
+        assert time.monotonic() < deadline, f"{message_id} never reached the primary"
+        time.sleep(0.02)
 
 
 def test_the_redis_door_moves_only_what_replicas_confirmed(settings: Settings, pair: Pair) -> None:

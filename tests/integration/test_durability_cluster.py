@@ -155,6 +155,12 @@ def test_the_lag_of_every_masters_replica_is_reported(
     try:
         healthy = cluster_replicas(client)
         assert healthy is not None and len(healthy) == 3
+        # Given: every replica caught up (a replica acknowledges once a second: the writes of the test
+        # before can still count as lag for up to that long)
+        deadline = time.monotonic() + 10
+        while any(r.lag_bytes >= 1000 for r in cluster_replicas(client) or []):
+            assert time.monotonic() < deadline, "the replicas never caught up"
+            time.sleep(0.1)
         with contextlib.closing(cluster.admin(victim.replica)) as node:
             frozen_port = int(node.config_get("port")["port"])
         with frozen(cluster, victim):
