@@ -62,7 +62,10 @@ class DurabilityPolicy:
         if self.mode != "replicated":
             return (("WAIT", self.replicas, timeout_ms),)
         received = max(1, timeout_ms // 2)
-        return (("WAIT", self.replicas, received), ("WAITAOF", 1, self.replicas, max(1, timeout_ms - received)))
+        return (
+            ("WAIT", self.replicas, received),
+            ("WAITAOF", 1, self.replicas, max(1, timeout_ms - received)),
+        )
 
     def rounds(self) -> list[int]:
         """The timeouts of the confirmation's rounds: ``FIRST_ROUND_MS``, doubling, summing to the timeout."""

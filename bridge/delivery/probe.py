@@ -4,10 +4,10 @@
 The probe is the cheapest operation that proves a namespace takes messages for the entity without any
 receiver ever seeing one: a message scheduled a year ahead and cancelled at once (two billable operations,
 counted as ``probes``; it works for queues and topics, and carries a random SessionId so session entities
-accept it). Its outcome updates the namespace's health record as a send's would (``next_health``: a
-success makes it available, an outage or configuration error unavailable) and is kept with its time
-(``bridge.state.probes``). Roles never change because of a probe: passive mode still swaps only when the
-active namespace fails.
+accept it). Its outcome updates the namespace's health record as a send's would
+(``bridge.delivery.health_record``: a success makes it available, an outage or configuration error
+unavailable) and is kept with its time (``bridge.state.probes``). Roles never change because of a probe:
+passive mode still swaps only when the active namespace fails.
 
 Bounds: each probe is one pool call under the attempt deadline (two, schedule and cancel); probes run on up
 to ``PROBE_THREADS`` threads per beat firing.
@@ -24,10 +24,10 @@ from bridge.core.cost import Operation
 from bridge.core.error_classes import classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.probing import probe_due, probe_roles
-from bridge.core.roles import Role, next_health
+from bridge.core.roles import Role
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.health_record import record_attempt
 from bridge.errors import NamespaceError
-from bridge.observability import transitions
 from bridge.servicebus.messages import ping_message
 from bridge.state.probes import ProbeRecord, ProbeStore
 
@@ -55,20 +55,8 @@ def probe_namespace(ctx: DeliveryContext, entity: str, role: Role) -> Outcome:
     now = ctx.clock()
     ctx.cost.add(entity, Operation.PROBE, 2)
     ProbeStore(ctx.redis).record(entity, role, ProbeRecord(now, outcome.ok, outcome.error))
-    before = ctx.roles.health(entity, role)
-    after = next_health(before, outcome, now)
-    if after is not before and ctx.roles.set_health(entity, role, after):
-        if after.available and not before.available:
-            ctx.seen_back(role, entity, "a probe was accepted")
-        if after.available != before.available:
-            log.warning(
-                "probe: namespace %s is %s for entity %s: %s",
-                role,
-                "available" if after.available else "UNAVAILABLE",
-                entity,
-                outcome.error or "ok",
-            )
-            transitions.availability_changed(entity, role, after.available, outcome.error or "ok")
+    if record_attempt(ctx, entity, role, outcome, now=now, what="probe"):
+        ctx.seen_back(role, entity, "a probe was accepted")
     return outcome
 
 

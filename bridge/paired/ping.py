@@ -6,8 +6,10 @@ so session-enabled entities accept it too. In ``ping_mode = "schedule"`` the pin
 ahead and cancelled at once, so no receiver ever sees it (today's Service Bus delivers a plain ping). A
 ping the primary accepts applies ``MarkAvailable``: the shared state says "healthy", so every worker's next
 batch goes to the primary and the syphon starts moving the backlog. Any other outcome is recorded
-(``RecordPing``, ``RecordError``). Every ping is counted as a billable operation (two in schedule mode:
-schedule and cancel).
+(``RecordPing``, ``RecordError``). The outcome also moves the primary's health record for the entity, as a
+send's would (``bridge.delivery.health_record``): the status shows the primary back once a ping got
+through, not once the next message went there. Every ping is counted as a billable operation (two in
+schedule mode: schedule and cancel).
 
 Bounds: each ping is one pool call, so at most the attempt deadline (twice in schedule mode); pings run on
 up to ``PING_THREADS`` threads, and a ping not started within ``ping_timeout`` of the run's start waits for
@@ -31,6 +33,7 @@ from bridge.core.error_classes import classify
 from bridge.core.outcomes import Outcome, describe_error
 from bridge.core.paired import on_ping, ping_due
 from bridge.delivery.context import DeliveryContext
+from bridge.delivery.health_record import record_attempt
 from bridge.errors import NamespaceError
 from bridge.journal.emit import ping_events
 from bridge.observability import metrics
@@ -105,12 +108,14 @@ def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
     # Counted before the state changes: whoever sees the entity available again also sees the ping that
     # made it so (the counter and the shared state are two Redis writes, not one).
     ctx.cost.add(entity, Operation.PING, operations)
-    update = ctx.paired.apply(entity, on_ping(outcome, ctx.clock()))
+    now = ctx.clock()
+    update = ctx.paired.apply(entity, on_ping(outcome, now))
+    back = record_attempt(ctx, entity, "primary", outcome, now=now, what="ping")
     if ctx.journal is not None:
         primary = ctx.settings.primary.namespace_name if ctx.settings.primary else "primary"
-        ctx.journal.append(entity, ping_events(primary, outcome, operations, update, ctx.clock()))
+        ctx.journal.append(entity, ping_events(primary, outcome, operations, update, now))
     metrics.record_ping(entity, outcome)
-    if outcome.ok and update.restored:
+    if outcome.ok and (update.restored or back):
         ctx.seen_back("primary", entity, "a ping was accepted")
     if outcome.ok:
         log.info("ping accepted by the primary for %s (restored: %s)", entity, update.restored)

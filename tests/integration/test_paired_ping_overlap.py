@@ -1,4 +1,5 @@
-"""Two ping runs that overlap while a ping is slow ping the primary once.
+"""Two ping runs that overlap while a ping is slow ping the primary once; a ping that restores an entity
+shows its primary back in the status.
 
 Real parts: the stack's Redis and local namespaces; the primary answers slowly through its fault control
 (``stall``: transfers settle only after a delay). Two ping runs in this process stand for two beats, or a
@@ -14,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from bridge.core.error_classes import ErrorClass
+from bridge.core.roles import NamespaceHealth
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.stack import LocalStack
 from bridge.paired.ping import PingReport, ping_failed_over
 from bridge.settings import Settings
+from bridge.status.collect import collect_status
 from tests.integration.paired_support import (
     create_entities,
     full_settings,
@@ -78,3 +82,35 @@ def test_a_ping_slower_than_the_interval_is_not_sent_again_by_an_overlapping_run
     assert reports["second"].pinged == []
     assert reports["first"].restored == ["orders"]
     assert not paired_state(stack, "orders").failed_over
+
+
+def test_a_ping_that_restores_the_entity_shows_its_primary_available(
+    stack_ctx: tuple[LocalStack, DeliveryContext, DeliveryContext],
+) -> None:
+    """The primary's health record said down (a send failed in the outage); no message goes there after
+    the restore. The ping that restored the entity is what shows the primary back in ``bridge status``."""
+    stack, ctx, _ = stack_ctx
+    failed_at = ctx.clock() - 5
+    down = NamespaceHealth(
+        available=False,
+        since=failed_at,
+        last_error="the primary is down",
+        last_error_at=failed_at,
+        error_class=ErrorClass.OUTAGE,
+    )
+    assert ctx.roles.set_health("orders", "primary", down)
+    mark_failed_over(stack, "orders")
+    before = collect_status(ctx.settings, ctx.redis)
+    assert not _entity(before, "orders")["namespaces"]["primary"]["available"]
+    # When the ping gets through
+    report = ping_failed_over(ctx)
+    # Then the entity is restored and its primary shows available, with the error kept for the operator
+    assert report.restored == ["orders"]
+    after = _entity(collect_status(ctx.settings, ctx.redis), "orders")["namespaces"]["primary"]
+    assert after["available"]
+    assert after["since"] >= failed_at
+    assert after["last_error"] == "the primary is down"
+
+
+def _entity(status: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(e for e in status["entities"] if e["name"] == name)
