@@ -79,7 +79,7 @@ def test_changing_outbox_shards_while_the_backlog_holds_keys_keeps_each_key_in_o
         wait_until(lambda: _shards(layouts) == after, 30, what="the change of the shard count")
         # And the primary comes back before the syphon moved the backlog
         stack.primary.control.restore()
-        wait_until(lambda: not paired_state(stack, "orders").failed_over, 30, what="the ping restoring")
+        wait_until(lambda: not paired_state(stack, "orders").failed_over, 60, what="the ping restoring")
         # And newer messages of the same keys arrive
         for key in KEYS:
             sent[key].append(p.send("orders", f"{key} new".encode(), partition_key=key))

@@ -135,12 +135,21 @@ def test_prometheus_scrapes_every_process_and_the_failover_alert_fires(
         prometheus = prometheus_of(_config(tmp_path, targets, api_key))
 
         # When Prometheus scrapes them all: every target is up, the ingress with its bearer key
+        seen: dict[str, str] = {}
+
         def health() -> dict[str, str]:
-            active = httpx.get(f"{prometheus}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
-            return {t["labels"]["job"]: t["health"] for t in active}
+            # Prometheus answers 503 "Service Unavailable" until it is ready: no targets seen yet
+            answer = httpx.get(f"{prometheus}/api/v1/targets", timeout=10)
+            active = answer.json()["data"]["activeTargets"] if answer.status_code == 200 else []
+            seen.clear()
+            seen.update({t["labels"]["job"]: t["health"] for t in active})
+            return dict(seen)
 
         up = {job: "up" for job in targets}
-        wait_until(lambda: health() == up, 60, 0.5, f"every target up (last: {health()})")
+        try:
+            wait_until(lambda: health() == up, 60, 0.5, "every target up")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc} (last: {seen})") from None
         assert _alerts(prometheus) == []  # a healthy stack, AOF on: nothing fires
 
         # And the primary goes down while messages arrive

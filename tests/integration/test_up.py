@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,8 +21,9 @@ from bridge.embedded.stack import wait_until
 from tests.integration.operations_support import scrape
 
 
-def _processes_using(path: Path) -> list[str]:
-    found = []
+def _pids_using(path: Path) -> dict[int, str]:
+    """Every process whose command line names ``path``: pid → command line."""
+    found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -30,8 +32,40 @@ def _processes_using(path: Path) -> list[str]:
         except OSError:
             continue
         if str(path) in cmdline:
-            found.append(cmdline)
+            found[int(pid)] = cmdline
     return found
+
+
+def _processes_using(path: Path) -> list[str]:
+    return list(_pids_using(path).values())
+
+
+def _kill_all(proc: subprocess.Popen[str], path: Path) -> None:
+    """``kill -9`` ``bridge up`` and every process of its stack (they run in sessions of their own: killing
+    ``bridge up`` alone would leave them loading the machine for the rest of the suite)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    for pid in _pids_using(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _ctrl_c(proc: subprocess.Popen[str], path: Path, timeout: float = 90) -> str:
+    """Ctrl-C ``bridge up`` and wait for its exit; what it printed meanwhile. A stack that does not stop in
+    ``timeout`` fails with what still ran and what it printed (and is killed)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        remaining, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        printed = exc.output or ""
+        left = _processes_using(path)
+        _kill_all(proc, path)
+        text = printed if isinstance(printed, str) else printed.decode(errors="replace")
+        raise AssertionError(
+            f"bridge up did not stop within {timeout:g} s; still running: {left}; it printed: {text[-3000:]}"
+        ) from None
+    return remaining
 
 
 def _start_up(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
@@ -97,15 +131,12 @@ def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
         assert receiver.value("bridge_receiver_messages_total", entity="orders", counter="handled") == 1
 
         # When Ctrl-C: everything stops, exit status 0.
-        proc.send_signal(signal.SIGINT)
-        remaining, _ = proc.communicate(timeout=90)
+        remaining = _ctrl_c(proc, tmp_path)
         assert proc.returncode == 0, remaining
         assert "stopped" in remaining
         assert _processes_using(tmp_path) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        _kill_all(proc, tmp_path)
 
 
 def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
@@ -143,8 +174,7 @@ def test_bridge_up_ha_rides_a_killed_primary(tmp_path: Path) -> None:
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+            _kill_all(proc, tmp_path)
     rest = proc.stdout.read() if proc.stdout else ""
     assert "starting it again as a replica" in out + rest
     assert _processes_using(tmp_path) == []
@@ -196,11 +226,8 @@ def test_bridge_up_ledger_shows_the_live_verdict_in_status(tmp_path: Path) -> No
         assert (tmp_path / "ledger" / "ledger.json").exists()
 
         # When Ctrl-C: the ledger stops with the rest
-        proc.send_signal(signal.SIGINT)
-        remaining, _ = proc.communicate(timeout=90)
+        remaining = _ctrl_c(proc, tmp_path)
         assert proc.returncode == 0, remaining
         assert _processes_using(tmp_path) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        _kill_all(proc, tmp_path)
