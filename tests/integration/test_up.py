@@ -22,17 +22,22 @@ from tests.integration.operations_support import scrape
 
 
 def _pids_using(path: Path) -> dict[int, str]:
-    """Every process whose command line names ``path``: pid → command line."""
+    """Every process of the stack under ``path``: its command line, environment or working directory names
+    ``path`` (the ledger and its JVM are named only in their environment, a Redis server only in its
+    working directory). pid → command line."""
     found = {}
+    needle = str(path).encode()
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cwd = os.readlink(f"/proc/{pid}/cwd").encode()
         except OSError:
             continue
-        if str(path) in cmdline:
-            found[int(pid)] = cmdline
+        if any(needle in part for part in (cmdline, environ, cwd)):
+            found[int(pid)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return found
 
 
