@@ -209,7 +209,7 @@ def test_a_namespace_back_makes_the_links_of_the_shards_it_wakes_before_a_batch_
     try:
         assert len(receive_all(secondary, ENTITY, 3, timeout=30)) == 3
         wait_until(lambda: (retry.backoff_left(ENTITY, 0) or 0) >= LONG_BACKOFF, 60, what="a long backoff")
-        wait_until(lambda: ctx.pool.sender_paths("secondary") == [], 30, what="the secondary's link closed")
+        wait_until(lambda: ctx.pool.sender_paths("secondary") == [], 60, what="the secondary's link closed")
         # When the primary is back and announced
         primary.control.restore()
         ctx.seen_back("primary", ENTITY, "a test announced it")
