@@ -52,7 +52,8 @@ def test_after_a_passive_failover_and_recovery_status_shows_the_old_primary_meas
         )
         primary = status["namespaces"]["primary"]
         assert primary["check_ok"] is True and primary["checked_at"] >= restored_at
-        # And nothing changed otherwise: the roles stay, no message went to the old primary
+        # And nothing changed otherwise: the roles stay, no message went to the old primary (a probe that
+        # met the outage or a loaded machine may leave its cancelled-never ping scheduled, never a message)
         assert status["active"] == "secondary"
-        assert count_in(stack.primary, "orders") == 0
+        assert count_in(stack.primary, "orders", pings=False) == 0
         assert cost(stack, "orders").probes >= 4  # schedule + cancel per probe
