@@ -10,8 +10,10 @@
    commit that holds it. Prints p50/p99/max over every message, and how far behind the ledger was at the
    end (events written but not yet committed), so a ledger that falls behind cannot pass unnoticed.
 2. warm report: ``bridge report``'s job (``run_report``) on ``--report-events`` events in this process's
-   session, already started: ``--rounds`` times, each printed; and the running ledger's answer (reading
-   its published ``ledger.json``).
+   session, already started: ``--rounds`` times, each printed. Then a live ledger reads the same journal
+   and ``bridge report --from-ledger --drained --json`` answers from its state, ``--rounds`` times as its
+   own process (Python's start included) and in this process; each answer's counts are checked against
+   the Spark job's, so a fast wrong answer cannot pass unnoticed.
 3. cold report / floor: ``bridge report`` as its own process against the floor job (``bench.ledger``:
    start a session, read the journal, one grouped count), alternated ``--rounds`` times.
 
@@ -163,6 +165,7 @@ def warm_report(spark: Any, root: Path, events: int, rounds: int) -> Path:
     journal = root / f"journal-{events}"
     generate(journal, events)
     times = []
+    summary: dict[str, Any] = {}
     for round_ in range(1, rounds + 1):
         started = time.monotonic()
         summary = job(spark, ReportInputs(journal, root / "warm-report", price_table(), drained=True))
@@ -180,7 +183,61 @@ def warm_report(spark: Any, root: Path, events: int, rounds: int) -> Path:
         started = time.monotonic()
         json.loads(ledger.read_text())
         print(f"the running ledger's answer (ledger.json): {1000 * (time.monotonic() - started):.1f} ms")
+    from_ledger(spark, root, journal, rounds, summary)
     return journal
+
+
+def from_ledger(spark: Any, root: Path, journal: Path, rounds: int, batch: dict[str, Any]) -> None:
+    """Part 2's answer from a live ledger that read ``journal`` (module docstring)."""
+    import os
+    import subprocess
+    import sys
+
+    from bridge.core.ledger import EXTRA_KEYS, SUMMARY_KEYS, price_table
+    from bridge.ledger import live_report, service
+    from bridge.ledger.live_store import LedgerPaths
+    from bridge.ledger.summary import ReportInputs
+
+    paths = LedgerPaths(root / "ledger-of-report")
+    options = {"interval": 1.0, "linger": 120.0, "latency_minutes": 60.0, "overdue_after": 300.0,
+               "listed": 100.0, "max_files": 200.0}  # fmt: skip
+    started = time.monotonic()
+    service.run(spark, journal, paths, options, duration=900, on_publish=lambda _: not live_report.coverage(
+        paths, journal).unread)  # fmt: skip
+    print(f"  the live ledger read the journal in {time.monotonic() - started:.1f} s", flush=True)
+    keys = (*SUMMARY_KEYS, *EXTRA_KEYS, "events")
+    where = ["--journal", str(journal), "--dir", str(paths.root), "--out", str(root / "answer")]
+    command = [
+        sys.executable,
+        "-m",
+        "bridge.cli.main",
+        "report",
+        "--from-ledger",
+        "--drained",
+        "--json",
+        *where,
+    ]
+    env = {**os.environ, "BRIDGE_JOURNAL__DIRECTORY": str(journal)}
+    processes, inline = [], []
+    for _ in range(rounds):
+        started = time.monotonic()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+        processes.append(time.monotonic() - started)
+        answer = json.loads(done.stdout)
+        started = time.monotonic()
+        live_report.answer(
+            paths, ReportInputs(journal, root / "ledger-inline", price_table(), drained=True), 0
+        )
+        inline.append(time.monotonic() - started)
+        same = all(answer[k] == batch[k] for k in keys)
+        agree = "the same as" if same else "DIFFERENT from"
+        print(f"  from the ledger: process {processes[-1]:.2f} s, in process {inline[-1]:.3f} s, "
+              f"counts {agree} the Spark job's", flush=True)  # fmt: skip
+    print(
+        f"bridge report --from-ledger on {batch['events']:,} events: best {min(processes):.2f} s, median "
+        f"{statistics.median(processes):.2f} s as a process (target <= 3 s)",
+        flush=True,
+    )
 
 
 def cold_ratio(journal: Path, root: Path, master: str, rounds: int) -> None:

@@ -264,6 +264,11 @@ class EmptyJournalError(BridgeError):
     """The journal folder holds no events: a report on it would read as "nothing lost", so none is made."""
 
 
+class LedgerBehindError(BridgeError):
+    """``bridge report --from-ledger`` found no live ledger, or one that has not read every journal file
+    in time: its answer would not be the journal's, so none is given."""
+
+
 class LedgerStoppingError(BridgeError):
     """A live-ledger micro-batch began after the ledger was asked to stop: failed uncounted (Spark runs it
     again after a restart)."""

@@ -78,9 +78,21 @@ def report(
         typer.Option(
             "--dir",
             help="--follow: the live ledger's folder, kept (default: a temporary one); "
-            "not that of a running `bridge ledger`.",
+            "not that of a running `bridge ledger`. --from-ledger: the running ledger's folder "
+            "(default: journal.live_ledger.directory).",
         ),
     ] = None,
+    from_ledger: Annotated[
+        bool,
+        typer.Option(
+            "--from-ledger",
+            help="Answer from the running live ledger once it has read every journal file (no Spark): "
+            "reconciliation, billing and cost; latency, failover segments and tables need the batch report.",
+        ),
+    ] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", help="--from-ledger: seconds to wait for the ledger to catch up.")
+    ] = 30.0,
 ) -> None:
     """Reconcile the journal: lost, duplicates, latency, failovers and billable operations."""
     from bridge.core.ledger import price_table
@@ -105,11 +117,14 @@ def report(
         prices=prices,
         priced=frozenset({*settings.journal.prices, *given}),
     )
+    if follow and from_ledger:
+        typer.echo("bridge: configuration error: --follow and --from-ledger: choose one", err=True)
+        raise typer.Exit(CONFIGURATION_EXIT_CODE)
     try:
         if follow:
             _follow(run, interval, duration, directory)
             return
-        summary = _batch(run)
+        summary = _from_ledger(run, directory, wait) if from_ledger else _batch(run)
     except ConfigurationError as exc:
         typer.echo(f"bridge: configuration error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(CONFIGURATION_EXIT_CODE) from None
@@ -235,6 +250,45 @@ def _batch(run: _Run) -> dict[str, Any]:
         finally:
             if owned:
                 spark.stop()
+
+
+def _from_ledger(run: _Run, directory: Path | None, wait: float) -> dict[str, Any]:
+    """The answer of the running live ledger (``bridge.ledger.live_report``): the live journal rolled and
+    the outbox checked first, as for the batch report, then the ledger's state once it read them."""
+    from bridge.errors import StateStoreUnavailableError
+    from bridge.ledger.live_report import answer
+    from bridge.ledger.live_store import LedgerPaths
+    from bridge.ledger.summary import ReportInputs
+
+    folder = directory or run.settings.journal.live_ledger.folder(run.journal)
+    if folder is None:  # the journal folder always has a parent: kept for the type checker
+        raise ConfigurationError("--from-ledger needs --dir or journal.live_ledger.directory")
+    snapshot: tuple[Path, Path] | None = None
+    unchecked: dict[str, str] = {}
+    depths: dict[str, int] = {}
+    roll_info: dict[str, Any] = {"skipped": "offline"}
+    if run.live:
+        run.out.mkdir(parents=True, exist_ok=True)  # the snapshot's files go there
+        try:
+            snapshot, unchecked, depths, roll_info, _ = _live_inputs(
+                run.settings, run.out, run.journal, lambda _stage: None
+            )
+        except StateStoreUnavailableError as exc:
+            roll_info = {"skipped": f"Redis unavailable: {exc}"}
+    inputs = ReportInputs(
+        journal=run.journal,
+        out=run.out,
+        prices=run.prices,
+        priced=run.priced,
+        currency=run.settings.journal.currency,
+        snapshot=snapshot,
+        drained=run.drained,
+        unchecked=unchecked,
+        live_depths=depths,
+        roll=roll_info,
+        master="live ledger",
+    )
+    return answer(LedgerPaths(folder.resolve()), inputs, wait)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

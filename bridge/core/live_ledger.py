@@ -50,6 +50,21 @@ def add_event_counts(
     return out
 
 
+def add_entity_events(
+    totals: dict[str, dict[str, Any]], entity: str, first: float | None, last: float | None, no_id: int
+) -> None:
+    """Fold one batch's group of ``entity``'s events into its running record: the first and last event
+    time and the quarantines without a MessageId."""
+    record = totals.setdefault(
+        entity, {"first_event_at": None, "last_event_at": None, "quarantined_without_id": 0}
+    )
+    if first is not None and (record["first_event_at"] is None or first < record["first_event_at"]):
+        record["first_event_at"] = first
+    if last is not None and (record["last_event_at"] is None or last > record["last_event_at"]):
+        record["last_event_at"] = last
+    record["quarantined_without_id"] = int(record["quarantined_without_id"]) + no_id
+
+
 @dataclass(frozen=True)
 class OpenMessage:
     """An accepted message with no end in the journal yet."""

@@ -172,6 +172,11 @@ def event_counts(events: DataFrame, *extra: Column) -> DataFrame:
     )
 
 
+def quarantined_without_id() -> Column:
+    """1 for a quarantine event whose entry had no MessageId (counted per entity, not per message)."""
+    return _flag(_is("quarantined") & F.col("message_id").isNull())
+
+
 def minute_of(column: str) -> Column:
     """The UTC minute (epoch seconds, a multiple of 60) a timestamp falls in."""
     return (F.floor(F.unix_micros(column) / 60_000_000) * 60).cast("long")

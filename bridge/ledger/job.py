@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +21,18 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bridge.core.ledger import (
-    CostEstimate,
-    EventCount,
-    TimelineEvent,
-    billable_operations,
-    estimate_cost,
-    failover_timeline,
-    operation_cost,
-    placeholder_kinds,
-    summarize,
-)
+from bridge.core.ledger import CostEstimate, TimelineEvent, failover_timeline
 from bridge.errors import EmptyJournalError
 from bridge.journal.keys import is_entity
 from bridge.ledger import figures, html, over_time, tables
 from bridge.ledger.spark import empty_snapshot, read_journal, read_rolled, read_snapshot, uri
+from bridge.ledger.summary import Entities, ReportInputs, Rows, billing, in_order, summary_of
 
 LOST_IDS_IN_JSON = 1000
 """Lost MessageIds listed per entity in the JSON (all of them are in the ``lost`` table)."""
 
 Progress = Callable[[str], None]
-Rows = list[dict[str, Any]]
-Entities = dict[str, dict[str, Any]]
-
-
-@dataclass
-class ReportInputs:
-    """Where the job reads from and what it knows besides the journal."""
-
-    journal: Path
-    out: Path
-    prices: Mapping[str, float]
-    currency: str = "USD"
-    priced: frozenset[str] = frozenset()
-    """The operation kinds whose price the settings or the command line set; the others are placeholders."""
-    snapshot: tuple[Path, Path] | None = None
-    """(outbox ids, watermarks) Parquet files from ``bridge.ledger.live``; None: not checked."""
-    drained: bool = False
-    """No snapshot, but the outbox is known to be empty (a finished run): open messages are lost."""
-    unchecked: Mapping[str, str] = field(default_factory=dict)
-    live_depths: Mapping[str, int] = field(default_factory=dict)
-    roll: Mapping[str, Any] = field(default_factory=dict)
-    master: str = ""
+__all__ = ["ReportInputs", "check_journal", "run_report"]
 
 
 def _seconds(column: str) -> Any:
@@ -75,13 +44,6 @@ def _write_rows(rows: Sequence[Mapping[str, Any]], folder: Path, schema: pa.Sche
     folder.mkdir(parents=True)
     table = pa.Table.from_pylist(list(rows), schema=schema) if rows or schema else pa.table({})
     pq.write_table(table, folder / "part-0.parquet")
-
-
-def _in_order(rows: Rows, *keys: str) -> Rows:
-    """``rows`` sorted as Spark's ``orderBy(*keys)`` sorts (ascending, nulls first); equal keys keep the
-    order of the remaining columns, so the result does not depend on how Spark's partitions came back."""
-    names = [*keys, *(name for name in (rows[0] if rows else {}) if name not in keys)]
-    return sorted(rows, key=lambda row: [(row[name] is not None, row[name]) for name in names])
 
 
 def _write_frame(frame: DataFrame, folder: Path) -> None:
@@ -138,7 +100,7 @@ def _report(
         _write_frame(tables.lost(messages), table_dir / "lost")
         _write_frame(tables.duplicates(messages), table_dir / "duplicates")
         step("latency percentiles")
-        latency_rows = _in_order(
+        latency_rows = in_order(
             [row.asDict() for row in tables.latency(messages).collect()], "entity", "measure", "path"
         )
         per_minute = figures.latency_per_minute(figures.latency_samples(messages))
@@ -168,7 +130,7 @@ def _report(
     _write_rows(failover_rows, table_dir / "failover", _FAILOVER_SCHEMA)
     _write_rows(timeline_rows, table_dir / "timeline_events")
     _write_rows(series.rows() if series else [], table_dir / "series", _SERIES_SCHEMA)
-    summary = _summary(inputs, entities, count_rows, billing_rows, cost)
+    summary = summary_of(inputs, entities, count_rows, billing_rows, cost)
     summary["namespaces"] = roles
     summary["tables"] = {p.name: str(p) for p in sorted(table_dir.iterdir()) if p.is_dir()}
     step("writing the HTML report")
@@ -193,7 +155,7 @@ def _reconciliation(
 ) -> tuple[Rows, Entities]:
     """The ``reconciliation`` rows, and per entity its record for the summary (lost ids included)."""
     rec_frame = tables.reconciliation(messages, events)
-    rec_rows = _in_order(
+    rec_rows = in_order(
         [
             row.asDict()
             for row in rec_frame.select(
@@ -227,31 +189,8 @@ def _reconciliation(
 
 def _billing(events: DataFrame, entities: Entities, inputs: ReportInputs) -> tuple[Rows, Rows, CostEstimate]:
     """The ``event_counts`` rows, the ``billing`` rows and the cost estimate over the delivered messages."""
-    count_rows = _in_order([row.asDict() for row in tables.event_counts(events).collect()], "entity", "kind")
-    counts = [
-        EventCount(
-            r["entity"], r["kind"], r["namespace"], r["path"], r["result"], int(r["events"]), int(r["units"])
-        )
-        for r in count_rows
-    ]
-    prices = dict(inputs.prices)
-    operations = billable_operations(counts)
-    delivered_total = sum(int(r.get("delivered") or 0) for r in entities.values())
-    cost = estimate_cost(operations, delivered_total, prices, inputs.currency)
-    placeholders = placeholder_kinds(operations, inputs.priced)
-    billing_rows = [
-        {
-            "entity": op.entity,
-            "namespace": op.namespace,
-            "kind": op.kind,
-            "operations": op.operations,
-            "price_per_million": prices[op.kind],
-            "estimated_cost": operation_cost(op.operations, op.kind, prices),
-            "placeholder_price": op.kind in placeholders,
-        }
-        for op in operations
-    ]
-    return count_rows, billing_rows, cost
+    count_rows = in_order([row.asDict() for row in tables.event_counts(events).collect()], "entity", "kind")
+    return (count_rows, *billing(count_rows, entities, inputs))
 
 
 def _span(rec_rows: Rows) -> tuple[float, float] | None:
@@ -274,7 +213,7 @@ def _roles(events: DataFrame) -> dict[str, str]:
 def _failover(events: DataFrame, entities: Entities) -> tuple[Rows, Rows]:
     """The ``timeline_events`` and ``failover`` rows; each entity's record gets its ``failover``."""
     timeline_frame = tables.timeline_events(events)
-    timeline_rows = _in_order(
+    timeline_rows = in_order(
         [
             row.asDict()
             for row in timeline_frame.select(
@@ -309,58 +248,6 @@ def _failover(events: DataFrame, entities: Entities) -> tuple[Rows, Rows]:
                 }
             )
     return timeline_rows, failover_rows
-
-
-def _summary(
-    inputs: ReportInputs,
-    entities: Entities,
-    count_rows: Rows,
-    billing_rows: Rows,
-    cost: CostEstimate,
-) -> dict[str, Any]:
-    """What ``--json`` prints (and ``summary.json`` holds), before the tables' and the HTML's paths."""
-    entities = {name: record for name, record in sorted(entities.items()) if is_entity(name)}
-    summary: dict[str, Any] = dict(summarize(entities))
-    summary["outbox_checked"] = (inputs.snapshot is not None or inputs.drained) and not inputs.unchecked
-    summary["outbox_assumed_drained"] = inputs.drained
-    summary["events"] = sum(int(r["events"]) for r in count_rows)
-    summary["entities"] = entities
-    summary["cost"] = {
-        **cost.as_dict(),
-        "placeholder_prices": sorted({r["kind"] for r in billing_rows if r["placeholder_price"]}),
-    }
-    summary["operations"] = billing_rows
-    summary["notes"] = _notes(summary, inputs)
-    summary["roll"] = dict(inputs.roll)
-    summary["master"] = inputs.master
-    return summary
-
-
-def _notes(summary: Mapping[str, Any], inputs: ReportInputs) -> list[str]:
-    notes = []
-    if inputs.drained:
-        notes.append("the outbox was assumed drained (--drained): every open message counts as lost")
-    elif inputs.snapshot is None:
-        notes.append("the live outbox was not checked: open messages count as pending, none as lost")
-    for folder in inputs.roll.get("unreadable_folders", []):
-        notes.append(f"journal folder {folder} cannot be read from this host: its events are missing")
-    for name, reason in sorted(inputs.unchecked.items()):
-        notes.append(f"{name}: outbox not checked ({reason}); its open messages count as pending")
-    if summary.get("journal_overflow"):
-        notes.append(
-            f"{summary['journal_overflow']} events found a full journal and are missing: counts may be "
-            "short (raise journal.max_length or roll more often)"
-        )
-    if summary.get("suppressed_unhandled"):
-        notes.append(
-            f"{summary['suppressed_unhandled']} messages were completed by a receiver as duplicates but "
-            "never handled (their MessageId's fingerprint matched another id's): counted as lost"
-        )
-    if summary.get("unexpected"):
-        notes.append(
-            f"{summary['unexpected']} messages were delivered or handled without an acceptance event"
-        )
-    return notes
 
 
 _LATENCY_SCHEMA = pa.schema(

@@ -10,6 +10,10 @@
     <directory>/latency/minute=<m>/b-<batch>.parquet   latency samples, kept ``latency_minutes``
     <directory>/ledger.json                 the published ledger (``bridge.core.live_ledger.verdict``)
 
+Which journal files the committed state holds is read from Spark's own record of the files its query
+took, the file source log in the checkpoint (``files_read``): ``bridge report --from-ledger`` answers
+only when every journal file is there.
+
 A micro-batch commits by writing ``v-<batch>`` whole and then replacing ``CURRENT`` (an atomic rename):
 a batch that Spark runs again after a crash (its id is at or below ``CURRENT``'s) is skipped, so a
 restart from the checkpoint never counts an event twice. Readers (``bridge status``, the status page,
@@ -24,6 +28,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,6 +82,37 @@ def current(paths: LedgerPaths) -> tuple[Path | None, dict[str, Any]]:
         return None, empty_totals()
     folder = paths.state / pointer.read_text().strip()
     return folder, json.loads((folder / "totals.json").read_text())
+
+
+def files_read(paths: LedgerPaths, upto_batch: int) -> set[Path]:
+    """The journal files the micro-batches up to ``upto_batch`` read (resolved paths).
+
+    Spark's file stream source logs, per micro-batch, the files it hands to that batch before running it:
+    ``checkpoint/sources/0/<batch>`` and, every few batches, ``<batch>.compact`` with every entry so far;
+    each is a version line (``v1``) and one JSON object per file (``path``, ``timestamp``, ``batchId``)
+    (``docs/journal-ledger.md``, "Answering from the live ledger"). A line that does not parse is skipped:
+    a file it named counts as not read, so the answer waits or falls back rather than claims too much.
+    """
+    folder = paths.checkpoint / "sources" / "0"
+    out: set[Path] = set()
+    if not folder.is_dir():
+        return out
+    for log_file in folder.iterdir():
+        if log_file.name.startswith(".") or not log_file.name.split(".", 1)[0].isdigit():
+            continue
+        try:
+            lines = log_file.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                batch, path = int(entry["batchId"]), str(entry["path"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if batch <= upto_batch and path.startswith("file:"):
+                out.add(Path(unquote(urlparse(path).path)).resolve())
+    return out
 
 
 def commit(paths: LedgerPaths, batch_id: int, totals: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bridge.core.live_ledger import add_counts, add_event_counts
+from bridge.core.live_ledger import add_counts, add_entity_events, add_event_counts
 from bridge.errors import LedgerStoppingError
 from bridge.ledger import figures, live_store
 from bridge.ledger.live_store import LedgerPaths
@@ -174,7 +174,9 @@ def _fold(
         clock, events_read = _event_counts(events, totals)
         state = previous.join(changed, KEYS, "left_anti").unionByName(after)
         kept = _kept(figures.flags(figures.with_first_sent(state)), clock, float(options["linger"]))
-        kept = kept.select(*KEYS, *figures.FACT_COLUMNS, "is_open").coalesce(STATE_FILES)
+        kept = kept.select(*KEYS, *figures.FACT_COLUMNS, "is_open", "is_suppressed_unhandled").coalesce(
+            STATE_FILES
+        )
         kept.write.mode("overwrite").parquet(uri(paths.version(batch_id) / "messages"))
     finally:
         for frame in (new, touched, after):
@@ -220,9 +222,16 @@ def _new_samples(before: DataFrame, after: DataFrame) -> list[dict[str, Any]]:
 
 
 def _event_counts(events: DataFrame, totals: dict[str, Any]) -> tuple[float | None, int]:
-    """Add the batch's event counts to ``totals``; returns the new clock and the events read (one job: the
-    batch's newest event time is the newest of its groups')."""
-    rows = figures.event_counts(events, F.max("time").alias("clock")).collect()
+    """Add the batch's event counts to ``totals``, and to each entity's ``entity_events`` its first and
+    last event time and its quarantines without a MessageId (what the report's reconciliation row adds
+    to the message counts); returns the new clock and the events read (one job: the batch's newest event
+    time is the newest of its groups')."""
+    extra = (
+        F.min("time").alias("first"),
+        F.max("time").alias("clock"),
+        F.sum(figures.quarantined_without_id()).alias("no_id"),
+    )
+    rows = figures.event_counts(events, *extra).collect()
     event_rows = [
         ((r["entity"], r["kind"], r["namespace"], r["path"], r["result"]), int(r["events"]), int(r["units"]))
         for r in rows
@@ -230,21 +239,31 @@ def _event_counts(events: DataFrame, totals: dict[str, Any]) -> tuple[float | No
     old = {tuple(row[:5]): (int(row[5]), int(row[6])) for row in totals["event_counts"]}
     merged = add_event_counts(old, event_rows)
     totals["event_counts"] = [[*key, n, units] for key, (n, units) in sorted(merged.items(), key=str)]
+    per_entity: dict[str, dict[str, Any]] = totals.setdefault("entity_events", {})
+    for r in rows:
+        add_entity_events(
+            per_entity, r["entity"], _seconds(r["first"]), _seconds(r["clock"]), int(r["no_id"])
+        )
     newest = max((r["clock"] for r in rows if r["clock"] is not None), default=None)
     return _newest(totals.get("clock"), newest), sum(n for _, n, _ in event_rows)
 
 
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value.timestamp())
+
+
 def _newest(old: float | None, batch_clock: Any) -> float | None:
-    seconds = None if batch_clock is None else batch_clock.timestamp()
+    seconds = _seconds(batch_clock)
     candidates = [value for value in (old, seconds) if value is not None]
     return max(candidates) if candidates else None
 
 
 def _kept(flagged: DataFrame, clock: float | None, linger: float) -> DataFrame:
-    """Messages that stay: open, waiting in a backlog queue, or settled less than ``linger`` ago."""
+    """Messages that stay: open, waiting in a backlog queue, lost as a suppressed duplicate (so a report
+    from the ledger can name it), or settled less than ``linger`` ago."""
     if clock is None:
         return flagged
-    settled = ~F.col("is_open") & ~F.col("is_pending_backlog")
+    settled = ~F.col("is_open") & ~F.col("is_pending_backlog") & ~F.col("is_suppressed_unhandled")
     recent = F.unix_micros("last_event_at") >= F.lit(int((clock - linger) * 1_000_000))
     return flagged.where(~settled | recent)
 

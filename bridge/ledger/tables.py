@@ -117,7 +117,7 @@ def reconciliation(messages: DataFrame, events: DataFrame) -> DataFrame:
         events.where(~F.col("entity").startswith("~"))
         .groupBy("entity")
         .agg(
-            _count_if(_is("quarantined") & F.col("message_id").isNull()).alias("quarantined_without_id"),
+            F.sum(figures.quarantined_without_id()).alias("quarantined_without_id"),
             F.count(F.lit(1)).alias("events"),
             F.min("time").alias("first_event_at"),
             F.max("time").alias("last_event_at"),
