@@ -80,19 +80,21 @@ def reconcile(
             pending_outbox[message.entity] = pending_outbox.get(message.entity, 0) + 1
         if (message.is_open and not waiting) or message.suppressed_unhandled:
             lost.setdefault(message.entity, []).append(message)
+    # every count in every row, 0 where an entity has none (an entity whose events name no message)
+    names = sorted({name for entity_counts in counts.values() for name in entity_counts} - {"open"})
     rows: dict[str, dict[str, Any]] = {}
     for entity, record in entity_events.items():
         if entity.startswith("~"):
             continue
-        row: dict[str, Any] = {name: int(value) for name, value in counts.get(entity, {}).items()}
-        row.pop("open", None)
+        mine = counts.get(entity, {})
+        row: dict[str, Any] = {name: int(mine.get(name, 0)) for name in names}
         row["quarantined_without_id"] = int(record.get("quarantined_without_id") or 0)
         row["events"] = int(event_totals.get(entity, 0))
         row["first_event_at"] = record.get("first_event_at")
         row["last_event_at"] = record.get("last_event_at")
         row["pending_outbox"] = pending_outbox.get(entity, 0)
-        row["pending"] = row["pending_outbox"] + row.get("pending_backlog", 0)
-        row["quarantined"] = row.get("quarantined_messages", 0) + row["quarantined_without_id"]
+        row["pending"] = row["pending_outbox"] + int(mine.get("pending_backlog", 0))
+        row["quarantined"] = int(mine.get("quarantined_messages", 0)) + row["quarantined_without_id"]
         gone = sorted(lost.get(entity, []), key=lambda m: (m.accepted_at is not None, m.accepted_at or 0.0))
         row["lost"] = len(gone)
         row["lost_ids"] = [m.message_id for m in gone[:LOST_IDS_LISTED]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bridge.core.live_ledger import (
@@ -10,6 +12,7 @@ from bridge.core.live_ledger import (
     OpenMessage,
     Unreadable,
     add_counts,
+    add_entity_events,
     add_event_counts,
     overdue,
     verdict,
@@ -197,3 +200,14 @@ def test_a_message_suppressed_and_never_handled_is_named_lost() -> None:
         "orders: 1 messages were completed by a receiver as duplicates but never handled (their MessageId's "
         "fingerprint matched another id's): lost"
     ]
+
+
+def test_an_entitys_event_record_keeps_the_first_and_last_time_and_sums_quarantines_without_an_id() -> None:
+    totals: dict[str, dict[str, Any]] = {}
+    add_entity_events(totals, "orders", 20.0, 30.0, 1)
+    add_entity_events(totals, "orders", 10.0, 25.0, 2)  # an earlier first, not a later last
+    add_entity_events(totals, "orders", 15.0, 40.0, 0)  # a later last
+    add_entity_events(totals, "orders", None, None, 0)  # a group with no time changes neither
+    assert totals == {"orders": {"first_event_at": 10.0, "last_event_at": 40.0, "quarantined_without_id": 3}}
+    add_entity_events(totals, "audit", None, None, 4)
+    assert totals["audit"] == {"first_event_at": None, "last_event_at": None, "quarantined_without_id": 4}

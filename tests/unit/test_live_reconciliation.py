@@ -58,6 +58,32 @@ def test_the_row_carries_the_entitys_event_figures_and_drops_the_open_count() ->
     assert (out["quarantined_without_id"], out["quarantined"], out["accepted"]) == (2, 3, 5)
 
 
-def test_scopes_are_not_entities() -> None:
-    events = {**EVENTS, "~host": {"first_event_at": 1.0, "last_event_at": 2.0, "quarantined_without_id": 0}}
+def test_scopes_are_not_entities_wherever_they_come() -> None:
+    scope = {"first_event_at": 1.0, "last_event_at": 2.0, "quarantined_without_id": 0}
+    events = {"~host": scope, **EVENTS, "~z": scope}
     assert set(reconcile(COUNTS, events, {}, [], OutboxCheck())) == {"orders"}
+
+
+def test_an_entity_whose_events_name_no_message_gets_every_count_as_zero() -> None:
+    # Given an entity that only quarantined entries without a MessageId (no per-message counts at all)
+    events = {**EVENTS, "audit": {"first_event_at": 5.0, "last_event_at": 6.0, "quarantined_without_id": 3}}
+    out = reconcile(COUNTS, events, {"orders": 9, "audit": 3}, [], OutboxCheck())["audit"]
+    # Then it has the other entities' counts, all zero, and its quarantines
+    assert {k: out[k] for k in ("accepted", "pending_backlog", "quarantined_messages")} == dict.fromkeys(
+        ("accepted", "pending_backlog", "quarantined_messages"), 0
+    )
+    assert (out["pending"], out["quarantined"], out["lost"], out["events"]) == (0, 3, 0, 3)
+
+
+def test_missing_event_figures_count_as_zero() -> None:
+    out = reconcile(COUNTS, {"orders": {}}, {}, [], OutboxCheck())["orders"]
+    assert (out["events"], out["quarantined_without_id"], out["quarantined"]) == (0, 0, 1)
+    assert (out["first_event_at"], out["last_event_at"]) == (None, None)
+
+
+def test_lost_ids_list_a_message_without_an_acceptance_time_first_as_the_batch_report_sorts_them() -> None:
+    late = HeldMessage("orders", "late", 2.0, (2000, 0), True, False)
+    early = HeldMessage("orders", "early", 1.0, (1000, 0), True, False)
+    unknown = HeldMessage("orders", "unknown", None, None, False, True)
+    out = row(OutboxCheck(drained=True), late, unknown, early)
+    assert out["lost_ids"] == ["unknown", "early", "late"]
