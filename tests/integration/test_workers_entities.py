@@ -31,17 +31,26 @@ from bridge.outbox import keys as outbox_keys
 from bridge.outbox.entities import EntitySet
 from bridge.outbox.reader import OutboxReader
 from bridge.producer import Producer
-from bridge.settings import Settings
+from bridge.settings import Settings, WorkerSettings
 from bridge.state import keys as state_keys
 from tests.integration.paired_support import namespace_settings
 from tests.integration.worker_support import make_stack, stack_settings
 
 __all__ = ["make_stack"]
 
-THREAD_BOUND = 250
+_WORKERS = WorkerSettings()
+_PER_POOL_PROCESS = (
+    _WORKERS.drain_threads  # drain threads
+    + 2 + 1 + 1  # the watchers, the coordinator, the lease keeper
+    + 8 + 8  # settling and read-ahead threads, shared by the drainers
+    + _WORKERS.drain_threads + 8  # the SDK's attempt threads (drain threads + max_stuck_threads)
+    + 2 * _WORKERS.max_senders  # a keep-alive thread per open sender, on either namespace
+)  # fmt: skip
+THREAD_BOUND = 2 * _PER_POOL_PROCESS + 40
 """Threads of one worker (its main process and both pool processes together), whatever the entity count:
-a thread per owned shard (and an SDK sender, with its keep-alive thread, per entity path) made it more
-than one per entity."""
+the design's bound (docs/operations.md, "Capacity: many entities") with room for each
+process's own threads. A thread per owned shard and an SDK sender with its keep-alive thread per entity
+path made it more than two per entity (300 entities: over 600)."""
 CLIENT_BOUND = 100
 """Redis connections of the whole stack (the worker's processes and this test's own)."""
 
