@@ -21,15 +21,19 @@ Spark is imported only inside this command, never when ``bridge`` starts.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bridge.cli.context import CONFIGURATION_EXIT_CODE, command_failed, key_value_pairs, settings_or_exit
 from bridge.errors import BridgeError, ConfigurationError
 from bridge.settings import Settings
+
+if TYPE_CHECKING:
+    from bridge.ledger.summary import ReportInputs
 
 
 def register(app: typer.Typer) -> None:
@@ -196,7 +200,6 @@ def _live_inputs(
 def _batch(run: _Run) -> dict[str, Any]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from bridge.errors import StateStoreUnavailableError
     from bridge.ledger.job import check_journal
 
     if not run.live:
@@ -209,60 +212,28 @@ def _batch(run: _Run) -> dict[str, Any]:
         def step(stage: str) -> None:
             progress.update(task, description=f"bridge report: {stage}")
 
-        snapshot: tuple[Path, Path] | None = None
-        unchecked: dict[str, str] = {}
-        depths: dict[str, int] = {}
-        roll_info: dict[str, Any] = {"skipped": "offline"}
-        if run.live:
-            try:
-                snapshot, unchecked, depths, roll_info, _ = _live_inputs(
-                    run.settings, run.out, run.journal, step
-                )
-            except StateStoreUnavailableError as exc:
-                roll_info = {"skipped": f"Redis unavailable: {exc}"}
-                progress.console.print(f"Redis unavailable ({exc}): reporting the journal folder as it is")
+        inputs = _inputs(run, step, progress.console.print)
         check_journal(run.journal)  # what the live roll wrote, or the folder as it is
         step("starting Spark")
-        from bridge.ledger.job import ReportInputs, run_report
+        from bridge.ledger.job import run_report
         from bridge.ledger.spark import build_session, master_url, owns_session
 
         url = master_url(run.master)
         owned = owns_session()
         spark = build_session(url, run.driver_memory, conf=run.spark_conf)
         try:
-            return run_report(
-                spark,
-                ReportInputs(
-                    journal=run.journal,
-                    out=run.out,
-                    prices=run.prices,
-                    priced=run.priced,
-                    currency=run.settings.journal.currency,
-                    snapshot=snapshot,
-                    drained=run.drained,
-                    unchecked=unchecked,
-                    live_depths=depths,
-                    roll=roll_info,
-                    master=url,
-                ),
-                progress=step,
-            )
+            return run_report(spark, replace(inputs, master=url), progress=step)
         finally:
             if owned:
                 spark.stop()
 
 
-def _from_ledger(run: _Run, directory: Path | None, wait: float) -> dict[str, Any]:
-    """The answer of the running live ledger (``bridge.ledger.live_report``): the live journal rolled and
-    the outbox checked first, as for the batch report, then the ledger's state once it read them."""
+def _inputs(run: _Run, step: Callable[[str], None], say: Callable[[str], None]) -> ReportInputs:
+    """What the report knows besides the journal: in live mode the live journal rolled and the outbox's
+    snapshot (in ``out/inputs``); Redis unreachable makes it an offline report, said with ``say``."""
     from bridge.errors import StateStoreUnavailableError
-    from bridge.ledger.live_report import answer
-    from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.summary import ReportInputs
 
-    folder = directory or run.settings.journal.live_ledger.folder(run.journal)
-    if folder is None:  # the journal folder always has a parent: kept for the type checker
-        raise ConfigurationError("--from-ledger needs --dir or journal.live_ledger.directory")
     snapshot: tuple[Path, Path] | None = None
     unchecked: dict[str, str] = {}
     depths: dict[str, int] = {}
@@ -270,12 +241,11 @@ def _from_ledger(run: _Run, directory: Path | None, wait: float) -> dict[str, An
     if run.live:
         run.out.mkdir(parents=True, exist_ok=True)  # the snapshot's files go there
         try:
-            snapshot, unchecked, depths, roll_info, _ = _live_inputs(
-                run.settings, run.out, run.journal, lambda _stage: None
-            )
+            snapshot, unchecked, depths, roll_info, _ = _live_inputs(run.settings, run.out, run.journal, step)
         except StateStoreUnavailableError as exc:
             roll_info = {"skipped": f"Redis unavailable: {exc}"}
-    inputs = ReportInputs(
+            say(f"Redis unavailable ({exc}): reporting the journal folder as it is")
+    return ReportInputs(
         journal=run.journal,
         out=run.out,
         prices=run.prices,
@@ -286,9 +256,20 @@ def _from_ledger(run: _Run, directory: Path | None, wait: float) -> dict[str, An
         unchecked=unchecked,
         live_depths=depths,
         roll=roll_info,
-        master="live ledger",
     )
-    return answer(LedgerPaths(folder.resolve()), inputs, wait)
+
+
+def _from_ledger(run: _Run, directory: Path | None, wait: float) -> dict[str, Any]:
+    """The answer of the running live ledger (``bridge.ledger.live_report``): the live journal rolled and
+    the outbox checked first, as for the batch report, then the ledger's state once it read them."""
+    from bridge.ledger.live_report import answer
+    from bridge.ledger.live_store import LedgerPaths
+
+    folder = directory or run.settings.journal.live_ledger.folder(run.journal)
+    if folder is None:  # the journal folder always has a parent: kept for the type checker
+        raise ConfigurationError("--from-ledger needs --dir or journal.live_ledger.directory")
+    inputs = _inputs(run, lambda _stage: None, lambda line: typer.echo(line, err=True))
+    return answer(LedgerPaths(folder.resolve()), replace(inputs, master="live ledger"), wait)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
