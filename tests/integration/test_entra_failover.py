@@ -113,7 +113,7 @@ def test_paired_failover_and_syphon_with_entra_id_only(entra_stack: Any) -> None
         assert sum(d.messages or 0 for d in depths.values()) == 10
         # When the primary comes back, the ping restores it and the syphon moves the backlog home
         stack.primary.control.restore()
-        wait_until(lambda: not paired_state(stack, "orders").failed_over, 30, what="ping restoring orders")
+        wait_until(lambda: not paired_state(stack, "orders").failed_over, 60, what="ping restoring orders")
         fresh = [p.send("orders", f"up-{i}".encode()) for i in range(5)]
     assert ids(receive(stack, "primary", "orders", 15, timeout=60)) == sorted(backlogged + fresh)
     assert cost(stack, "orders").syphon_sends == 10
