@@ -50,6 +50,27 @@ def add_event_counts(
     return out
 
 
+@dataclass(frozen=True)
+class EventFigures:
+    """Per entity, what the event counts say beside billing: events, failovers, journal overflow."""
+
+    events: dict[str, int]
+    failovers: dict[str, int]
+    overflow: dict[str, int]
+
+
+def event_figures(rows: Iterable[Sequence[Any]]) -> EventFigures:
+    """``EventFigures`` of event-count rows (entity, kind, namespace, path, result, events, units)."""
+    out = EventFigures({}, {}, {})
+    for entity, kind, _namespace, _path, _result, events, units in rows:
+        out.events[entity] = out.events.get(entity, 0) + int(events)
+        if kind in FAILOVER_KINDS:
+            out.failovers[entity] = out.failovers.get(entity, 0) + int(events)
+        if kind == "journal_overflow":
+            out.overflow[entity] = out.overflow.get(entity, 0) + int(units)
+    return out
+
+
 def add_entity_events(
     totals: dict[str, dict[str, Any]], entity: str, first: float | None, last: float | None, no_id: int
 ) -> None:

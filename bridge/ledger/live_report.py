@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bridge.core.live_ledger import FAILOVER_KINDS
+from bridge.core.live_ledger import event_figures
 from bridge.core.live_reconciliation import HeldMessage, OutboxCheck, reconcile
 from bridge.errors import LedgerBehindError
 from bridge.ledger import html, live_store
@@ -147,25 +147,17 @@ def answer(paths: LedgerPaths, inputs: ReportInputs, wait: float = 30.0) -> dict
         "entity",
         "kind",
     )
-    per_entity: dict[str, int] = {}
-    failovers: dict[str, int] = {}
-    overflow: dict[str, int] = {}
-    for row in count_rows:
-        per_entity[row["entity"]] = per_entity.get(row["entity"], 0) + int(row["events"])
-        if row["kind"] in FAILOVER_KINDS:
-            failovers[row["entity"]] = failovers.get(row["entity"], 0) + int(row["events"])
-        if row["kind"] == "journal_overflow":
-            overflow[row["entity"]] = overflow.get(row["entity"], 0) + int(row["units"])
+    figures = event_figures(totals["event_counts"])
     entities = reconcile(
         totals["counts"],
         totals.get("entity_events", {}),
-        per_entity,
+        figures.events,
         held_messages(folder),
         outbox_check(inputs),
     )
     for name, record in entities.items():
-        record["journal_overflow"] = overflow.get(name, 0)
-        record["failovers"] = failovers.get(name, 0)
+        record["journal_overflow"] = figures.overflow.get(name, 0)
+        record["failovers"] = figures.failovers.get(name, 0)
         record["live_outbox_depth"] = inputs.live_depths.get(name)
         record["outbox_checked"] = (
             inputs.snapshot is not None or inputs.drained

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from bridge.core.ledger import EventCount, billable_operations
-from bridge.core.live_ledger import FAILOVER_KINDS, LedgerInput, Unreadable, verdict
+from bridge.core.live_ledger import LedgerInput, Unreadable, event_figures, verdict
 from bridge.ledger import live_store
 from bridge.ledger.live_store import LedgerPaths
 
@@ -56,13 +56,7 @@ def ledger_input(totals: Mapping[str, Any], folder: Path | None, unreadable: lis
         EventCount(row[0], row[1], row[2], row[3], row[4], int(row[5]), int(row[6]))
         for row in totals["event_counts"]
     ]
-    failovers: dict[str, int] = {}
-    overflow: dict[str, int] = {}
-    for row in counts:
-        if row.kind in FAILOVER_KINDS:
-            failovers[row.entity] = failovers.get(row.entity, 0) + row.events
-        if row.kind == "journal_overflow":
-            overflow[row.entity] = overflow.get(row.entity, 0) + row.units
+    figures = event_figures(totals["event_counts"])
     operations: dict[str, int] = {}
     for op in billable_operations(counts):
         operations[op.entity] = operations.get(op.entity, 0) + op.operations
@@ -70,9 +64,9 @@ def ledger_input(totals: Mapping[str, Any], folder: Path | None, unreadable: lis
         counts=totals["counts"],
         open_messages=live_store.open_messages(folder),
         events=int(totals["events"]),
-        failovers=failovers,
+        failovers=figures.failovers,
         operations=operations,
-        overflow=overflow,
+        overflow=figures.overflow,
         unreadable=unreadable,
         clock=totals.get("clock"),
     )

@@ -14,6 +14,7 @@ from bridge.core.live_ledger import (
     add_counts,
     add_entity_events,
     add_event_counts,
+    event_figures,
     overdue,
     verdict,
 )
@@ -211,3 +212,17 @@ def test_an_entitys_event_record_keeps_the_first_and_last_time_and_sums_quaranti
     assert totals == {"orders": {"first_event_at": 10.0, "last_event_at": 40.0, "quarantined_without_id": 3}}
     add_entity_events(totals, "audit", None, None, 4)
     assert totals["audit"] == {"first_event_at": None, "last_event_at": None, "quarantined_without_id": 4}
+
+
+def test_event_figures_sum_events_failovers_and_overflow_per_entity() -> None:
+    rows = [
+        ["orders", "sent", "ns1", "direct", None, 3, 3],
+        ["orders", "failover_engaged", None, None, None, 1, 1],
+        ["orders", "role_swapped", None, None, None, 2, 2],
+        ["orders", "journal_overflow", None, None, None, 1, 7],  # units: the entries that found it full
+        ["payments", "accepted", None, None, None, 5, 5],
+    ]
+    figures = event_figures(rows)
+    assert figures.events == {"orders": 7, "payments": 5}
+    assert figures.failovers == {"orders": 3}
+    assert figures.overflow == {"orders": 7}
