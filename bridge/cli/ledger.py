@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -72,7 +73,7 @@ def ledger(
     from bridge.ledger.live_store import LedgerPaths
     from bridge.ledger.spark import build_session, master_url, owns_session
 
-    _stop_on_sigterm()
+    stop = _stop_on_signals()
     owned = owns_session()
     spark = build_session(master_url(master), driver_memory, conf=key_value_pairs(conf or [], "--conf"))
     publisher = None if offline else _Publisher(settings, journal_dir)
@@ -84,6 +85,7 @@ def ledger(
             live.options(),
             duration=duration,
             on_publish=None if publisher is None else publisher.publish,
+            stop=stop,
         )
     finally:
         if publisher is not None:
@@ -93,14 +95,20 @@ def ledger(
     typer.echo(f"bridge ledger: {final.get('verdict', 'no data')} ({folder / 'ledger.json'})")
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM (``bridge up`` stopping, ``docker stop``) ends the ledger as Ctrl-C does: the query stops
-    between micro-batches and the session closes, rather than the JVM being killed mid-commit."""
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM (``bridge up`` stopping, ``docker stop``) and Ctrl-C end the ledger between publications:
+    the query stops and the session closes, rather than the JVM being killed mid-commit. A second signal
+    while it stops raises ``KeyboardInterrupt``, for a person who does not want to wait."""
+    stop = threading.Event()
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
 
 
 class _Publisher:

@@ -14,6 +14,7 @@ verdict is at best ``incomplete``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,9 +96,14 @@ def run(
     *,
     duration: float | None = None,
     on_publish: Publish | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Run until ``duration`` passes, Ctrl-C, or ``on_publish`` returns True; returns the last ledger.
+    """Run until ``duration`` passes, ``stop`` is set, Ctrl-C, or ``on_publish`` returns True; returns the
+    last ledger.
 
+    ``stop`` is how a signal should end it: an exception raised by a signal handler lands wherever the
+    main thread is, inside a Py4J call or a publication's write included, while the event is read only
+    between publications, so the query always stops from a known point.
     ``options``: ``interval``, ``linger``, ``latency_minutes``, ``overdue_after``, ``listed``."""
     from bridge.ledger import stream
 
@@ -108,8 +114,9 @@ def run(
     files = FileCheck()
     started = time.monotonic()
     ledger: dict[str, Any] = {}
+    stop = stop or threading.Event()
     try:
-        while duration is None or time.monotonic() - started < duration:
+        while not stop.is_set() and (duration is None or time.monotonic() - started < duration):
             failure = running.exception()
             if failure is not None:
                 raise RuntimeError(f"the live ledger's streaming query failed: {failure}")
@@ -119,7 +126,7 @@ def run(
             live_store.publish(paths, ledger)
             if on_publish is not None and on_publish(ledger):
                 break
-            time.sleep(float(options["interval"]))
+            stop.wait(float(options["interval"]))
     except KeyboardInterrupt:
         pass
     finally:

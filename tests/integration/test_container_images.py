@@ -108,7 +108,7 @@ def test_the_ledger_image_reads_a_mounted_journal_and_publishes_its_verdict(
     try:
         # When the live ledger in it has read every event, and the container is stopped
         ledger = wait_for_events(images, name, folder / "ledger.json", events, deadline=600)
-        images.docker("stop", "-t", "60", name, timeout=90)
+        images.docker("stop", "-t", "120", name, timeout=150)  # as the compose file's stop_grace_period
         assert images.inspect(name)["State"]["ExitCode"] == 0, images.docker("logs", name).stderr[-2000:]
     finally:
         images.docker("rm", "-f", name, check=False)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,23 @@ def test_the_celery_broker_is_the_one_given() -> None:
     )
     with pytest.raises(ConfigurationError, match="celery_broker_url"):
         celery_broker(Settings(redis_url=cluster))
+
+
+def test_the_ledger_stops_between_publications_on_a_signal_and_a_second_one_interrupts() -> None:
+    import signal
+
+    from bridge.cli.ledger import _stop_on_signals
+
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        stop = _stop_on_signals()
+        # A first SIGTERM only asks: the running code is not interrupted
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5)
+        # A second signal (Ctrl-C here) while it stops interrupts, for a person who will not wait
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
