@@ -7,6 +7,7 @@ through the streaming query one file per micro-batch, and every figure both show
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from bridge.core import journal as J
 from bridge.core.journal_files import to_row
 from bridge.core.ledger import price_table
 from bridge.journal.roll import file_path, table_of, write_durably
-from bridge.ledger import figures, service
+from bridge.ledger import figures, service, stream
 from bridge.ledger.job import ReportInputs, run_report
 from bridge.ledger.live_store import LedgerPaths, current
 from tests.integration.ledger.live_journal import T, write_journal
@@ -253,3 +254,27 @@ def test_bad_and_partial_input_is_named_and_no_data_is_never_nothing_lost(spark:
     assert ledger["entities"]["orders"]["clock_skewed"] == 1
     assert any("clocks disagree" in reason for reason in ledger["reasons"])
     assert ledger["verdict"] == "overdue"  # a3 is still overdue: that outranks "incomplete"
+
+
+@LONG
+def test_the_deduplication_state_lives_in_rocksdb_and_a_batch_without_rows_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Given a journal that a ledger started on a new folder reads in one micro-batch
+    journal, paths = tmp_path / "journal", LedgerPaths(tmp_path / "ledger")
+    events = write_journal(journal, files=1)
+    running = stream.start(spark, journal, paths, options(max_files=1000))
+    try:
+        # When it has read everything, and Spark ran the batch that only moves the watermark
+        running.query.processAllAvailable()
+        rows = {int(p["batchId"]): int(p["numInputRows"]) for p in running.query.recentProgress}
+    finally:
+        running.stop()
+    with_rows = [batch for batch, n in rows.items() if n]
+    assert [batch for batch, n in rows.items() if not n and batch > max(with_rows)], rows
+
+    # Then the last committed version is the last batch with rows, with every event counted
+    assert (current(paths)[1]["batch_id"], current(paths)[1]["events"]) == (max(with_rows), events)
+    # And the de-duplication's state is in RocksDB, as the checkpoint records for every restart
+    metadata = json.loads((paths.checkpoint / "offsets" / "0").read_text().splitlines()[1])
+    assert metadata["conf"][stream.STATE_STORE] == stream.ROCKSDB_STATE_STORE
