@@ -1,7 +1,8 @@
 """The live ledger's freshness, and reports from a warm session, measured in one process.
 
     python -m bench.ledger_live [--rate 2000] [--seconds 60] [--interval 1] [--report-events 100000]
-                                [--rounds 3] [--master local[2]]
+                                [--rounds 3] [--master local[2]] [--conf KEY=VALUE ...]
+    python -m bench.ledger_live --against KEY=VALUE [--against ...] [--rounds 3] [--seconds 30]
 
 1. freshness: the live ledger (``bridge.ledger.service``) runs on an empty journal folder while a writer
    rolls ``--rate`` messages/s into it, one file a second as the roll does (each message: accepted, sent,
@@ -16,6 +17,11 @@
    the Spark job's, so a fast wrong answer cannot pass unnoticed.
 3. cold report / floor: ``bridge report`` as its own process against the floor job (``bench.ledger``:
    start a session, read the journal, one grouped count), alternated ``--rounds`` times.
+
+``--against KEY=VALUE`` runs part 1 alone, ``--rounds`` times in each of two settings alternated in the
+same session: the session as built (``--conf`` included), then with these Spark settings, each round on
+a new ledger folder; it prints each round and the ratio of the medians (against / baseline). Settings
+that Spark reads when a query starts (the state store, shuffle partitions) work; static ones do not.
 
 Nothing here asserts a time; it prints the figures.
 """
@@ -81,7 +87,9 @@ def _writer(
         stop.wait(max(0.0, 1.0 - (time.time() - second_start)))
 
 
-def freshness(spark: Any, root: Path, rate: int, seconds: float, interval: float, catch_up: float) -> None:
+def freshness(
+    spark: Any, root: Path, rate: int, seconds: float, interval: float, catch_up: float
+) -> tuple[float, float] | None:
     """Part 1 (module docstring). The ledger first commits one small warm-up file (its first micro-batch
     compiles the plans); the writer starts after that, and the ledger runs until it committed everything
     written or ``catch_up`` seconds after the writer stopped."""
@@ -127,7 +135,7 @@ def freshness(spark: Any, root: Path, rate: int, seconds: float, interval: float
     stop.set()
     writer.join()
     watcher.join()
-    _print_freshness(written, commits, rate, seconds, interval)
+    return _print_freshness(written, commits, rate, seconds, interval)
 
 
 def _print_freshness(
@@ -136,7 +144,8 @@ def _print_freshness(
     rate: int,
     seconds: float,
     interval: float,
-) -> None:
+) -> tuple[float, float] | None:
+    """Prints the figures; returns (p50, p99), or None when no second was committed."""
     samples: list[float] = []
     for second_start, events in written:
         seen = next((at for at, n in commits if n >= events), None)
@@ -147,13 +156,41 @@ def _print_freshness(
     head = f"freshness at {rate:,} msgs/s ({3 * rate:,} events/s, {seconds:.0f} s, trigger {interval:g} s): "
     if not samples:
         print(head + f"no second of the {len(written)} written was committed; {behind:,} events behind")
-        return
+        return None
     print(
         head + f"p50 {_percentile(samples, 0.5):.1f} s, p99 {_percentile(samples, 0.99):.1f} s, "
         f"max {max(samples):.1f} s (target p99 <= 10 s); {len(written) - len(samples) // 10} of "
         f"{len(written)} seconds never committed, {behind:,} events behind at the end",
         flush=True,
     )
+    return _percentile(samples, 0.5), _percentile(samples, 0.99)
+
+
+def against(spark: Any, root: Path, args: argparse.Namespace, settings: dict[str, str]) -> None:
+    """``--against``: part 1 alternated between the session as built and with ``settings``."""
+    names = {key: spark.conf.get(key, None) for key in settings}
+    results: dict[str, list[tuple[float, float]]] = {"baseline": [], "against": []}
+    for round_ in range(1, args.rounds + 1):
+        for side in ("baseline", "against"):
+            for key, value in (settings if side == "against" else names).items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+            print(f"round {round_}, {side}:", flush=True)
+            got = freshness(
+                spark, root / f"{side}-{round_}", args.rate, args.seconds, args.interval, args.catch_up
+            )
+            if got is not None:
+                results[side].append(got)
+    if not results["baseline"] or not results["against"]:
+        print("against: a side never committed a second; no ratio")
+        return
+    for index, name in ((0, "p50"), (1, "p99")):
+        base = statistics.median(r[index] for r in results["baseline"])
+        other = statistics.median(r[index] for r in results["against"])
+        print(f"freshness {name}: baseline median {base:.1f} s, against median {other:.1f} s, "
+              f"ratio {other / base:.2f} ({', '.join(f'{k}={v}' for k, v in settings.items())})")  # fmt: skip
 
 
 def warm_report(spark: Any, root: Path, events: int, rounds: int) -> Path:
@@ -266,6 +303,10 @@ def main() -> None:
     parser.add_argument("--report-events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark setting (repeatable)")
+    parser.add_argument(
+        "--against", action="append", default=[], help="KEY=VALUE: part 1 alone, A/B (repeatable)"
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-live-"))
@@ -277,10 +318,14 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace, root: Path) -> None:
     """Parts 1-3 in one warm session (``args``: this module's options)."""
+    from bridge.cli.context import key_value_pairs
     from bridge.ledger.spark import build_session
 
-    spark = build_session(args.master)
+    spark = build_session(args.master, conf=key_value_pairs(args.conf, "--conf"))
     try:
+        if args.against:
+            against(spark, root, args, key_value_pairs(args.against, "--against"))
+            return
         freshness(spark, root, args.rate, args.seconds, args.interval, args.catch_up)
         journal = warm_report(spark, root, args.report_events, args.rounds)
     finally:
