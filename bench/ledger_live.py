@@ -168,11 +168,11 @@ def _print_freshness(
 
 def against(spark: Any, root: Path, args: argparse.Namespace, settings: dict[str, str]) -> None:
     """``--against``: part 1 alternated between the session as built and with ``settings``."""
-    names = {key: spark.conf.get(key, None) for key in settings}
+    before = {key: spark.conf.get(key, None) for key in settings}
     results: dict[str, list[tuple[float, float]]] = {"baseline": [], "against": []}
     for round_ in range(1, args.rounds + 1):
         for side in ("baseline", "against"):
-            for key, value in (settings if side == "against" else names).items():
+            for key, value in (settings if side == "against" else before).items():
                 if value is None:
                     spark.conf.unset(key)
                 else:
