@@ -6,10 +6,11 @@
 
 1. freshness: the live ledger (``bridge.ledger.service``) runs on an empty journal folder while a writer
    rolls ``--rate`` messages/s into it, one file a second as the roll does (each message: accepted, sent,
-   handled, its event times spread over the second before the file is written). A watcher reads the
-   committed state every 50 ms; a message's freshness is the time from its ``accepted`` event to the first
-   commit that holds it. Prints p50/p99/max over every message, and how far behind the ledger was at the
-   end (events written but not yet committed), so a ledger that falls behind cannot pass unnoticed.
+   handled, its event times spread over the second before the file is written); the writer is a process
+   of its own, as the roll is. A watcher reads the committed state every 50 ms; a message's freshness is
+   the time from its ``accepted`` event to the first commit that holds it. Prints p50/p99/max over every
+   message, and how far behind the ledger was at the end (events written but not yet committed), so a
+   ledger that falls behind cannot pass unnoticed.
 2. warm report: ``bridge report``'s job (``run_report``) on ``--report-events`` events in this process's
    session, already started: ``--rounds`` times, each printed. Then a live ledger reads the same journal
    and ``bridge report --from-ledger --drained --json`` answers from its state, ``--rounds`` times as its
@@ -30,12 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 from bench.ledger import generate, run_floor, run_report
@@ -72,18 +75,18 @@ def _writer(
     journal: Path,
     rate: int,
     seconds: float,
-    written: list[tuple[float, int]],
-    stop: threading.Event,
+    written: Any,
+    stop: Any,
     offset: int = 0,
 ) -> None:
-    """One file a second of ``rate`` messages; ``written`` gets (first acceptance time, events so far,
-    counting ``offset`` events written before)."""
+    """One file a second of ``rate`` messages; ``written`` (a queue) gets (first acceptance time, events so
+    far, counting ``offset`` events written before) per file."""
     total, n, started = offset, 0, time.time()
     while not stop.is_set() and time.time() - started < seconds:
         second_start = time.time()
         total += _write_second(journal, rate, n, second_start)
         n += rate
-        written.append((second_start - 1, total))
+        written.put((second_start - 1, total))
         stop.wait(max(0.0, 1.0 - (time.time() - second_start)))
 
 
@@ -101,6 +104,21 @@ def freshness(
     written: list[tuple[float, int]] = []
     commits: list[tuple[float, int]] = []
     stop, warm = threading.Event(), threading.Event()
+    # The writer is a process of its own, as the roll is (beat): in this one its Python would share the
+    # interpreter's lock with the driver's.
+    spawn = multiprocessing.get_context("spawn")
+    queue, stop_writing = spawn.Queue(), spawn.Event()
+    writer = spawn.Process(
+        target=_writer, args=(journal, rate, seconds, queue, stop_writing, 300), daemon=True
+    )
+
+    def take() -> None:
+        while True:
+            try:
+                written.append(queue.get_nowait())
+            except Empty:
+                return
+
     _write_second(journal, 100, 0, time.time(), "warm")
 
     def watch() -> None:
@@ -116,13 +134,17 @@ def freshness(
 
     def write() -> None:
         warm.wait()
-        _writer(journal, rate, seconds, written, stop, offset=300)
+        writer.start()
 
-    writer = threading.Thread(target=write, daemon=True)
+    starter = threading.Thread(target=write, daemon=True)
     started = time.monotonic()
 
     def done(_ledger: dict[str, Any]) -> bool:
-        if writer.is_alive() or not written:
+        take()
+        if writer.is_alive() or writer.exitcode is None:
+            return False
+        take()
+        if not written:
             return False
         return bool(commits and commits[-1][1] >= written[-1][1]) or time.monotonic() - started > catch_up
 
@@ -130,10 +152,15 @@ def freshness(
                "listed": 100.0, "max_files": 200.0}  # fmt: skip
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    writer.start()
+    starter.start()
     service.run(spark, journal, paths, options, duration=seconds + catch_up + 600, on_publish=done)
     stop.set()
-    writer.join()
+    stop_writing.set()
+    warm.set()
+    starter.join()
+    if writer.pid is not None:
+        writer.join()
+    take()
     watcher.join()
     return _print_freshness(written, commits, rate, seconds, interval)
 

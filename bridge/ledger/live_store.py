@@ -137,21 +137,20 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def write_samples(paths: LedgerPaths, batch_id: int, rows: list[dict[str, Any]]) -> set[int]:
-    """A batch's latency samples, one file per minute (named by the batch: a re-run replaces it);
-    returns the minutes written."""
-    by_minute: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_minute.setdefault(int(row["minute"]), []).append(row)
+def write_samples(paths: LedgerPaths, batch_id: int, samples: pa.Table) -> set[int]:
+    """A batch's latency samples (``entity``, ``measure``, ``minute``, ``ms``), one file per minute
+    (named by the batch: a re-run replaces it); returns the minutes written."""
+    minutes = {int(minute) for minute in pc.unique(samples["minute"]).to_pylist()}
     schema = pa.schema([("entity", pa.string()), ("measure", pa.string()), ("ms", pa.float64())])
-    for minute, group in by_minute.items():
+    for minute in minutes:
         folder = paths.latency / f"minute={minute}"
         folder.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_pylist([{k: r[k] for k in ("entity", "measure", "ms")} for r in group], schema)
+        group = samples.filter(pc.equal(samples["minute"], minute))
+        table = pa.table({name: group[name].cast(schema.field(name).type) for name in schema.names}, schema)
         partial = folder / f".b-{batch_id:012d}.tmp"
         pq.write_table(table, partial)
         os.replace(partial, folder / f"b-{batch_id:012d}.parquet")
-    return set(by_minute)
+    return minutes
 
 
 def drop_samples_before(paths: LedgerPaths, minute: int) -> None:

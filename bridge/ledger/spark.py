@@ -117,6 +117,9 @@ def _log_config() -> Path:
     return path
 
 
+DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+
+
 def build_session(
     master: str,
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
@@ -137,6 +140,10 @@ def build_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", worker_python())
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or local_cores(master) or 64))
+        # PySpark's DataFrame debugging records the Python call site of every Column function in the JVM
+        # (five Py4J calls and a walk of the Python stack each): about 2,200 calls and a third of a live
+        # ledger's micro-batch. It only adds the Python line to an analysis error's message.
+        .config(DEBUGGING, "false")
     )
     if local:
         # No web UI and loopback only: a report is a batch job, not a service. Adaptive execution off:

@@ -278,3 +278,15 @@ def test_the_deduplication_state_lives_in_rocksdb_and_a_batch_without_rows_commi
     # And the de-duplication's state is in RocksDB, as the checkpoint records for every restart
     metadata = json.loads((paths.checkpoint / "offsets" / "0").read_text().splitlines()[1])
     assert metadata["conf"][stream.STATE_STORE] == stream.ROCKSDB_STATE_STORE
+
+
+def test_the_ledger_session_records_no_python_call_site_per_column(spark: Any) -> None:
+    # Given the ledger's session (the builder users get)
+    from pyspark.errors.utils import is_debugging_enabled
+
+    from bridge.ledger.spark import DEBUGGING
+
+    # Then PySpark's DataFrame debugging, five Py4J calls and a walk of the Python stack for every Column
+    # function (a third of a live micro-batch), is off in the session and as PySpark reads it
+    assert spark.conf.get(DEBUGGING) == "false"
+    assert is_debugging_enabled() is False
