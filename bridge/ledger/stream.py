@@ -13,10 +13,10 @@ message; then it leaves. The journal time is the newest event time read (the ``c
 
 A micro-batch costs six Spark actions, whatever its size: its row count (which runs the de-duplication
 once and keeps the batch; a batch without rows, which Spark runs only to move the watermark, ends there),
-the change counts (which materialise the batch's
-merged facts, joined to the state by a broadcast of its keys), the new latency samples (both sides
-collected and told apart here, no join), the event counts with the batch's clock, the new state (one
-Parquet write; ``is_open`` is a column of it, read by ``live_store.open_messages``), and the latency
+then, at once, the change counts (which materialise the batch's merged facts, joined to the state by a
+broadcast of its keys) and the new latency samples (both sides fetched as Arrow and told apart here, no
+join) in two threads, and the event counts with the batch's clock and the new state (one Parquet write;
+``is_open`` is a column of it, read by ``live_store.open_messages``) in this one; then the latency
 percentiles of the minutes it added to. Each runs in one shuffle partition: a batch holds a few thousand
 events, and a task costs more than the data it would split.
 
