@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +53,9 @@ def up(
 
     from bridge.embedded import up as stack_up
 
+    # `kill -USR1 <pid>` prints every thread's stack to stderr, even while the main thread is inside a
+    # blocking call: how a stack that does not stop tells where it is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     console = Console()
 
     def say(line: str) -> None:

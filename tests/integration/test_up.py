@@ -65,12 +65,33 @@ def _ctrl_c(proc: subprocess.Popen[str], path: Path, timeout: float = 90) -> str
     except subprocess.TimeoutExpired as exc:
         printed = exc.output or ""
         left = _processes_using(path)
+        state = _process_state(proc)
+        # bridge up prints every thread's stack on SIGUSR1: where its main thread is
+        proc.send_signal(signal.SIGUSR1)
+        try:
+            stacks, _ = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired as again:
+            stacks = again.output or ""
         _kill_all(proc, path)
-        text = printed if isinstance(printed, str) else printed.decode(errors="replace")
+        text = "".join(t if isinstance(t, str) else t.decode(errors="replace") for t in (printed, stacks))
         raise AssertionError(
-            f"bridge up did not stop within {timeout:g} s; still running: {left}; it printed: {text[-3000:]}"
+            f"bridge up did not stop within {timeout:g} s; still running: {left}; its state: {state}; "
+            f"it printed: {text[-6000:]}"
         ) from None
     return remaining
+
+
+def _process_state(proc: subprocess.Popen[str]) -> str:
+    """The kernel's view of a process that did not stop: its state, signal masks (is SIGINT caught,
+    blocked or ignored?), what it waits in, and the machine's load."""
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
+        load = Path("/proc/loadavg").read_text().strip()
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    fields = [line for line in status if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt", "Threads"))]
+    return f"{'; '.join(fields)}; wchan {wchan}; load {load}"
 
 
 def _start_up(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
