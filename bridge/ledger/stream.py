@@ -11,11 +11,11 @@ The state holds a message while it is open (accepted, no end yet) or waiting in 
 ``linger`` seconds of journal time after it settled, so a late copy or a late ``handled`` still finds its
 message; then it leaves. The journal time is the newest event time read (the ``clock``), not this host's.
 
-A micro-batch costs five Spark actions, whatever its size: its event counts with the batch's clock (the
-first, which runs the de-duplication once and keeps the batch; a batch without rows, which Spark runs
-only to move the watermark, ends there); then, at once, the change counts (which materialise the batch's
-merged facts, joined to the state by a broadcast of its keys) and the new latency samples (both sides
-fetched as Arrow and told apart here, no join) in two threads, and the new state (one Parquet write;
+A micro-batch costs six Spark actions, whatever its size: its row count (which runs the de-duplication
+once and keeps the batch; a batch without rows, which Spark runs only to move the watermark, ends there),
+then, at once, the change counts (which materialise the batch's merged facts, joined to the state by a
+broadcast of its keys) and the new latency samples (both sides fetched as Arrow and told apart here, no
+join) in two threads, and the event counts with the batch's clock and the new state (one Parquet write;
 ``is_open`` is a column of it, read by ``live_store.open_messages``) in this one; then the latency
 percentiles of the minutes it added to. Each runs in one shuffle partition: a batch holds a few thousand
 events, and a task costs more than the data it would split.
@@ -153,23 +153,18 @@ def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[s
         log.info("micro-batch %d is committed already: read, not counted", batch_id)
         return
     events = batch.persist(StorageLevel.MEMORY_AND_DISK)
+    if events.count() == 0:
+        # A batch Spark runs only to move the watermark (its de-duplication evicts then): it changes no
+        # count, and each of the fold's actions would run the de-duplication again (a batch with no rows
+        # is not kept by ``persist``), each loading the state and scanning it for what to evict.
+        events.unpersist()
+        return
     partitions = spark.conf.get(SHUFFLE_PARTITIONS)
     # A micro-batch is small: a shuffle of few partitions costs fewer tasks (the streaming query's own
     # de-duplication keeps the partitions its checkpoint recorded).
     spark.conf.set(SHUFFLE_PARTITIONS, str(FOLD_PARTITIONS))
     try:
-        # The fold's first action: it runs the de-duplication once and keeps the batch for the others.
-        counted = _count_events(events)
-        if not counted:
-            # A batch Spark runs only to move the watermark (its de-duplication evicts then): it changes
-            # no count, and each of the fold's actions would run the de-duplication again (a batch with
-            # no rows is not kept by ``persist``), each loading the state and scanning it for what to
-            # evict.
-            return
-        _fold(
-            spark, events, counted, batch_id=batch_id, paths=paths, options=options, folder=folder,
-            totals=totals,
-        )  # fmt: skip
+        _fold(spark, events, batch_id=batch_id, paths=paths, options=options, folder=folder, totals=totals)
     finally:
         spark.conf.set(SHUFFLE_PARTITIONS, partitions or "200")
         events.unpersist()
@@ -178,7 +173,6 @@ def fold(batch: DataFrame, batch_id: int, paths: LedgerPaths, options: Mapping[s
 def _fold(
     spark: SparkSession,
     events: DataFrame,
-    counted: list[Any],
     *,
     batch_id: int,
     paths: LedgerPaths,
@@ -204,7 +198,7 @@ def _fold(
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bridge-ledger-fold") as pool:
             changes = pool.submit(_changes, before_flags, after_flags)
             samples = pool.submit(_new_samples, before_flags, after_flags)
-            clock, events_read = _event_counts(counted, totals)
+            clock, events_read = _event_counts(events, totals)
             latency = pool.submit(
                 lambda: _latency(
                     spark, paths, batch_id=batch_id, samples=samples.result(), clock=clock,
@@ -258,23 +252,17 @@ def _new_samples(before: DataFrame, after: DataFrame) -> pa.Table:
     return added.select(["entity", "measure", "minute", "ms"])
 
 
-def _count_events(events: DataFrame) -> list[Any]:
-    """The batch's event counts per entity, kind, namespace, path and result, each group with its first
-    and last event time and its quarantines without a MessageId (one job; no rows for a batch without
-    events)."""
+def _event_counts(events: DataFrame, totals: dict[str, Any]) -> tuple[float | None, int]:
+    """Add the batch's event counts to ``totals``, and to each entity's ``entity_events`` its first and
+    last event time and its quarantines without a MessageId (what the report's reconciliation row adds
+    to the message counts); returns the new clock and the events read (one job: the batch's newest event
+    time is the newest of its groups')."""
     extra = (
         F.min("time").alias("first"),
         F.max("time").alias("clock"),
         F.sum(figures.quarantined_without_id()).alias("no_id"),
     )
-    return figures.event_counts(events, *extra).collect()
-
-
-def _event_counts(rows: list[Any], totals: dict[str, Any]) -> tuple[float | None, int]:
-    """Add the batch's event counts (``_count_events``) to ``totals``, and to each entity's
-    ``entity_events`` its first and last event time and its quarantines without a MessageId (what the
-    report's reconciliation row adds to the message counts); returns the new clock (the newest of the
-    groups' last event times) and the events read."""
+    rows = figures.event_counts(events, *extra).collect()
     event_rows = [
         ((r["entity"], r["kind"], r["namespace"], r["path"], r["result"]), int(r["events"]), int(r["units"]))
         for r in rows
