@@ -56,6 +56,10 @@ def up(
     # `kill -USR1 <pid>` prints every thread's stack to stderr, even while the main thread is inside a
     # blocking call: how a stack that does not stop tells where it is.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # A shell starts a background job (`bridge up &`, a script's, CI's) with SIGINT and SIGQUIT ignored,
+    # and Python then leaves SIGINT ignored: Ctrl-C or `kill -INT` would never stop the stack. Stopping
+    # is what SIGINT asks of `bridge up`, however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     console = Console()
 
     def say(line: str) -> None:

@@ -95,10 +95,13 @@ def _process_state(proc: subprocess.Popen[str]) -> str:
 
 
 def _start_up(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    """``bridge up --data-dir tmp_path FLAGS`` with no ``BRIDGE_*`` of this process, and what it printed
-    until the stack was up (its "Ctrl-C stops everything" line) or 120 s passed."""
+    """``bridge up --data-dir tmp_path FLAGS`` with no ``BRIDGE_*`` of this process, started as a shell's
+    background job is (SIGINT ignored), and what it printed until the stack was up (its "Ctrl-C stops
+    everything" line) or 120 s passed."""
+    # As a shell starts a background job (SIGINT and SIGQUIT ignored), so that Ctrl-C must stop it anyway
+    command = [sys.executable, "-m", "bridge.cli.main", "up", "--data-dir", str(tmp_path), *flags]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge.cli.main", "up", "--data-dir", str(tmp_path), *flags],
+        ["sh", "-c", 'trap "" INT QUIT; exec "$@"', "sh", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
