@@ -159,10 +159,16 @@ def test_bridge_up_runs_the_stack_until_ctrl_c(tmp_path: Path) -> None:
         receiver = scrape(metrics["orders"])
         assert receiver.value("bridge_receiver_messages_total", entity="orders", counter="handled") == 1
 
+        # When SIGUSR1: it prints where every thread is and goes on running
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        assert proc.poll() is None
+
         # When Ctrl-C: everything stops, exit status 0.
         remaining = _ctrl_c(proc, tmp_path)
         assert proc.returncode == 0, remaining
         assert "stopped" in remaining
+        assert re.search(r"most recent call first\):\n(.*\n)*.* in wait\n", remaining), remaining
         assert _processes_using(tmp_path) == []
     finally:
         _kill_all(proc, tmp_path)
