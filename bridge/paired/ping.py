@@ -17,8 +17,9 @@ the next interval. ``ping_due`` with half an interval of slack decides whether a
 firing a few milliseconds early still pings, and a second firing in the same interval (another beat, a
 redelivered task) does not ping again. Two runs that overlap before either recorded its ping (two beats, a
 ping slower than the interval while the next firing comes) ping once: a run pings an entity only under a
-claim in Redis that lasts until its ping is recorded (released then) or, if the run dies, as long as a run
-can take (``claim_ms``); a run that wins the claim checks again that the entity is still due.
+claim in Redis, taken just before its ping, that lasts until the ping is recorded (released then) or, if
+the run dies, as long as one ping can take (``claim_ms``); a run that wins the claim checks again that the
+entity is still due.
 """
 
 from __future__ import annotations
@@ -59,34 +60,37 @@ class PingReport:
 
 
 def claim_ms(settings: Settings) -> int:
-    """How long a ping claim lasts if its run never releases it (the run died): the longest a run can
-    take to record its last ping (started within ``ping_timeout``, each ping bounded by the attempt
-    deadline, twice in schedule mode), and never less than the rest of the interval."""
+    """How long a ping claim lasts if its run never releases it (the run died): the longest one ping takes
+    to be recorded (each send bounded by the attempt deadline, two in schedule mode), and never less than
+    the rest of the interval. A run claims an entity just before pinging it, so a killed worker delays the
+    entity's next ping by one ping's bound, not by a whole run's (``ping_timeout``)."""
     paired = settings.paired
     sends = 2 if paired.ping_mode == "schedule" else 1
-    longest = paired.ping_timeout + sends * settings.retry.attempt_deadline + 1.0
+    longest = sends * settings.retry.attempt_deadline + 1.0
     return int(max(longest, (1 - DUE_SLACK) * paired.ping_primary_interval) * 1000)
 
 
-def due_entities(ctx: DeliveryContext, token: str) -> list[str]:
-    """Failed-over paired entities whose ping is due now, each claimed with ``token`` (released by
-    ``ping_failed_over`` once the ping is recorded)."""
-    policy = ctx.settings.paired.failover_policy()
+def due_entities(ctx: DeliveryContext) -> list[str]:
+    """Failed-over paired entities whose ping is due now."""
     engaged = ctx.paired.failed_over_entities(paired_entities(ctx.settings))
+    return [entity for entity in engaged if _due(ctx, entity)]
 
-    def due(entity: str) -> bool:
-        now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
-        return ping_due(ctx.paired.get(entity), now, policy)
 
-    claimed: list[str] = []
-    for entity in filter(due, engaged):
-        if not ctx.paired.claim_ping(entity, token, claim_ms(ctx.settings)):
-            continue  # another run is pinging it
-        if due(entity):  # another run may have recorded its ping between our look and our claim
-            claimed.append(entity)
-        else:
-            ctx.paired.release_ping(entity, token)
-    return claimed
+def _due(ctx: DeliveryContext, entity: str) -> bool:
+    policy = ctx.settings.paired.failover_policy()
+    now = ctx.clock() + DUE_SLACK * policy.ping_primary_interval
+    return ping_due(ctx.paired.get(entity), now, policy)
+
+
+def _claim(ctx: DeliveryContext, entity: str, token: str) -> bool:
+    """Claim ``entity``'s ping for ``token`` (released by the caller once the ping is recorded); False when
+    another run is pinging it or recorded its ping between our look and our claim."""
+    if not ctx.paired.claim_ping(entity, token, claim_ms(ctx.settings)):
+        return False
+    if _due(ctx, entity):
+        return True
+    ctx.paired.release_ping(entity, token)
+    return False
 
 
 def ping_entity(ctx: DeliveryContext, entity: str) -> Outcome:
@@ -128,17 +132,19 @@ def ping_failed_over(ctx: DeliveryContext) -> PingReport:
     """Ping every failed-over paired entity that is due (one beat firing)."""
     report = PingReport()
     token = uuid.uuid4().hex
-    entities = due_entities(ctx, token)
+    entities = due_entities(ctx)
     if not entities:
         return report
     started = ctx.clock()
     timeout = ctx.settings.paired.ping_timeout
 
     def one(entity: str) -> None:
+        if ctx.clock() - started > timeout:
+            report.postponed.append(entity)
+            return
+        if not _claim(ctx, entity, token):
+            return  # another run is pinging it, or has just pinged it
         try:
-            if ctx.clock() - started > timeout:
-                report.postponed.append(entity)
-                return
             outcome = ping_entity(ctx, entity)
         finally:
             # Recorded (or never sent): the next due run may ping. A release that fails leaves the claim to

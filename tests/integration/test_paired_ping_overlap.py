@@ -19,7 +19,7 @@ from bridge.core.error_classes import ErrorClass
 from bridge.core.roles import NamespaceHealth
 from bridge.delivery.context import DeliveryContext
 from bridge.embedded.stack import LocalStack
-from bridge.paired.ping import PingReport, ping_failed_over
+from bridge.paired.ping import PingReport, claim_ms, ping_failed_over
 from bridge.settings import Settings
 from bridge.status.collect import collect_status
 from tests.integration.paired_support import (
@@ -114,3 +114,23 @@ def test_a_ping_that_restores_the_entity_shows_its_primary_available(
 
 def _entity(status: dict[str, Any], name: str) -> dict[str, Any]:
     return next(e for e in status["entities"] if e["name"] == name)
+
+
+def test_a_run_killed_during_its_ping_delays_the_next_ping_by_one_pings_bound(
+    stack_ctx: tuple[LocalStack, DeliveryContext, DeliveryContext],
+) -> None:
+    stack, killed, ctx = stack_ctx
+    mark_failed_over(stack, "orders")
+    # Given a run that claimed the entity's ping as a run does and died before releasing the claim
+    assert killed.paired.claim_ping("orders", "a-killed-run", claim_ms(killed.settings))
+    claimed_at = time.monotonic()
+    # Then the next runs leave the entity alone while the claim lasts
+    assert ping_failed_over(ctx).pinged == []
+    # And one ping's bound later (the attempt deadline, 10 s, and a second), not a whole run's ping_timeout
+    # (120 s), a run pings it and the entity is restored
+    deadline = claimed_at + 30
+    while time.monotonic() < deadline and paired_state(stack, "orders").failed_over:
+        ping_failed_over(ctx)
+        time.sleep(INTERVAL)
+    assert not paired_state(stack, "orders").failed_over, "the killed run's claim still holds the ping"
+    assert time.monotonic() - claimed_at >= claim_ms(ctx.settings) / 1000 - INTERVAL
